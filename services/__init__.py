@@ -1,0 +1,1 @@
+"""FleetPilot services: each folder is one service (pure core, app wiring, metrics)."""

@@ -1,0 +1,1 @@
+"""demand: task events and queue snapshots in, a DemandSignal out."""

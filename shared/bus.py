@@ -1,0 +1,211 @@
+"""Building a service's NatsBroker: Prometheus and dead-letter middlewares, auth from settings, publishing.
+
+Ack policy, chosen deliberately: FastStream's JetStream default (REJECT_ON_ERROR) terminates a message on
+its first error, which loses it. Our subscribers use NACK_ON_ERROR, so a failing handler is retried up to
+MAX_DELIVER times; the dead-letter middleware then parks it on `<prefix>.dlq.<service>` and acks it. A
+message that cannot be valid (bad JSON, wrong shape) is parked at once: redelivering it cannot help.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any
+
+import fast_depends.exceptions
+import pydantic
+from faststream import AckPolicy
+from faststream._internal.middlewares import BaseMiddleware
+from faststream.exceptions import HandlerException
+from faststream.nats import NatsBroker, PullSub
+from faststream.nats.prometheus import NatsPrometheusMiddleware
+from faststream.nats.security import NatsSecurity, NatsUserPassword
+from nats.aio.msg import Msg
+
+from shared.clock import Clock
+from shared.contract import DeadLetter, Event
+from shared.metrics import BusMetrics
+from shared.settings import Settings
+from shared.streams import DLQ, MAX_DELIVER, StreamSpec, bound_stream, durable_consumer
+
+log = logging.getLogger("fleetpilot.bus")
+
+# Subscribers on JetStream streams use this; see the module docstring for why.
+JETSTREAM_ACK_POLICY = AckPolicy.NACK_ON_ERROR
+
+PublishRaw = Callable[[str, bytes], Awaitable[Any]]
+
+_INVALID_MESSAGE_ERRORS: tuple[type[BaseException], ...] = (
+    pydantic.ValidationError,
+    fast_depends.exceptions.ValidationError,
+    json.JSONDecodeError,
+    UnicodeDecodeError,
+)
+
+
+def classify_failure(error: BaseException) -> str:
+    return "invalid_message" if isinstance(error, _INVALID_MESSAGE_ERRORS) else "handler_failed"
+
+
+def describe_error(error: BaseException) -> str:
+    """A readable error naming fields and values (pydantic's text does), capped for the envelope."""
+    text = str(error) if isinstance(error, _INVALID_MESSAGE_ERRORS) else f"{type(error).__name__}: {error}"
+    return text[:4000]
+
+
+def delivery_count(raw: Msg) -> int | None:
+    """How many times JetStream delivered this message; None for core NATS."""
+    try:
+        return int(raw.metadata.num_delivered)
+    except Exception:  # core NATS messages have no JetStream metadata
+        return None
+
+
+class DeadLetterMiddleware:
+    """Factory FastStream calls per message; holds what the per-message scope needs."""
+
+    def __init__(self, service: str, dead_letter_subject: str, metrics: BusMetrics, clock: Clock) -> None:
+        self.service = service
+        self.dead_letter_subject = dead_letter_subject
+        self.metrics = metrics
+        self.clock = clock
+        self.publish_raw: PublishRaw | None = None
+
+    def __call__(self, msg: Any, /, *, context: Any) -> _DeadLetterScope:
+        return _DeadLetterScope(msg, context=context, owner=self)
+
+    async def park(self, raw: Msg, reason: str, error: BaseException, deliveries: int) -> None:
+        if self.publish_raw is None:
+            raise RuntimeError("dead-letter middleware used before its broker was built")
+        data = bytes(raw.data or b"")
+        letter = DeadLetter(
+            occurred_at=self.clock.now(),
+            source=self.service,
+            service=self.service,
+            reason=reason,
+            error=describe_error(error),
+            original_subject=raw.subject,
+            payload=data.decode("utf-8", errors="replace"),
+            payload_base64=base64.b64encode(data).decode("ascii"),
+            headers={k: str(v) for k, v in (raw.headers or {}).items()},
+            delivery_count=max(1, deliveries),
+        )
+        await self.publish_raw(self.dead_letter_subject, letter.model_dump_json().encode())
+        self.metrics.dead_letters.labels(self.service, reason).inc()
+        log.error(
+            "dead-lettered message from %s (%s, delivery %d): %s",
+            raw.subject,
+            reason,
+            deliveries,
+            letter.error.splitlines()[0] if letter.error else "",
+        )
+
+
+class _DeadLetterScope(BaseMiddleware):
+    def __init__(self, msg: Any, /, *, context: Any, owner: DeadLetterMiddleware) -> None:
+        super().__init__(msg, context=context)
+        self.owner = owner
+
+    async def after_processed(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_val: BaseException | None = None,
+        exc_tb: TracebackType | None = None,
+    ) -> bool | None:
+        if exc_val is None or not isinstance(exc_val, Exception) or isinstance(exc_val, HandlerException):
+            return False
+        raw = self.msg
+        if not isinstance(raw, Msg):
+            return False
+        reason = classify_failure(exc_val)
+        deliveries = delivery_count(raw)
+        if reason == "handler_failed" and deliveries is not None and deliveries < MAX_DELIVER:
+            log.warning("handler failed on %s (delivery %d of %d): %r", raw.subject, deliveries, MAX_DELIVER, exc_val)
+            return False  # NACK_ON_ERROR: JetStream redelivers
+        await self.owner.park(raw, reason, exc_val, deliveries or 1)
+        return True  # handled: the ack middleware acknowledges it
+
+
+def nats_security(settings: Settings) -> NatsSecurity | None:
+    if settings.nats_user:
+        password = settings.nats_password.get_secret_value() if settings.nats_password else ""
+        return NatsUserPassword(username=settings.nats_user, password=password)
+    return None
+
+
+def nats_connect_options(settings: Settings) -> dict[str, Any]:
+    """Options for a bare nats-py connection (CLI, benchmarks) with the same credentials as the services."""
+    options: dict[str, Any] = {"servers": settings.nats_servers}
+    if settings.nats_user:
+        options["user"] = settings.nats_user
+        options["password"] = settings.nats_password.get_secret_value() if settings.nats_password else ""
+    if settings.nats_creds_file:
+        options["user_credentials"] = settings.nats_creds_file
+    return options
+
+
+def build_broker(settings: Settings, service: str, metrics: BusMetrics, clock: Clock) -> NatsBroker:
+    """The one way a service gets a broker: same middlewares, same auth, no import-time globals."""
+    dead_letters = DeadLetterMiddleware(service, settings.subjects.dead_letter(service), metrics, clock)
+    extra: dict[str, Any] = {}
+    if settings.nats_creds_file:
+        extra["user_credentials"] = settings.nats_creds_file
+    broker = NatsBroker(
+        settings.nats_servers,
+        name=f"fleetpilot-{service}",
+        security=nats_security(settings),
+        middlewares=[
+            NatsPrometheusMiddleware(registry=metrics.registry, app_name=service, metrics_prefix="fleetpilot_bus"),
+            dead_letters,
+        ],
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=1,
+        graceful_timeout=10.0,
+        **extra,
+    )
+
+    async def publish_raw(subject: str, payload: bytes) -> None:
+        await broker.publish(payload, subject, stream=DLQ.name(settings.subjects), timeout=5.0)
+
+    dead_letters.publish_raw = publish_raw
+    return broker
+
+
+def event_headers(event: Event) -> dict[str, str]:
+    """JetStream de-duplicates on Nats-Msg-Id: a publish retried after a lost ack stays one event."""
+    return {"Nats-Msg-Id": event.event_id, "content-type": "application/json"}
+
+
+async def publish_event(broker: NatsBroker, subject: str, event: Event, *, stream: str | None) -> Any:
+    """Publish a contract event; to JetStream (awaiting its ack) when `stream` is given, else core NATS."""
+    return await broker.publish(
+        event.model_dump_json().encode(),
+        subject,
+        headers=event_headers(event) if stream else {"content-type": "application/json"},
+        stream=stream,
+        timeout=5.0,
+    )
+
+
+def durable_pull(
+    spec: StreamSpec,
+    settings: Settings,
+    durable: str,
+    *,
+    batch_size: int = 50,
+    max_deliver: int = MAX_DELIVER,
+) -> dict[str, Any]:
+    """Subscriber options for a durable JetStream pull consumer with explicit acks after processing.
+
+    Pull consumers share one durable across replicas (each message to one replica), unlike push+durable.
+    """
+    return {
+        "stream": bound_stream(spec, settings.subjects),
+        "durable": durable,
+        "config": durable_consumer(durable, max_deliver=max_deliver),
+        "pull_sub": PullSub(batch_size=batch_size, timeout=1.0),
+        "ack_policy": JETSTREAM_ACK_POLICY,
+    }

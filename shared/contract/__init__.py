@@ -1,0 +1,96 @@
+"""The only contract between FleetPilot services: producers and consumers import these same classes."""
+
+from shared.contract.audit import (
+    AgentTrace,
+    DataFreshness,
+    DecisionRecord,
+    GuardrailVerdict,
+    RunOutcome,
+    TriggerRef,
+)
+from shared.contract.base import SCHEMA_VERSION, ContractModel, Event, UtcDatetime, new_event_id
+from shared.contract.bench import BenchKind, BenchRequest, BenchResult, BenchVerdict
+from shared.contract.commands import (
+    DestroyInstance,
+    LaunchInstances,
+    LaunchPriority,
+    LaunchReason,
+    ProvisionCommand,
+    ProvisionResult,
+    RefusalRule,
+    RemovalReason,
+    StopInstance,
+)
+from shared.contract.deadletter import DeadLetter, DeadLetterReason
+from shared.contract.demand import (
+    DemandSignal,
+    DemandState,
+    DemandTrend,
+    QueueDepth,
+    QueueSnapshot,
+    TaskEvent,
+    TaskEventKind,
+    TaskTypeDemand,
+    WindowStats,
+)
+from shared.contract.fleet import (
+    FailureReason,
+    FleetSnapshot,
+    FleetSnapshotRequest,
+    InstanceLine,
+    InstanceObserved,
+    InstanceState,
+    InstanceTransitioned,
+)
+from shared.contract.operator import OperatorMessage, OperatorReply
+from shared.contract.triggers import Trigger, TriggerPriority, TriggerReason
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AgentTrace",
+    "BenchKind",
+    "BenchRequest",
+    "BenchResult",
+    "BenchVerdict",
+    "ContractModel",
+    "DataFreshness",
+    "DeadLetter",
+    "DeadLetterReason",
+    "DecisionRecord",
+    "DemandSignal",
+    "DemandState",
+    "DemandTrend",
+    "DestroyInstance",
+    "Event",
+    "FailureReason",
+    "FleetSnapshot",
+    "FleetSnapshotRequest",
+    "GuardrailVerdict",
+    "InstanceLine",
+    "InstanceObserved",
+    "InstanceState",
+    "InstanceTransitioned",
+    "LaunchInstances",
+    "LaunchPriority",
+    "LaunchReason",
+    "OperatorMessage",
+    "OperatorReply",
+    "ProvisionCommand",
+    "ProvisionResult",
+    "QueueDepth",
+    "QueueSnapshot",
+    "RefusalRule",
+    "RemovalReason",
+    "RunOutcome",
+    "StopInstance",
+    "TaskEvent",
+    "TaskEventKind",
+    "TaskTypeDemand",
+    "Trigger",
+    "TriggerPriority",
+    "TriggerReason",
+    "TriggerRef",
+    "UtcDatetime",
+    "WindowStats",
+    "new_event_id",
+]

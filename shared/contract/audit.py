@@ -1,0 +1,56 @@
+"""The decision record: every decider run, with its inputs, reasoning, actions and guardrail verdicts."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from shared.contract.base import ContractModel, Event, UtcDatetime
+from shared.contract.commands import DestroyInstance, LaunchInstances, StopInstance
+from shared.contract.demand import DemandSignal
+from shared.contract.triggers import TriggerReason
+
+RunOutcome = Literal["hold", "acted", "stale", "refused", "degraded", "skipped"]
+DataFreshness = Literal["fresh", "stale", "missing"]
+
+
+class TriggerRef(ContractModel):
+    priority: Literal["p0", "p1", "heartbeat", "scheduled"]
+    reason: TriggerReason | None = None
+    event_id: str | None = None
+
+
+class GuardrailVerdict(ContractModel):
+    action: LaunchInstances | StopInstance | DestroyInstance
+    verdict: Literal["allowed", "refused"]
+    rule: str | None = Field(default=None, description="the guardrail that refused, when refused")
+    explanation: str = Field(max_length=500)
+
+
+class AgentTrace(ContractModel):
+    observation: str = Field(default="", max_length=20000)
+    assessment: str = Field(default="", max_length=8000)
+    decision: str = Field(default="", max_length=8000)
+    rounds: int = Field(default=0, ge=0)
+    tool_calls: list[str] = Field(default_factory=list)
+    prompt_tokens: int = Field(default=0, ge=0)
+    status: Literal["ok", "degraded", "skipped"] = "ok"
+
+
+class DecisionRecord(Event):
+    run_id: str
+    fencing_token: int | None = None
+    triggers: list[TriggerRef]
+    started_at: UtcDatetime
+    finished_at: UtcDatetime
+    duration_s: float = Field(ge=0)
+    signal_freshness: DataFreshness
+    snapshot_freshness: DataFreshness
+    signal: DemandSignal | None = None
+    snapshot_digest: str = Field(default="", max_length=4000)
+    recommendation: str = Field(max_length=4000, description="the policy's explanation, citing numbers")
+    verdicts: list[GuardrailVerdict] = Field(default_factory=list)
+    commands_sent: list[str] = Field(default_factory=list, description="idempotency keys of commands published")
+    outcome: RunOutcome
+    agent: AgentTrace | None = None

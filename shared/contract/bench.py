@@ -1,0 +1,33 @@
+"""Benchmark requests and verdicts."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from shared.contract.base import Event
+
+BenchKind = Literal["gpu", "serving"]
+BenchVerdict = Literal["pass", "degraded", "fail"]
+
+
+class BenchRequest(Event):
+    instance_id: int | None = None
+    kind: BenchKind
+    url: str | None = Field(default=None, max_length=2000, description="the endpoint, for a serving benchmark")
+    reason: str = Field(default="", max_length=500)
+
+
+class BenchResult(Event):
+    """A measured result and its verdict against the GPU model's reference."""
+
+    instance_id: int | None = None
+    kind: BenchKind
+    device: Literal["cuda", "cpu", "http"]
+    gpu_model: str | None = None
+    verdict: BenchVerdict
+    metrics: dict[str, float] = Field(default_factory=dict)
+    ratios_to_reference: dict[str, float] = Field(default_factory=dict)
+    error: str | None = Field(default=None, max_length=2000)
+    explanation: str = Field(default="", max_length=1000)

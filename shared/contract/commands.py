@@ -1,0 +1,81 @@
+"""Commands to the provisioner (imperative) and its typed answer, tied to the idempotency key."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from shared.contract.base import Event
+
+LaunchPriority = Literal["normal", "emergency"]
+RequestedBy = Literal["policy", "agent", "operator"]
+
+
+class LaunchReason(StrEnum):
+    SUSTAINED_DEMAND = "sustained_demand"
+    BACKLOG = "backlog"
+    REPLACEMENT = "replacement"
+    MINIMUM_FLEET = "minimum_fleet"
+    OPERATOR_REQUEST = "operator_request"
+
+
+class RemovalReason(StrEnum):
+    """Destructive actions must say why, as an enum (small models fill required enums reliably)."""
+
+    IDLE = "idle"
+    OVER_PROVISIONED = "over_provisioned"
+    STUCK_LOADING = "stuck_loading"
+    NEVER_REGISTERED = "never_registered"
+    FAILED = "failed"
+    DEAD = "dead"
+    BENCH_FAILED = "bench_failed"
+    BUDGET = "budget"
+    OPERATOR_REQUEST = "operator_request"
+
+
+class ProvisionCommand(Event):
+    """Every command carries an idempotency key: the provisioner acts on a key at most once."""
+
+    idempotency_key: str = Field(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    requested_by: RequestedBy
+
+
+class LaunchInstances(ProvisionCommand):
+    count: int = Field(ge=1, le=100)
+    gpu_models: list[str] = Field(default_factory=list, description="preferred models; empty means any allowed")
+    launch_priority: LaunchPriority
+    reason: LaunchReason
+    max_price_usd_per_h: float | None = Field(default=None, gt=0)
+
+
+class StopInstance(ProvisionCommand):
+    instance_id: int
+    reason: RemovalReason
+
+
+class DestroyInstance(ProvisionCommand):
+    instance_id: int
+    reason: RemovalReason
+
+
+class RefusalRule(StrEnum):
+    BUDGET_USD_PER_H = "budget_usd_per_h"
+    MAX_INSTANCES = "max_instances"
+    NO_OFFER = "no_offer"
+    UNKNOWN_FLEET = "unknown_fleet"  # the instance list could not be read: never assume zero
+    AUTH = "auth"
+    UNKNOWN_INSTANCE = "unknown_instance"
+    VAST_ERROR = "vast_error"
+
+
+class ProvisionResult(Event):
+    """The provisioner's answer to one command, on `<prefix>.provision.result`."""
+
+    idempotency_key: str
+    command: Literal["launch", "stop", "destroy"]
+    outcome: Literal["done", "refused", "failed"]
+    refusal_rule: RefusalRule | None = None
+    detail: str = Field(default="", max_length=1000)
+    instance_ids: list[int] = Field(default_factory=list)

@@ -1,0 +1,92 @@
+"""What the job system tells FleetPilot (task events, queue snapshots) and what demand makes of it."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from shared.contract.base import ContractModel, Event, UtcDatetime
+
+TaskEventKind = Literal["submitted", "started", "completed", "failed"]
+
+
+class TaskEvent(Event):
+    """One task's step, published by the job system on `<prefix>.demand.task.<kind>`."""
+
+    kind: TaskEventKind
+    task_id: str = Field(min_length=1, max_length=256)
+    task_type: str = Field(default="default", min_length=1, max_length=64)
+    worker_id: str | None = Field(default=None, max_length=256)
+    # instances are launched with their vast id in the environment, so a worker can report it
+    instance_id: int | None = None
+    gpu_model: str | None = Field(default=None, max_length=64)
+    duration_s: float | None = Field(default=None, ge=0, description="run time of a completed/failed task")
+
+
+class QueueDepth(ContractModel):
+    task_type: str = Field(min_length=1, max_length=64)
+    pending: int = Field(ge=0)
+    running: int = Field(ge=0)
+
+
+class QueueSnapshot(Event):
+    """The job system's queue as it stands at `occurred_at`, per task type."""
+
+    queues: list[QueueDepth]
+
+
+class DemandState(StrEnum):
+    """Explicit, never a boolean: 'no demand' and 'workers dead with tasks queued' must never look alike."""
+
+    IDLE = "idle"  # no arrivals, empty queue
+    SERVED = "served"  # the fleet keeps up
+    UNDER_PROVISIONED = "under_provisioned"  # sustained arrivals or backlog beyond what the fleet can do
+    OVER_PROVISIONED = "over_provisioned"  # capacity well above sustained demand
+    WORKERS_STALLED = "workers_stalled"  # tasks queued or arriving, no completions although workers expected
+
+
+class DemandTrend(StrEnum):
+    RISING = "rising"
+    STEADY = "steady"
+    FALLING = "falling"
+
+
+class WindowStats(ContractModel):
+    """Rates over one trailing window."""
+
+    window_s: int = Field(gt=0)
+    arrival_rate_per_h: float = Field(ge=0)
+    completion_rate_per_h: float = Field(ge=0)
+    failure_rate_per_h: float = Field(ge=0)
+    mean_task_duration_s: float | None = Field(default=None, ge=0)
+    arrival_trend_per_h2: float = Field(description="slope of the arrival rate over the window, tasks/h per h")
+
+
+class TaskTypeDemand(ContractModel):
+    task_type: str
+    pending_tasks: int = Field(ge=0)
+    running_tasks: int = Field(ge=0)
+    windows: list[WindowStats]
+
+
+class DemandSignal(Event):
+    """demand's verdict, published on `<prefix>.demand.signal` on a cadence and on material change."""
+
+    state: DemandState
+    explanation: str = Field(max_length=500)
+    trend: DemandTrend
+    pending_tasks: int = Field(ge=0)
+    running_tasks: int = Field(ge=0)
+    windows: list[WindowStats]
+    by_task_type: list[TaskTypeDemand] = Field(default_factory=list)
+    sustained_arrival_rate_per_h: float = Field(ge=0)
+    producing_workers: int = Field(ge=0, description="workers that completed a task in the shortest window")
+    per_worker_throughput_tasks_per_h: float | None = Field(default=None, ge=0)
+    throughput_by_gpu_model_tasks_per_h: dict[str, float] = Field(default_factory=dict)
+    fleet_capacity_tasks_per_h: float = Field(ge=0)
+    backlog_worker_hours: float = Field(ge=0)
+    above_capacity_for_s: float = Field(ge=0, description="how long arrivals have exceeded capacity without a break")
+    last_completion_at: UtcDatetime | None = None
+    signal_seq: int = Field(ge=0, description="increases with every signal a demand instance publishes")

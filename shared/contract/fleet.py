@@ -1,0 +1,105 @@
+"""Instances: what the provisioner observes on vast.ai, the fleet's lifecycle, and the fleet snapshot."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from shared.contract.base import ContractModel, Event, UtcDatetime
+
+
+class InstanceState(StrEnum):
+    """The lifecycle; transitions only go forward (the table lives in services/fleet)."""
+
+    REQUESTED = "requested"
+    LOADING = "loading"
+    RUNNING = "running"
+    REGISTERED = "registered"
+    BENCHMARKED = "benchmarked"
+    PRODUCING = "producing"
+    DRAINING = "draining"
+    GONE = "gone"
+    FAILED = "failed"
+
+
+class FailureReason(StrEnum):
+    STUCK_LOADING = "stuck_loading"
+    NEVER_REGISTERED = "never_registered"
+    VAST_ERROR = "vast_error"
+    BENCH_FAILED = "bench_failed"
+    DEAD = "dead"
+    LOST = "lost"
+
+
+class InstanceObserved(Event):
+    """The provisioner's view of one vast.ai instance, with vast's raw status attached.
+
+    Published on `<prefix>.provision.instance.<state>`; `state` is the provisioner's mapping of vast's
+    `actual_status` onto the lifecycle (requested, loading, running, failed, gone).
+    """
+
+    instance_id: int
+    state: InstanceState
+    failure_reason: FailureReason | None = None
+    idempotency_key: str | None = Field(default=None, max_length=128)
+    label: str | None = Field(default=None, max_length=256)
+    gpu_model: str | None = Field(default=None, max_length=64)
+    num_gpus: int = Field(default=1, ge=1)
+    price_usd_per_h: float = Field(ge=0)
+    host_id: int | None = None
+    machine_id: int | None = None
+    offer_id: int | None = None
+    vast_actual_status: str | None = Field(default=None, max_length=64)
+    vast_intended_status: str | None = Field(default=None, max_length=64)
+    vast_status_msg: str | None = Field(default=None, max_length=1000)
+    adopted: bool = Field(default=False, description="found by reconciliation rather than launched by this process")
+
+
+class InstanceTransitioned(Event):
+    """fleet: an instance entered a lifecycle state. Published on `<prefix>.fleet.instance.<state>`."""
+
+    instance_id: int
+    from_state: InstanceState | None
+    to_state: InstanceState
+    failure_reason: FailureReason | None = None
+    gpu_model: str | None = None
+    price_usd_per_h: float = Field(ge=0)
+    host_id: int | None = None
+    machine_id: int | None = None
+    detail: str = Field(default="", max_length=500)
+
+
+class InstanceLine(ContractModel):
+    """One non-gone instance, with its human line: `#33032712 RTX 4090 producing $0.50/h 2.3h up 118 tasks/h`."""
+
+    instance_id: int
+    state: InstanceState
+    failure_reason: FailureReason | None = None
+    vast_status: str | None = None
+    gpu_model: str | None = None
+    num_gpus: int = 1
+    price_usd_per_h: float = Field(ge=0)
+    host_id: int | None = None
+    machine_id: int | None = None
+    created_at: UtcDatetime
+    state_since: UtcDatetime
+    last_task_at: UtcDatetime | None = None
+    tasks_completed: int = Field(default=0, ge=0)
+    throughput_tasks_per_h: float | None = Field(default=None, ge=0)
+    bench_verdict: str | None = None
+    line: str
+
+
+class FleetSnapshotRequest(Event):
+    """Ask fleet for its view (request/reply on `<prefix>.fleet.snapshot`)."""
+
+
+class FleetSnapshot(Event):
+    """Every non-gone instance, answered on request and published periodically."""
+
+    instances: list[InstanceLine]
+    counts_by_state: dict[InstanceState, int]
+    spend_usd_per_h: float = Field(ge=0)
+    producing_instances: int = Field(ge=0)
+    arriving_instances: int = Field(ge=0, description="requested, loading, running, registered or benchmarked")

@@ -1,0 +1,69 @@
+"""One place for FleetPilot's configuration: environment variables prefixed `FLEETPILOT_`.
+
+Secrets are `SecretStr`: they print as '**********' and reach the wire only through `.get_secret_value()`
+at the one adapter that needs them.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from functools import cached_property
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.clock import Clock, RealClock, ScaledClock
+from shared.subjects import Subjects
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FLEETPILOT_", env_file=None, extra="ignore")
+
+    # bus
+    nats_url: str = Field(default="nats://127.0.0.1:4222", description="comma-separated for a cluster")
+    nats_user: str | None = None
+    nats_password: SecretStr | None = None
+    nats_creds_file: str | None = Field(default=None, description="NATS .creds file (JWT + NKEY seed)")
+    nats_tls_ca_file: str | None = None
+    subject_prefix: str = Field(default="fp", pattern=r"^[a-z][a-z0-9_-]{0,31}$")
+
+    # state
+    redis_url: str = "redis://127.0.0.1:6379/0"
+
+    # vast.ai
+    vast_api_url: str = "https://console.vast.ai"
+    vast_api_key: SecretStr = SecretStr("")
+
+    # the LLM agent
+    ollama_host: str = "http://127.0.0.1:11434"
+    ollama_model: str = "qwen3:8b"
+
+    # budget: the provisioner and the decider's guardrails both enforce it
+    budget_usd_per_h: float = Field(default=20.0, gt=0)
+    max_instances: int = Field(default=40, ge=0)
+    normal_max_price_usd_per_h: float = Field(default=0.80, gt=0, description="per-instance cap, normal launches")
+    emergency_max_price_usd_per_h: float = Field(default=1.20, gt=0, description="per-instance cap, emergencies")
+
+    # HTTP: /metrics and /health
+    http_host: str = "0.0.0.0"
+    http_port: int = Field(default=8000, ge=0, le=65535)
+
+    # time: speed 1 is the real clock; the demo runs a scaled one from a shared epoch
+    clock_speed: float = Field(default=1.0, gt=0)
+    clock_sim_epoch: datetime | None = None
+    clock_wall_epoch_s: float | None = None
+
+    @cached_property
+    def subjects(self) -> Subjects:
+        return Subjects(self.subject_prefix)
+
+    @property
+    def nats_servers(self) -> list[str]:
+        return [url.strip() for url in self.nats_url.split(",") if url.strip()]
+
+    def make_clock(self) -> Clock:
+        if self.clock_speed == 1.0 and self.clock_sim_epoch is None:
+            return RealClock()
+        sim_epoch = self.clock_sim_epoch or datetime.now(UTC)
+        return ScaledClock(sim_epoch, self.clock_wall_epoch_s or time.time(), self.clock_speed)

@@ -1,0 +1,139 @@
+"""The JetStream streams, declared once here; services bind to them and never declare their own.
+
+`ensure_streams` creates or updates them at start-up (idempotent: every service may call it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from faststream.nats import ConsumerConfig, DeliverPolicy, JStream
+from nats.js import JetStreamContext
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+
+from shared.subjects import Subjects
+
+DAY_S = 86_400.0
+
+# Publishers set Nats-Msg-Id = event_id; JetStream drops a repeat inside this window (a retried publish
+# after a lost ack must not become two events).
+DUPLICATE_WINDOW_S = 300.0
+
+# A handler that fails this many deliveries goes to the dead-letter subject instead of looping forever.
+MAX_DELIVER = 5
+ACK_WAIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    suffix: str
+    subjects: Callable[[Subjects], list[str]]
+    retention: RetentionPolicy = RetentionPolicy.LIMITS
+    max_age_s: float = 7 * DAY_S
+    max_msgs_per_subject: int = -1
+    description: str = ""
+
+    def name(self, subjects: Subjects) -> str:
+        return f"{subjects.prefix.upper().replace('-', '_')}_{self.suffix}"
+
+    def config(self, subjects: Subjects) -> StreamConfig:
+        return StreamConfig(
+            name=self.name(subjects),
+            description=self.description,
+            subjects=self.subjects(subjects),
+            retention=self.retention,
+            storage=StorageType.FILE,
+            max_age=self.max_age_s,
+            max_msgs_per_subject=self.max_msgs_per_subject,
+            duplicate_window=DUPLICATE_WINDOW_S,
+        )
+
+
+DEMAND = StreamSpec(
+    "DEMAND",
+    lambda s: [s.tasks_all, s.queue],
+    description="task events and queue snapshots from the job system",
+)
+LATEST = StreamSpec(
+    "LATEST",
+    lambda s: [s.demand_signal, s.fleet_snapshot_published],
+    max_msgs_per_subject=1,
+    max_age_s=DAY_S,
+    description="last value of the demand signal and the fleet snapshot",
+)
+INSTANCES = StreamSpec(
+    "INSTANCES",
+    lambda s: [s.provision_instance_all, s.provision_result, s.fleet_instance_all],
+    max_age_s=30 * DAY_S,
+    description="provisioner observations and results, fleet lifecycle transitions",
+)
+TRIGGERS = StreamSpec(
+    "TRIGGERS",
+    lambda s: [f"{s.prefix}.trigger.>"],
+    max_age_s=DAY_S,
+    description="P0/P1 wake-ups for the decider",
+)
+COMMANDS = StreamSpec(
+    "COMMANDS",
+    lambda s: [s.provision_commands_all],
+    retention=RetentionPolicy.WORK_QUEUE,
+    description="provision commands; a work queue so each is taken by one provisioner",
+)
+BENCH = StreamSpec("BENCH", lambda s: [s.bench_request, s.bench_result], max_age_s=30 * DAY_S)
+OPERATOR = StreamSpec("OPERATOR", lambda s: [s.operator_message, s.operator_reply], max_age_s=30 * DAY_S)
+AUDIT = StreamSpec(
+    "AUDIT",
+    lambda s: [s.decision_audit],
+    max_age_s=90 * DAY_S,
+    description="every decision with inputs, reasoning, actions, verdicts",
+)
+DLQ = StreamSpec("DLQ", lambda s: [f"{s.prefix}.dlq.>"], max_age_s=30 * DAY_S, description="rejected messages")
+
+ALL_STREAMS: tuple[StreamSpec, ...] = (
+    DEMAND,
+    LATEST,
+    INSTANCES,
+    TRIGGERS,
+    COMMANDS,
+    BENCH,
+    OPERATOR,
+    AUDIT,
+    DLQ,
+)
+
+
+async def ensure_streams(js: JetStreamContext, subjects: Subjects) -> list[str]:
+    """Create each stream, or bring an existing one to this config. Returns the stream names."""
+    names = []
+    for spec in ALL_STREAMS:
+        config = spec.config(subjects)
+        try:
+            await js.stream_info(config.name or "")
+            await js.update_stream(config)
+        except NotFoundError:
+            await js.add_stream(config)
+        names.append(spec.name(subjects))
+    return names
+
+
+def bound_stream(spec: StreamSpec, subjects: Subjects) -> JStream:
+    """A FastStream handle on a stream declared by `ensure_streams` (declare=False: never ad hoc)."""
+    return JStream(spec.name(subjects), declare=False)
+
+
+def durable_consumer(
+    durable_name: str,
+    *,
+    max_deliver: int = MAX_DELIVER,
+    ack_wait_s: float = ACK_WAIT_S,
+    deliver_policy: DeliverPolicy = DeliverPolicy.ALL,
+) -> ConsumerConfig:
+    """Explicit acks after processing, a bounded number of redeliveries, then the dead-letter path."""
+    return ConsumerConfig(
+        durable_name=durable_name,
+        max_deliver=max_deliver,
+        ack_wait=ack_wait_s,
+        deliver_policy=deliver_policy,
+    )
