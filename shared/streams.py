@@ -77,9 +77,9 @@ TRIGGERS = StreamSpec(
 )
 COMMANDS = StreamSpec(
     "COMMANDS",
-    lambda s: [s.provision_commands_all],
+    lambda s: [s.provision_commands_all, s.fleet_drain],
     retention=RetentionPolicy.WORK_QUEUE,
-    description="provision commands; a work queue so each is taken by one provisioner",
+    description="commands; a work queue so each is taken once (provisioner: provision.*, fleet: drain)",
 )
 BENCH = StreamSpec("BENCH", lambda s: [s.bench_request, s.bench_result], max_age_s=30 * DAY_S)
 OPERATOR = StreamSpec("OPERATOR", lambda s: [s.operator_message, s.operator_reply], max_age_s=30 * DAY_S)

@@ -77,6 +77,11 @@ class Subjects:
     def provision_commands_all(self) -> str:
         return f"{self.prefix}.cmd.provision.*"
 
+    # fleet commands (from the decider)
+    @property
+    def fleet_drain(self) -> str:
+        return f"{self.prefix}.cmd.fleet.drain"
+
     # bench
     @property
     def bench_request(self) -> str:

@@ -12,6 +12,7 @@ from shared.contract.base import SCHEMA_VERSION, ContractModel, Event, UtcDateti
 from shared.contract.bench import BenchKind, BenchRequest, BenchResult, BenchVerdict
 from shared.contract.commands import (
     DestroyInstance,
+    DrainInstance,
     LaunchInstances,
     LaunchPriority,
     LaunchReason,
@@ -61,6 +62,7 @@ __all__ = [
     "DemandState",
     "DemandTrend",
     "DestroyInstance",
+    "DrainInstance",
     "Event",
     "FailureReason",
     "FleetSnapshot",

@@ -60,6 +60,13 @@ class DestroyInstance(ProvisionCommand):
     reason: RemovalReason
 
 
+class DrainInstance(ProvisionCommand):
+    """To fleet, not the provisioner: stop counting the instance as capacity and let it finish its tasks."""
+
+    instance_id: int
+    reason: RemovalReason
+
+
 class RefusalRule(StrEnum):
     BUDGET_USD_PER_H = "budget_usd_per_h"
     MAX_INSTANCES = "max_instances"

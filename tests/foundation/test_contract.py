@@ -95,6 +95,9 @@ EXAMPLES: list[c.Event] = [
         instance_id=1,
         reason=c.RemovalReason.DEAD,
     ),
+    c.DrainInstance(
+        **ENVELOPE, idempotency_key="drain-0001", requested_by="policy", instance_id=1, reason=c.RemovalReason.IDLE
+    ),
     c.ProvisionResult(**ENVELOPE, idempotency_key="launch-0001", command="launch", outcome="done", instance_ids=[1]),
     c.BenchRequest(**ENVELOPE, instance_id=1, kind="gpu"),
     c.BenchResult(**ENVELOPE, instance_id=1, kind="gpu", device="cpu", verdict="pass", metrics={"bf16_tflops": 1.0}),
