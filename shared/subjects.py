@@ -42,6 +42,11 @@ class Subjects:
     def provision_result(self) -> str:
         return f"{self.prefix}.provision.result"
 
+    @property
+    def provision_offers(self) -> str:
+        """Request/reply (core NATS): ranked offers from the provisioner."""
+        return f"{self.prefix}.provision.offers"
+
     # fleet
     def fleet_instance(self, state: InstanceState) -> str:
         return f"{self.prefix}.fleet.instance.{state.value}"

@@ -8,6 +8,7 @@ import logging
 import typer
 import uvicorn
 
+from services.cli.sim import sim_app
 from shared.settings import Settings
 
 app = typer.Typer(
@@ -46,6 +47,7 @@ def run_service(
 
 # Command groups: each area registers its own typer app here, one line each.
 # (keep this block sorted; one `app.add_typer(...)` per line)
+app.add_typer(sim_app, name="sim")
 
 
 if __name__ == "__main__":

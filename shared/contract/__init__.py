@@ -43,11 +43,13 @@ from shared.contract.fleet import (
     InstanceState,
     InstanceTransitioned,
 )
+from shared.contract.offers import OfferLine, OfferList, OfferQuery
 from shared.contract.operator import OperatorMessage, OperatorReply
 from shared.contract.triggers import Trigger, TriggerPriority, TriggerReason
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Action",
     "AgentTrace",
     "BenchKind",
     "BenchRequest",
@@ -75,6 +77,9 @@ __all__ = [
     "LaunchInstances",
     "LaunchPriority",
     "LaunchReason",
+    "OfferLine",
+    "OfferList",
+    "OfferQuery",
     "OperatorMessage",
     "OperatorReply",
     "ProvisionCommand",

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from shared.contract.base import ContractModel, Event, UtcDatetime
-from shared.contract.commands import DestroyInstance, LaunchInstances, StopInstance
+from shared.contract.commands import DestroyInstance, DrainInstance, LaunchInstances, StopInstance
 from shared.contract.demand import DemandSignal
 from shared.contract.triggers import TriggerReason
 
@@ -21,8 +21,12 @@ class TriggerRef(ContractModel):
     event_id: str | None = None
 
 
+Action = LaunchInstances | StopInstance | DestroyInstance | DrainInstance
+"""Anything the decider (policy or agent) may do to the fleet; every one passes the guardrails."""
+
+
 class GuardrailVerdict(ContractModel):
-    action: LaunchInstances | StopInstance | DestroyInstance
+    action: Action
     verdict: Literal["allowed", "refused"]
     rule: str | None = Field(default=None, description="the guardrail that refused, when refused")
     explanation: str = Field(max_length=500)

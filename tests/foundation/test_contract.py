@@ -99,6 +99,20 @@ EXAMPLES: list[c.Event] = [
         **ENVELOPE, idempotency_key="drain-0001", requested_by="policy", instance_id=1, reason=c.RemovalReason.IDLE
     ),
     c.ProvisionResult(**ENVELOPE, idempotency_key="launch-0001", command="launch", outcome="done", instance_ids=[1]),
+    c.OfferQuery(**ENVELOPE, gpu_models=["RTX 4090"], max_price_usd_per_h=0.6),
+    c.OfferList(
+        **ENVELOPE,
+        offers=[
+            c.OfferLine(
+                offer_id=9,
+                gpu_model="RTX 4090",
+                num_gpus=1,
+                price_usd_per_h=0.5,
+                reliability=0.99,
+                expected_usd_per_task=0.0042,
+            )
+        ],
+    ),
     c.BenchRequest(**ENVELOPE, instance_id=1, kind="gpu"),
     c.BenchResult(**ENVELOPE, instance_id=1, kind="gpu", device="cpu", verdict="pass", metrics={"bf16_tflops": 1.0}),
     c.OperatorMessage(**ENVELOPE, conversation_id="conv1", operator="alice", text="why two machines?"),

@@ -1,0 +1,1 @@
+"""`make bench`: one module per subject, each runnable alone as `python -m benchmarks.<name>`."""
