@@ -1,6 +1,7 @@
 """The only contract between FleetPilot services: producers and consumers import these same classes."""
 
 from shared.contract.audit import (
+    Action,
     AgentTrace,
     DataFreshness,
     DecisionRecord,
