@@ -37,8 +37,7 @@ demo: $(STAMP)
 	$(BIN)/fleetpilot demo $(ARGS)
 
 asyncapi: $(STAMP)
-	$(BIN)/python -m shared.asyncapi > asyncapi.json
-	@echo "wrote asyncapi.json"
+	$(BIN)/fleetpilot asyncapi --out asyncapi.json
 
 clean:
 	rm -rf $(VENV) bench-results .pytest_cache .mypy_cache .ruff_cache

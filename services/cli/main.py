@@ -8,6 +8,7 @@ import logging
 import typer
 import uvicorn
 
+from services.cli.asyncapi import asyncapi
 from services.cli.sim import sim_app
 from shared.settings import Settings
 
@@ -48,6 +49,7 @@ def run_service(
 # Command groups: each area registers its own typer app here, one line each.
 # (keep this block sorted; one `app.add_typer(...)` per line)
 app.add_typer(sim_app, name="sim")
+app.command("asyncapi")(asyncapi)
 
 
 if __name__ == "__main__":
