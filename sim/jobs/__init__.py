@@ -1,1 +1,1 @@
-"""A stand-in for the job system (a proving cluster): tasks arrive from a trace, workers on rented instances run them."""
+"""A stand-in for the job system (a proving cluster): tasks from a trace, run by workers on rented instances."""
