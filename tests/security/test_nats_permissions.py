@@ -1,0 +1,233 @@
+"""The NATS policy in deploy/nats/auth.conf, on a real nats-server: who may connect, publish and consume what."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import re
+import subprocess
+from datetime import UTC, datetime
+
+import nats
+import nats.errors
+import pytest
+from nats.aio.client import Client as NatsClient
+
+from services.cli.main import SERVICES
+from services.demand.app import build as build_demand
+from shared.bus import event_headers
+from shared.contract import DeadLetter, DrainInstance, Event, LaunchInstances, OperatorMessage, TaskEvent
+from shared.service import ServiceContext
+from shared.streams import COMMANDS, DEMAND, DLQ, OPERATOR
+from shared.subjects import Subjects
+from sim.infra import RedisServer, nats_server_binary
+from tests.helpers import eventually
+from tests.security.conftest import AUTH_CONF, USERS, SecuredNats, password_variable
+
+NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+SUBJECTS = Subjects("fp")
+# a refused JetStream call gets no answer at all; this is how long each test waits for one
+REFUSED_WAIT_S = 1.0
+
+
+def launch_command(key: str = "launch-0001") -> LaunchInstances:
+    return LaunchInstances(
+        occurred_at=NOW,
+        source="decider",
+        idempotency_key=key,
+        requested_by="policy",
+        count=1,
+        launch_priority="normal",
+        reason="backlog",  # type: ignore[arg-type]
+    )
+
+
+def operator_message(operator: str) -> OperatorMessage:
+    return OperatorMessage(
+        occurred_at=NOW, source="cli", conversation_id="c1", operator=operator, text="scale down to 2 machines"
+    )
+
+
+async def js_publish(client: NatsClient, subject: str, event: Event, stream: str) -> object:
+    js = client.jetstream(timeout=REFUSED_WAIT_S)
+    return await js.publish(subject, event.model_dump_json().encode(), headers=event_headers(event), stream=stream)
+
+
+async def stream_messages(secured: SecuredNats, stream: str) -> int:
+    operator = await secured.connect("operator")
+    info = await operator.jetstream().stream_info(stream)
+    return int(info.state.messages)
+
+
+def refused(errors: list[Exception], subject: str) -> bool:
+    return any("permissions violation" in str(e) and subject.lower() in str(e).lower() for e in errors)
+
+
+def test_policy_defines_every_user_and_refuses_to_start_without_their_passwords(
+    passwords: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = AUTH_CONF.read_text()
+    assert set(re.findall(r"^\s*user:\s*([\w-]+)\s*$", text, re.MULTILINE)) == set(USERS)
+    for user in USERS:
+        assert f"password: ${password_variable(user)}" in text
+    check = [nats_server_binary(), "-c", str(AUTH_CONF), "-t"]
+    assert subprocess.run(check, capture_output=True, text=True, check=False).returncode == 0
+
+    monkeypatch.delenv("DECIDER_PASSWORD")
+    missing = subprocess.run(check, capture_output=True, text=True, check=False)
+    assert missing.returncode != 0
+    assert "DECIDER_PASSWORD" in missing.stdout + missing.stderr
+
+
+def test_every_service_has_a_user() -> None:
+    """A service added to `fleetpilot run` needs its own user here before it can run in compose or k8s."""
+    assert set(SERVICES) <= set(USERS)
+
+
+async def test_demand_with_its_credentials_consumes_task_events_and_publishes(secured_nats: SecuredNats) -> None:
+    ctx = ServiceContext.from_settings("demand", secured_nats.settings("demand"))
+    app = build_demand(ctx)
+    await app.start()
+    try:
+        jobs = await secured_nats.connect("jobs")
+        event = TaskEvent(occurred_at=NOW, source="jobs", kind="submitted", task_id="t1")
+        await js_publish(jobs, SUBJECTS.task("submitted"), event, DEMAND.name(SUBJECTS))
+        # a malformed one makes demand publish, with its own credentials, to its dead-letter subject
+        await jobs.jetstream().publish(SUBJECTS.task("completed"), b"{not json", stream=DEMAND.name(SUBJECTS))
+
+        def counted(kind: str) -> float:
+            return ctx.metrics.registry.get_sample_value("fleetpilot_demand_task_events_total", {"kind": kind}) or 0
+
+        await eventually(lambda: counted("submitted") == 1)
+        operator = await secured_nats.connect("operator")
+        stored = await eventually(lambda: _last_message(operator, DLQ.name(SUBJECTS), SUBJECTS.dead_letter("demand")))
+        letter = DeadLetter.model_validate_json(stored.data)
+        assert letter.service == "demand" and letter.payload == "{not json"
+    finally:
+        await app.stop()
+    assert secured_nats.violations() == []
+
+
+async def _last_message(client: NatsClient, stream: str, subject: str):  # type: ignore[no-untyped-def]
+    try:
+        return await client.jetstream().get_last_msg(stream, subject)
+    except nats.js.errors.NotFoundError:
+        return None
+
+
+async def test_wrong_or_missing_credentials_are_refused(secured_nats: SecuredNats) -> None:
+    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+        await nats.connect(secured_nats.url, user="demand", password="not-the-password", allow_reconnect=False)
+    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+        await nats.connect(secured_nats.url, allow_reconnect=False)
+    # another service's password is not this user's password
+    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+        await nats.connect(
+            secured_nats.url, user="decider", password=secured_nats.passwords["demand"], allow_reconnect=False
+        )
+
+    # a service started with a wrong password does not start
+    app = build_demand(ServiceContext.from_settings("demand", secured_nats.settings("demand", password="wrong")))
+    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+        await asyncio.wait_for(app.start(), timeout=30)
+    assert "authentication error" in secured_nats.server.log_path.read_text()
+
+
+async def test_demand_cannot_publish_a_provision_command_but_the_decider_can(secured_nats: SecuredNats) -> None:
+    await secured_nats.declare_streams()
+    errors: list[Exception] = []
+    demand = await secured_nats.connect("demand", errors)
+    subject = SUBJECTS.provision_command("launch")
+    with pytest.raises(nats.errors.TimeoutError):
+        await js_publish(demand, subject, launch_command("from-demand-1"), COMMANDS.name(SUBJECTS))
+    await eventually(lambda: refused(errors, subject))
+    assert ("demand", "Publish", subject) in secured_nats.violations()
+    assert await stream_messages(secured_nats, COMMANDS.name(SUBJECTS)) == 0
+
+    for user in ("fleet", "provisioner", "bench", "jobs", "operator"):
+        client = await secured_nats.connect(user)
+        await client.publish(subject, launch_command(f"from-{user}-1").model_dump_json().encode())
+        await client.flush()
+        await eventually(lambda user=user: (user, "Publish", subject) in secured_nats.violations())
+
+    decider = await secured_nats.connect("decider")
+    await js_publish(decider, subject, launch_command("from-decider-1"), COMMANDS.name(SUBJECTS))
+    assert await stream_messages(secured_nats, COMMANDS.name(SUBJECTS)) == 1
+
+
+async def test_operator_messages_are_accepted_only_from_operator_credentials(secured_nats: SecuredNats) -> None:
+    await secured_nats.declare_streams()
+    subject = SUBJECTS.operator_message
+    for user in ("demand", "fleet", "provisioner", "decider", "bench", "jobs"):
+        errors: list[Exception] = []
+        client = await secured_nats.connect(user, errors)
+        with pytest.raises(nats.errors.TimeoutError):
+            await js_publish(client, subject, operator_message(f"impostor-{user}"), OPERATOR.name(SUBJECTS))
+        assert refused(errors, subject), user
+
+    operator = await secured_nats.connect("operator")
+    await js_publish(operator, subject, operator_message("alice"), OPERATOR.name(SUBJECTS))
+
+    stored = await operator.jetstream().get_last_msg(OPERATOR.name(SUBJECTS), subject)
+    assert OperatorMessage.model_validate_json(stored.data).operator == "alice"
+    assert await stream_messages(secured_nats, OPERATOR.name(SUBJECTS)) == 1
+
+
+async def test_only_the_provisioner_may_consume_provision_commands(secured_nats: SecuredNats) -> None:
+    await secured_nats.declare_streams()
+    decider = await secured_nats.connect("decider")
+    stream = COMMANDS.name(SUBJECTS)
+    await js_publish(decider, SUBJECTS.provision_command("launch"), launch_command(), stream)
+    drain = DrainInstance(
+        occurred_at=NOW,
+        source="decider",
+        idempotency_key="drain-0001",
+        requested_by="policy",
+        instance_id=7,
+        reason="idle",  # type: ignore[arg-type]
+    )
+    await js_publish(decider, SUBJECTS.fleet_drain, drain, stream)
+
+    # fleet may not take provision commands, not even through the durable name it is allowed to use
+    attempts = [(user, "steal") for user in ("fleet", "decider", "demand", "bench", "jobs", "operator")]
+    attempts.append(("fleet", "fleet-drain"))
+    for user, durable in attempts:
+        errors: list[Exception] = []
+        client = await secured_nats.connect(user, errors)
+        with pytest.raises(nats.errors.TimeoutError):
+            await client.jetstream(timeout=REFUSED_WAIT_S).pull_subscribe(
+                SUBJECTS.provision_commands_all, durable=durable, stream=stream
+            )
+        assert any("permissions violation" in str(e) for e in errors), (user, durable)
+
+    provisioner = await secured_nats.connect("provisioner")
+    commands = await provisioner.jetstream().pull_subscribe(
+        SUBJECTS.provision_commands_all, durable="provisioner-commands", stream=stream
+    )
+    [message] = await commands.fetch(1, timeout=5)
+    assert LaunchInstances.model_validate_json(message.data).idempotency_key == "launch-0001"
+    await message.ack()
+
+    # ...and fleet consumes its drain command through its own durable
+    fleet = await secured_nats.connect("fleet")
+    drains = await fleet.jetstream().pull_subscribe(SUBJECTS.fleet_drain, durable="fleet-drain", stream=stream)
+    [message] = await drains.fetch(1, timeout=5)
+    assert DrainInstance.model_validate_json(message.data).instance_id == 7
+    await message.ack()
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+async def test_each_service_starts_under_its_own_credentials_without_a_refusal(
+    service: str, secured_nats: SecuredNats, redis_server: RedisServer
+) -> None:
+    """Start-up declares streams and creates every consumer: each must fit the service's permissions."""
+    secured_nats.redis_url = redis_server.url
+    module = importlib.import_module(SERVICES[service])
+    app = module.create_app(secured_nats.settings(service))
+    await app.start()
+    try:
+        probe = await secured_nats.connect(service)
+        await probe.flush()
+    finally:
+        await app.stop()
+    assert secured_nats.violations() == []
