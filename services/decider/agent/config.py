@@ -1,0 +1,44 @@
+"""The agent's limits, from `FLEETPILOT_AGENT_*` variables; Ollama's host and model come from the shared Settings."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class AgentConfig(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FLEETPILOT_AGENT_", env_file=None, extra="ignore")
+
+    # an 8B model on one GPU answers a 12k-token prompt in seconds; two minutes means it is gone
+    call_timeout_s: float = Field(default=120.0, gt=0)
+    max_rounds: int = Field(default=8, ge=1, le=32)
+    max_tool_calls: int = Field(default=12, ge=1, le=64)
+    # failed calls plus unparseable answers in one run before the policy is applied alone
+    max_model_failures: int = Field(default=3, ge=1)
+    # low: the same observation should lead to the same decision
+    temperature: float = Field(default=0.2, ge=0, le=2)
+
+    # the predecessor's context grew to 38k tokens; every request stays under this (conservative count)
+    token_budget: int = Field(default=12_000, ge=2_000)
+    # Ollama silently truncates a prompt longer than num_ctx, so num_ctx = budget + room for the answer
+    reply_reserve_tokens: int = Field(default=2_048, ge=256)
+    keep_recent_messages: int = Field(default=5, ge=1)
+    tool_output_cap_chars: int = Field(default=2_400, ge=200)
+    history_messages_max: int = Field(default=60, ge=0, description="turns of earlier runs kept in Redis")
+
+    # the observation stays bounded at 1000 machines: individual lines up to this, then a summary
+    max_instance_lines: int = Field(default=40, ge=1)
+    memories_max: int = Field(default=60, ge=1)
+    memories_shown: int = Field(default=12, ge=0)
+    memory_text_max_chars: int = Field(default=300, ge=20)
+    plan_items_max: int = Field(default=12, ge=1)
+    operator_messages_shown: int = Field(default=5, ge=1)
+
+    @property
+    def num_ctx(self) -> int:
+        return self.token_budget + self.reply_reserve_tokens
+
+    @property
+    def run_marker_ttl_s(self) -> int:
+        """How long the 'a run is active' marker lives if a run dies without clearing it."""
+        return int(self.max_rounds * self.call_timeout_s + 60)

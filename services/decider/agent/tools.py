@@ -1,0 +1,367 @@
+"""The agent's tools: JSON schemas the model sees, pydantic models that validate what it sends, and the pure
+translation of a valid call into a contract command or a short result text.
+
+Small models skip optional booleans but fill required enums, so every critical parameter is a required enum.
+A call with an unknown name or invalid arguments is answered with a precise error and never executed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from services.decider.agent.memory import MemoryCategory, PlanPriority, PlanStatus
+from shared.contract import (
+    DestroyInstance,
+    DrainInstance,
+    GuardrailVerdict,
+    LaunchInstances,
+    LaunchReason,
+    OfferList,
+    RemovalReason,
+)
+
+SOURCE = "decider"
+LAUNCH_COUNT_MAX = 20  # one call; the guardrails still cap the fleet and the launches per hour
+SCHEDULE_MIN_S = 30
+SCHEDULE_MAX_S = 3600
+ToolOutcome = Literal["ok", "refused", "invalid", "unknown_tool", "duplicate", "over_limit", "error"]
+
+LAUNCH_REASONS = [r.value for r in LaunchReason]
+REMOVAL_REASONS = [r.value for r in RemovalReason]
+
+
+class ToolArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LaunchArgs(ToolArgs):
+    count: int = Field(ge=1, le=LAUNCH_COUNT_MAX)
+    gpu_models: list[str] = Field(max_length=8)
+    launch_priority: Literal["normal", "emergency"]
+    reason: LaunchReason
+
+
+class RemovalArgs(ToolArgs):
+    instance_id: int
+    reason: RemovalReason
+
+
+class GetOffersArgs(ToolArgs):
+    gpu_models: list[str] | None = Field(default=None, max_length=8)
+    max_price: float | None = Field(default=None, gt=0, le=100)
+
+
+class BenchmarkArgs(ToolArgs):
+    instance_id: int
+    kind: Literal["gpu", "serving"]
+
+
+class RememberArgs(ToolArgs):
+    category: MemoryCategory
+    text: str = Field(min_length=3, max_length=300)
+
+
+class PlanItemArgs(ToolArgs):
+    content: str = Field(min_length=1, max_length=300)
+    status: PlanStatus
+    priority: PlanPriority
+
+
+class UpdatePlanArgs(ToolArgs):
+    items: list[PlanItemArgs] = Field(max_length=30)
+
+
+class ScheduleArgs(ToolArgs):
+    delay_s: int = Field(ge=SCHEDULE_MIN_S, le=SCHEDULE_MAX_S)
+    reason: str = Field(min_length=3, max_length=200)
+
+
+class ReplyArgs(ToolArgs):
+    text: str = Field(min_length=1, max_length=4000)
+    conversation_id: str | None = Field(default=None, max_length=128)
+
+
+ARGUMENT_MODELS: dict[str, type[ToolArgs]] = {
+    "launch_instances": LaunchArgs,
+    "drain_instance": RemovalArgs,
+    "destroy_instance": RemovalArgs,
+    "get_offers": GetOffersArgs,
+    "request_benchmark": BenchmarkArgs,
+    "remember": RememberArgs,
+    "update_plan": UpdatePlanArgs,
+    "schedule_next_check": ScheduleArgs,
+    "reply_to_operator": ReplyArgs,
+}
+ACTION_TOOLS = frozenset({"launch_instances", "drain_instance", "destroy_instance"})
+TOOL_NAMES = tuple(ARGUMENT_MODELS)
+
+
+def _function(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "required": required, "properties": properties},
+        },
+    }
+
+
+def _enum(values: list[str], description: str) -> dict[str, Any]:
+    return {"type": "string", "enum": values, "description": description}
+
+
+_STRING_LIST = {"type": "array", "items": {"type": "string"}}
+
+
+def tool_schemas(conversation_ids: list[str] | None = None) -> list[dict[str, Any]]:
+    """The schemas for one run; reply_to_operator asks for a conversation only when several are waiting."""
+    removal = {
+        "instance_id": {"type": "integer", "description": "the instance id, as in the fleet lines (#id)"},
+        "reason": _enum(REMOVAL_REASONS, "why it goes"),
+    }
+    reply_properties: dict[str, Any] = {
+        "text": {"type": "string", "description": "the answer, citing the fleet and demand numbers"}
+    }
+    reply_required = ["text"]
+    if conversation_ids and len(conversation_ids) > 1:
+        reply_properties["conversation_id"] = _enum(conversation_ids, "which operator conversation this answers")
+        reply_required.append("conversation_id")
+    return [
+        _function(
+            "launch_instances",
+            f"Rent new GPU machines (1 to {LAUNCH_COUNT_MAX}). They produce only after 1-2 hours. Guardrails apply.",
+            {
+                "count": {"type": "integer", "description": f"how many machines, 1 to {LAUNCH_COUNT_MAX}"},
+                "gpu_models": {**_STRING_LIST, "description": 'preferred GPU models, e.g. ["RTX 4090"]; [] = any'},
+                "launch_priority": _enum(
+                    ["normal", "emergency"], "emergency only when workers are stalled with tasks queued"
+                ),
+                "reason": _enum(LAUNCH_REASONS, "why"),
+            },
+            ["count", "gpu_models", "launch_priority", "reason"],
+        ),
+        _function(
+            "drain_instance",
+            "Stop giving a machine new tasks and let it finish; it is then given back. Guardrails apply.",
+            removal,
+            ["instance_id", "reason"],
+        ),
+        _function(
+            "destroy_instance",
+            "Give a machine back at once (loses its running tasks). Guardrails apply.",
+            removal,
+            ["instance_id", "reason"],
+        ),
+        _function(
+            "get_offers",
+            "Look up the best current rental offers, ranked by expected cost per task. Output is capped.",
+            {
+                "gpu_models": {**_STRING_LIST, "description": "only these GPU models (optional)"},
+                "max_price": {"type": "number", "description": "only offers at or under this $/h (optional)"},
+            },
+            [],
+        ),
+        _function(
+            "request_benchmark",
+            "Benchmark a machine whose throughput looks wrong.",
+            {
+                "instance_id": {"type": "integer", "description": "the instance id (#id)"},
+                "kind": _enum(["gpu", "serving"], "gpu: raw GPU speed; serving: the task endpoint"),
+            },
+            ["instance_id", "kind"],
+        ),
+        _function(
+            "remember",
+            "Keep one short note for later runs (shown in every observation).",
+            {
+                "category": _enum(["decision", "fact", "failure", "preference"], "what kind of note"),
+                "text": {"type": "string", "description": "one sentence, at most 300 characters"},
+            },
+            ["category", "text"],
+        ),
+        _function(
+            "update_plan",
+            "Replace the plan for multi-step work (shown every run, survives restarts). Send the whole list.",
+            {
+                "items": {
+                    "type": "array",
+                    "description": "every plan item",
+                    "items": {
+                        "type": "object",
+                        "required": ["content", "status", "priority"],
+                        "properties": {
+                            "content": {"type": "string", "description": "the step"},
+                            "status": _enum(["pending", "in_progress", "completed"], "where it stands"),
+                            "priority": _enum(["high", "medium", "low"], "how much it matters"),
+                        },
+                    },
+                }
+            },
+            ["items"],
+        ),
+        _function(
+            "schedule_next_check",
+            f"Ask to be woken again in delay_s seconds ({SCHEDULE_MIN_S} to {SCHEDULE_MAX_S}).",
+            {
+                "delay_s": {"type": "integer", "description": f"seconds, {SCHEDULE_MIN_S} to {SCHEDULE_MAX_S}"},
+                "reason": {"type": "string", "description": "what to look at then"},
+            },
+            ["delay_s", "reason"],
+        ),
+        _function(
+            "reply_to_operator",
+            "Answer the operator's message. Cite the fleet and demand numbers.",
+            reply_properties,
+            reply_required,
+        ),
+    ]
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    text: str
+    gist: str
+    outcome: ToolOutcome
+
+
+def gist(tool: str, summary: str) -> str:
+    return f"[compacted: {tool} → {summary}]"
+
+
+def error_result(tool: str, text: str, outcome: ToolOutcome) -> ToolResult:
+    return ToolResult(text=text, gist=gist(tool, f"error ({outcome})"), outcome=outcome)
+
+
+def unknown_tool(name: str) -> ToolResult:
+    return error_result(
+        "unknown",
+        f"error: unknown tool {name[:80]!r}. Nothing was done. The tools are: {', '.join(TOOL_NAMES)}.",
+        "unknown_tool",
+    )
+
+
+def _allowed_values(schemas: list[dict[str, Any]], tool: str, field: str) -> list[Any] | None:
+    for schema in schemas:
+        function = schema["function"]
+        if function["name"] == tool:
+            prop = function["parameters"]["properties"].get(field)
+            if prop is not None:
+                return prop.get("enum") or (prop.get("items") or {}).get("enum")
+    return None
+
+
+def describe_invalid(tool: str, error: ValidationError, schemas: list[dict[str, Any]]) -> str:
+    """Names each field and the value given, and the allowed values of an enum, so the model can correct it."""
+    problems = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "(arguments)"
+        field = str(item["loc"][0]) if item["loc"] else ""
+        if item["type"] == "missing":
+            problem = f"'{where}' is required but missing"
+        elif item["type"] == "extra_forbidden":
+            problem = f"'{where}' is not a parameter of {tool}"
+        else:
+            problem = f"'{where}' = {str(item.get('input'))[:80]!r}: {item['msg']}"
+        allowed = _allowed_values(schemas, tool, field) if len(item["loc"]) == 1 else None
+        if allowed:
+            problem += f" (allowed: {', '.join(map(str, allowed))})"
+        problems.append(problem)
+    listed = "; ".join(problems)
+    return f"error: invalid arguments for {tool}: {listed}. Nothing was done; call it again with valid arguments."
+
+
+def parse_arguments(tool: str, arguments: Any, schemas: list[dict[str, Any]]) -> ToolArgs | ToolResult:
+    model = ARGUMENT_MODELS.get(tool)
+    if model is None:
+        return unknown_tool(tool)
+    if not isinstance(arguments, dict):
+        return error_result(tool, f"error: arguments for {tool} must be a JSON object. Nothing was done.", "invalid")
+    try:
+        return model.model_validate(arguments)
+    except ValidationError as error:
+        return error_result(tool, describe_invalid(tool, error, schemas), "invalid")
+
+
+# ---- actions: a valid call becomes a contract command for `ports.act`
+
+
+def launch_command(args: LaunchArgs, *, now: datetime, idempotency_key: str) -> LaunchInstances:
+    return LaunchInstances(
+        occurred_at=now,
+        source=SOURCE,
+        idempotency_key=idempotency_key,
+        requested_by="agent",
+        count=args.count,
+        gpu_models=args.gpu_models,
+        launch_priority=args.launch_priority,
+        reason=args.reason,
+    )
+
+
+def removal_command(
+    tool: str, args: RemovalArgs, *, now: datetime, idempotency_key: str
+) -> DrainInstance | DestroyInstance:
+    command: Callable[..., DrainInstance | DestroyInstance] = (
+        DrainInstance if tool == "drain_instance" else DestroyInstance
+    )
+    return command(
+        occurred_at=now,
+        source=SOURCE,
+        idempotency_key=idempotency_key,
+        requested_by="agent",
+        instance_id=args.instance_id,
+        reason=args.reason,
+    )
+
+
+def verdict_result(tool: str, verdict: GuardrailVerdict) -> ToolResult:
+    if verdict.verdict == "allowed":
+        return ToolResult(f"done: {verdict.explanation}", gist(tool, f"done: {verdict.explanation[:120]}"), "ok")
+    rule = verdict.rule or "guardrail"
+    return ToolResult(
+        f"REFUSED by guardrail '{rule}': {verdict.explanation} Nothing was done. "
+        "Do not repeat this call; choose something else or hold.",
+        gist(tool, f"refused by {rule}"),
+        "refused",
+    )
+
+
+# ---- read-only and bookkeeping tools
+
+
+def offers_result(offers: OfferList) -> ToolResult:
+    if offers.error:
+        return ToolResult(
+            f"error: the offer search failed: {offers.error} (this means unknown, not that there are none)",
+            gist("get_offers", "search failed"),
+            "error",
+        )
+    if not offers.offers:
+        return ToolResult("no offers match", gist("get_offers", "0 offers"), "ok")
+    lines = [f"{len(offers.offers)} offers, best first (expected $/task ranks them):"]
+    for offer in offers.offers:
+        where = f" {offer.geolocation}" if offer.geolocation else ""
+        host = f" host {offer.host_id}" if offer.host_id is not None else ""
+        lines.append(
+            f"#{offer.offer_id} {offer.gpu_model} x{offer.num_gpus} ${offer.price_usd_per_h:.2f}/h "
+            f"reliability {offer.reliability:.2f} ${offer.expected_usd_per_task:.4f}/task{host}{where}"
+        )
+    best = offers.offers[0]
+    summary = f"{len(offers.offers)} offers, best #{best.offer_id} {best.gpu_model} ${best.price_usd_per_h:.2f}/h"
+    return ToolResult("\n".join(lines), gist("get_offers", summary), "ok")
+
+
+def ok_result(tool: str, text: str, summary: str | None = None) -> ToolResult:
+    return ToolResult(text, gist(tool, summary or text[:120]), "ok")
+
+
+HOW_TO_GET_MORE = {
+    "get_offers": "For fewer lines, call get_offers again with gpu_models or a lower max_price.",
+}
+DEFAULT_HOW_TO_GET_MORE = "Narrow the request to see the rest."

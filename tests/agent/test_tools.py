@@ -1,0 +1,118 @@
+"""Tool schemas and argument validation: required enums, precise errors, nothing executed from a bad call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import pytest
+
+from services.decider.agent import tools
+from tests.agent.builders import NOW
+
+SCHEMAS = tools.tool_schemas()
+VALID: dict[str, dict[str, Any]] = {
+    "launch_instances": {
+        "count": 2,
+        "gpu_models": ["RTX 4090"],
+        "launch_priority": "normal",
+        "reason": "sustained_demand",
+    },
+    "drain_instance": {"instance_id": 1001, "reason": "idle"},
+    "destroy_instance": {"instance_id": 1001, "reason": "dead"},
+    "get_offers": {},
+    "request_benchmark": {"instance_id": 1001, "kind": "gpu"},
+    "remember": {"category": "failure", "text": "host 5001 fails benchmarks"},
+    "update_plan": {"items": [{"content": "watch host 5001", "status": "pending", "priority": "high"}]},
+    "schedule_next_check": {"delay_s": 600, "reason": "see if the launch arrived"},
+    "reply_to_operator": {"text": "Two machines, because arrivals exceed capacity."},
+}
+
+
+def schema_of(name: str, schemas: list[dict[str, Any]] = SCHEMAS) -> dict[str, Any]:
+    return next(s["function"]["parameters"] for s in schemas if s["function"]["name"] == name)
+
+
+def test_every_tool_has_a_schema_and_a_validating_model() -> None:
+    assert [s["function"]["name"] for s in SCHEMAS] == list(tools.TOOL_NAMES)
+    for name, arguments in VALID.items():
+        jsonschema.validate(arguments, schema_of(name))
+        assert not isinstance(tools.parse_arguments(name, arguments, SCHEMAS), tools.ToolResult)
+
+
+@pytest.mark.parametrize(
+    ("name", "field", "values"),
+    [
+        ("launch_instances", "launch_priority", ["normal", "emergency"]),
+        ("launch_instances", "reason", tools.LAUNCH_REASONS),
+        ("drain_instance", "reason", tools.REMOVAL_REASONS),
+        ("destroy_instance", "reason", tools.REMOVAL_REASONS),
+        ("request_benchmark", "kind", ["gpu", "serving"]),
+        ("remember", "category", ["decision", "fact", "failure", "preference"]),
+    ],
+)
+def test_critical_parameters_are_required_enums(name: str, field: str, values: list[str]) -> None:
+    schema = schema_of(name)
+    assert field in schema["required"]
+    assert schema["properties"][field]["enum"] == values
+    assert not any(p.get("type") == "boolean" for p in schema["properties"].values())
+
+
+def test_schema_required_fields_match_the_validating_models() -> None:
+    for name in tools.TOOL_NAMES:
+        model = tools.ARGUMENT_MODELS[name]
+        required_by_model = {n for n, f in model.model_fields.items() if f.is_required()}
+        assert set(schema_of(name)["required"]) == required_by_model, name
+
+
+def test_a_missing_required_enum_is_named_with_its_allowed_values() -> None:
+    arguments = {"count": 1, "gpu_models": [], "reason": "backlog"}
+    result = tools.parse_arguments("launch_instances", arguments, SCHEMAS)
+    assert isinstance(result, tools.ToolResult) and result.outcome == "invalid"
+    assert "'launch_priority' is required but missing (allowed: normal, emergency)" in result.text
+    assert "Nothing was done" in result.text
+
+
+def test_a_wrong_enum_value_names_the_field_the_value_and_the_choices() -> None:
+    result = tools.parse_arguments("drain_instance", {"instance_id": 5, "reason": "because"}, SCHEMAS)
+    assert isinstance(result, tools.ToolResult)
+    assert "'reason' = 'because'" in result.text
+    assert "allowed: idle, over_provisioned" in result.text
+
+
+def test_out_of_range_and_extra_arguments_are_refused() -> None:
+    result = tools.parse_arguments("schedule_next_check", {"delay_s": 5, "reason": "soon"}, SCHEMAS)
+    assert isinstance(result, tools.ToolResult) and "'delay_s' = '5'" in result.text
+    result = tools.parse_arguments("get_offers", {"gpu": "4090"}, SCHEMAS)
+    assert isinstance(result, tools.ToolResult) and "'gpu' is not a parameter of get_offers" in result.text
+    result = tools.parse_arguments("launch_instances", {**VALID["launch_instances"], "count": 500}, SCHEMAS)
+    assert isinstance(result, tools.ToolResult) and "'count' = '500'" in result.text
+
+
+def test_an_unknown_tool_is_answered_with_the_list_of_tools() -> None:
+    result = tools.parse_arguments("scale_fleet", {"target": 3}, SCHEMAS)
+    assert isinstance(result, tools.ToolResult) and result.outcome == "unknown_tool"
+    assert "unknown tool 'scale_fleet'" in result.text and "launch_instances" in result.text
+
+
+def test_arguments_that_are_not_an_object_are_refused() -> None:
+    result = tools.parse_arguments("get_offers", "cheap ones", SCHEMAS)
+    assert isinstance(result, tools.ToolResult) and result.outcome == "invalid"
+
+
+def test_reply_asks_for_a_conversation_only_when_several_are_waiting() -> None:
+    assert "conversation_id" not in schema_of("reply_to_operator", tools.tool_schemas(["c1"]))["properties"]
+    several = schema_of("reply_to_operator", tools.tool_schemas(["c1", "c2"]))
+    assert several["properties"]["conversation_id"]["enum"] == ["c1", "c2"]
+    assert "conversation_id" in several["required"]
+
+
+def test_action_calls_become_agent_commands_with_fresh_keys() -> None:
+    args = tools.parse_arguments("launch_instances", VALID["launch_instances"], SCHEMAS)
+    assert isinstance(args, tools.LaunchArgs)
+    command = tools.launch_command(args, now=NOW, idempotency_key="ag-0123456789")
+    assert command.requested_by == "agent" and command.launch_priority == "normal" and command.count == 2
+    removal = tools.parse_arguments("destroy_instance", VALID["destroy_instance"], SCHEMAS)
+    assert isinstance(removal, tools.RemovalArgs)
+    destroy = tools.removal_command("destroy_instance", removal, now=NOW, idempotency_key="ag-abcdefabcdef")
+    assert type(destroy).__name__ == "DestroyInstance" and destroy.requested_by == "agent"
