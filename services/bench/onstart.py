@@ -1,0 +1,33 @@
+"""The shell line vast's `onstart` runs to benchmark a new instance: fetch the suite from bench, run it, report.
+
+It runs in the background so the image's own start-up is not delayed, and uses only python3 (present in any
+image that runs the workload) to download. The token in it can do nothing but file a report.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+# vast.ai limits args + onstart to 4096 characters (docs say 4048 for onstart): leave room for the image's own.
+ONSTART_MAX_CHARS = 1500
+SUITE_FILE = "/tmp/fleetpilot_gpu_suite.py"
+SUITE_LOG = "/tmp/fleetpilot_gpu_suite.log"
+
+
+def onstart_command(bench_url: str, token: str, task_command: str | None = None) -> str:
+    """`bench_url` is where instances reach the bench service's HTTP port (e.g. https://bench.example.com)."""
+    base = bench_url.rstrip("/")
+    download = (
+        "python3 -c 'import sys,urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' "
+        f"{shlex.quote(base + '/bench/suite.py')} {SUITE_FILE}"
+    )
+    run = (
+        f"FLEETPILOT_BENCH_TOKEN={shlex.quote(token)} python3 {SUITE_FILE} --device cuda "
+        f"--report-url {shlex.quote(base + '/bench/report')}"
+    )
+    if task_command:
+        run += f" --task-command {shlex.quote(task_command)}"
+    line = f"( {download} && {run} ) > {SUITE_LOG} 2>&1 &"
+    if len(line) > ONSTART_MAX_CHARS:
+        raise ValueError(f"onstart line of {len(line)} characters exceeds {ONSTART_MAX_CHARS}; shorten task_command")
+    return line

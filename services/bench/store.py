@@ -1,0 +1,55 @@
+"""Redis adapter for the meeting of requests and reports: pending requests, reports, and finished requests."""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from services.bench.collect import PendingGpuBench
+from services.bench.report import SuiteReport
+
+# A finished request is remembered this long, so a redelivered request is not benchmarked twice.
+DONE_TTL_S = 7 * 86_400
+
+
+class BenchStore:
+    def __init__(self, redis: Redis, prefix: str, report_ttl_s: float) -> None:
+        self.redis = redis
+        self.report_ttl_s = report_ttl_s
+        self._pending_key = f"{prefix}:bench:pending"
+        self._prefix = prefix
+
+    def _report_key(self, instance_id: int) -> str:
+        return f"{self._prefix}:bench:report:{instance_id}"
+
+    def _done_key(self, request_event_id: str) -> str:
+        return f"{self._prefix}:bench:done:{request_event_id}"
+
+    async def put_report(self, instance_id: int, report: SuiteReport) -> None:
+        payload = report.model_dump_json(by_alias=True)
+        await self.redis.set(self._report_key(instance_id), payload, ex=round(self.report_ttl_s))
+
+    async def report(self, instance_id: int) -> SuiteReport | None:
+        raw = await self.redis.get(self._report_key(instance_id))
+        return None if raw is None else SuiteReport.model_validate_json(raw)
+
+    async def add_pending(self, bench: PendingGpuBench) -> None:
+        await self.redis.hset(self._pending_key, str(bench.instance_id), bench.model_dump_json())
+
+    async def pending(self, instance_id: int) -> PendingGpuBench | None:
+        raw = await self.redis.hget(self._pending_key, str(instance_id))
+        return None if raw is None else PendingGpuBench.model_validate_json(raw)
+
+    async def all_pending(self) -> list[PendingGpuBench]:
+        raw = await self.redis.hgetall(self._pending_key)
+        return [PendingGpuBench.model_validate_json(value) for value in raw.values()]
+
+    async def is_done(self, request_event_id: str) -> bool:
+        return bool(await self.redis.exists(self._done_key(request_event_id)))
+
+    async def finish(self, request_event_id: str, instance_id: int | None = None) -> None:
+        """The request has its result: forget it as pending and remember it as done (its report stays)."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self._done_key(request_event_id), "1", ex=DONE_TTL_S)
+            if instance_id is not None:
+                pipe.hdel(self._pending_key, str(instance_id))
+            await pipe.execute()
