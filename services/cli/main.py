@@ -9,6 +9,7 @@ import typer
 import uvicorn
 
 from services.cli.asyncapi import asyncapi
+from services.cli.bench import bench_app
 from services.cli.sim import sim_app
 from shared.settings import Settings
 
@@ -21,6 +22,7 @@ app = typer.Typer(
 
 # service name -> module whose `create_app(settings)` builds its ASGI app
 SERVICES = {
+    "bench": "services.bench.app",
     "demand": "services.demand.app",
 }
 
@@ -48,6 +50,7 @@ def run_service(
 
 # Command groups: each area registers its own typer app here, one line each.
 # (keep this block sorted; one `app.add_typer(...)` per line)
+app.add_typer(bench_app, name="bench")
 app.add_typer(sim_app, name="sim")
 app.command("asyncapi")(asyncapi)
 
