@@ -23,6 +23,7 @@ app = typer.Typer(
 # service name -> module whose `create_app(settings)` builds its ASGI app
 SERVICES = {
     "bench": "services.bench.app",
+    "decider": "services.decider.app",
     "demand": "services.demand.app",
 }
 

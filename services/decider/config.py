@@ -1,0 +1,65 @@
+"""The decider's own settings (`FLEETPILOT_DECIDER_*`), turned into the pure cores' config objects."""
+
+from __future__ import annotations
+
+import uuid
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.decider.guardrails import GuardrailConfig
+from services.decider.triggering import TriggerConfig
+from shared.settings import Settings
+
+
+class DeciderSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FLEETPILOT_DECIDER_", env_file=None, extra="ignore")
+
+    # names this process in run ids and its own trigger consumers (every replica sees every trigger)
+    replica_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:8], pattern=r"^[A-Za-z0-9_-]{1,32}$")
+
+    # triggering (see TriggerConfig for where the defaults come from)
+    p1_quiet_s: float = Field(default=20.0, gt=0)
+    p1_max_delay_s: float = Field(default=120.0, gt=0)
+    heartbeat_s: float = Field(default=300.0, gt=0)
+    max_runs_per_h: int = Field(default=20, ge=1)
+    max_p0_runs_per_h: int = Field(default=120, ge=0)
+    run_at_start: bool = True
+
+    # single flight: Redis expires the lock in wall time, so a crashed holder blocks others this long at most
+    lock_ttl_s: float = Field(default=30.0, gt=0)
+    lock_retry_s: float = Field(default=1.0, gt=0, description="clock seconds between tries while another holds it")
+    redis_retry_s: float = Field(default=5.0, gt=0, description="clock seconds between tries while Redis is down")
+
+    # inputs older than this are stale: the run only holds and raises an alert
+    signal_max_age_s: float = Field(default=600.0, gt=0)
+    snapshot_max_age_s: float = Field(default=600.0, gt=0)
+    snapshot_request_timeout_s: float = Field(default=2.0, gt=0)
+
+    # guardrails beyond the shared budget and max instances
+    max_launches_per_h: int = Field(default=20, ge=0)
+    min_producers_while_queued: int = Field(default=1, ge=0)
+
+    # the advisor (LLM agent): "package.module:factory", factory(ctx) -> Advisor; empty runs the policy alone
+    advisor: str = ""
+    advisor_timeout_s: float = Field(default=600.0, gt=0)
+
+    def trigger_config(self) -> TriggerConfig:
+        return TriggerConfig(
+            p1_quiet_s=self.p1_quiet_s,
+            p1_max_delay_s=self.p1_max_delay_s,
+            heartbeat_s=self.heartbeat_s,
+            max_runs_per_h=self.max_runs_per_h,
+            max_p0_runs_per_h=self.max_p0_runs_per_h,
+            run_at_start=self.run_at_start,
+        )
+
+    def guardrail_config(self, settings: Settings) -> GuardrailConfig:
+        return GuardrailConfig(
+            budget_usd_per_h=settings.budget_usd_per_h,
+            max_instances=settings.max_instances,
+            normal_max_price_usd_per_h=settings.normal_max_price_usd_per_h,
+            emergency_max_price_usd_per_h=settings.emergency_max_price_usd_per_h,
+            max_launches_per_h=self.max_launches_per_h,
+            min_producers_while_queued=self.min_producers_while_queued,
+        )

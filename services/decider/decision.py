@@ -1,0 +1,101 @@
+"""The pure pieces of one run: freshness, the policy's actions as commands, the snapshot digest, the outcome."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from services.decider.policy import Recommendation
+from shared.contract import (
+    Action,
+    DataFreshness,
+    DestroyInstance,
+    DrainInstance,
+    FleetSnapshot,
+    GuardrailVerdict,
+    LaunchInstances,
+    RunOutcome,
+    StopInstance,
+)
+
+NEXT_CHECK_MIN_S = 30
+NEXT_CHECK_MAX_S = 3600
+DIGEST_MAX_CHARS = 4000
+
+
+def freshness(occurred_at: datetime | None, now: datetime, max_age_s: float) -> DataFreshness:
+    if occurred_at is None:
+        return "missing"
+    return "stale" if (now - occurred_at).total_seconds() > max_age_s else "fresh"
+
+
+def idempotency_key(run_id: str, index: int) -> str:
+    """Fresh per run and action; the provisioner acts on a key at most once."""
+    return f"{run_id}-{index}"
+
+
+def policy_actions(recommendation: Recommendation, run_id: str, now: datetime, source: str) -> list[Action]:
+    """The recommendation as contract commands (launches first: capacity before removals)."""
+    actions: list[Action] = []
+    common = {"occurred_at": now, "source": source, "requested_by": "policy"}
+    for plan in recommendation.launches:
+        actions.append(
+            LaunchInstances(
+                idempotency_key=idempotency_key(run_id, len(actions)),
+                count=plan.count,
+                gpu_models=list(plan.gpu_models),
+                launch_priority=plan.launch_priority,
+                reason=plan.reason,
+                **common,
+            )
+        )
+    removal_types: dict[str, type[DrainInstance] | type[StopInstance] | type[DestroyInstance]] = {
+        "drain": DrainInstance,
+        "stop": StopInstance,
+        "destroy": DestroyInstance,
+    }
+    for removal in recommendation.removals:
+        actions.append(
+            removal_types[removal.verb](
+                idempotency_key=idempotency_key(run_id, len(actions)),
+                instance_id=removal.instance_id,
+                reason=removal.reason,
+                **common,
+            )
+        )
+    return actions
+
+
+def snapshot_digest(snapshot: FleetSnapshot | None) -> str:
+    if snapshot is None:
+        return "no fleet snapshot"
+    counts = ", ".join(f"{state.value} {n}" for state, n in sorted(snapshot.counts_by_state.items()) if n)
+    head = (
+        f"snapshot {snapshot.event_id} at {snapshot.occurred_at.isoformat()}: {len(snapshot.instances)} instances"
+        f" ({counts or 'none'}), ${snapshot.spend_usd_per_h:.2f}/h"
+    )
+    lines = [head, *(line.line for line in snapshot.instances)]
+    text = "\n".join(lines)
+    if len(text) > DIGEST_MAX_CHARS:
+        text = text[: DIGEST_MAX_CHARS - 40].rsplit("\n", 1)[0] + f"\n… {len(snapshot.instances)} instances in all"
+    return text
+
+
+def clamp_next_check_s(seconds: int | None) -> int | None:
+    if seconds is None:
+        return None
+    return max(NEXT_CHECK_MIN_S, min(NEXT_CHECK_MAX_S, int(seconds)))
+
+
+def run_outcome(
+    *, stale: bool, degraded: bool, verdicts: Sequence[GuardrailVerdict], commands_sent: Sequence[str]
+) -> RunOutcome:
+    if stale:
+        return "stale"
+    if degraded:
+        return "degraded"
+    if commands_sent:
+        return "acted"
+    if any(v.verdict == "refused" for v in verdicts):
+        return "refused"
+    return "hold"

@@ -1,0 +1,252 @@
+"""Hard guardrails: every action from the policy or the agent passes here before it becomes a command.
+
+Pure: a `FleetLedger` (what the guardrails know) and an action in, a `GuardrailVerdict` and the updated ledger
+out. A launch that only partly fits is trimmed (allowed, with the rule that trimmed it); anything else that
+breaks a rule is refused.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from shared.contract import (
+    Action,
+    DemandSignal,
+    DemandState,
+    DestroyInstance,
+    DrainInstance,
+    FleetSnapshot,
+    GuardrailVerdict,
+    InstanceState,
+    LaunchInstances,
+    RemovalReason,
+    StopInstance,
+)
+
+S = InstanceState
+
+# What each removal may touch. A producing machine is drained first (destroying it would lose the tasks it
+# runs); `gone` is not in the snapshot at all.
+REMOVABLE_STATES: dict[str, frozenset[InstanceState]] = {
+    "drain": frozenset({S.RUNNING, S.REGISTERED, S.BENCHMARKED, S.PRODUCING}),
+    "stop": frozenset({S.REQUESTED, S.LOADING, S.RUNNING, S.REGISTERED, S.BENCHMARKED, S.DRAINING, S.FAILED}),
+    "destroy": frozenset({S.REQUESTED, S.LOADING, S.RUNNING, S.REGISTERED, S.BENCHMARKED, S.DRAINING, S.FAILED}),
+}
+# reasons that mean "we need less", which workers_stalled must never be taken for
+SCALE_DOWN_REASONS = frozenset({RemovalReason.IDLE, RemovalReason.OVER_PROVISIONED, RemovalReason.BUDGET})
+RATE_WINDOW_S = 3600.0
+# a launch the snapshot does not show after this long is taken as refused or failed by the provisioner
+LAUNCH_PENDING_S = 900.0
+# fleet stamps created_at when it first sees the instance; allow that much clock difference with the send
+CREATED_AT_SKEW_S = 5.0
+
+
+class GuardrailRule(StrEnum):
+    STALE_DATA = "stale_data"
+    BUDGET = "budget_usd_per_h"
+    MAX_INSTANCES = "max_instances"
+    MAX_LAUNCHES_PER_H = "max_launches_per_h"
+    PRICE_CAP = "price_cap"
+    LAST_PRODUCERS = "last_producers"
+    WORKERS_STALLED = "workers_stalled"
+    REASON_REQUIRED = "reason_required"
+    REMOVAL_STATE = "removal_state"
+    UNKNOWN_INSTANCE = "unknown_instance"
+    ALREADY_REMOVED = "already_removed"
+    LOCK_LOST = "lock_lost"  # applied by the runner: a stale lock holder must not act
+
+
+@dataclass(frozen=True)
+class GuardrailConfig:
+    budget_usd_per_h: float
+    max_instances: int
+    normal_max_price_usd_per_h: float
+    emergency_max_price_usd_per_h: float
+    max_launches_per_h: int = 20
+    min_producers_while_queued: int = 1
+
+
+@dataclass(frozen=True)
+class SentLaunch:
+    """A launch command already published (kept in Redis for an hour: rate limit and pending capacity)."""
+
+    idempotency_key: str
+    sent_at: datetime
+    count: int
+    worst_price_usd_per_h: float  # per instance: the cap the provisioner may pay at most
+
+
+@dataclass(frozen=True)
+class FleetLedger:
+    """The guardrails' view of the fleet, updated as actions are allowed within a run."""
+
+    states: Mapping[int, InstanceState]
+    committed_usd_per_h: float  # current spend + launches not yet visible, at their worst price
+    instance_count: int  # non-gone instances + launches not yet visible
+    launches: tuple[SentLaunch, ...]  # sent within the last rate window
+    demand_present: bool  # tasks queued or arriving
+    workers_stalled: bool
+    stale: bool
+    removed: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def producing(self) -> int:
+        return sum(1 for iid, state in self.states.items() if state is S.PRODUCING and iid not in self.removed)
+
+    def launched_within(self, now: datetime, window_s: float = RATE_WINDOW_S) -> int:
+        since = now - timedelta(seconds=window_s)
+        return sum(launch.count for launch in self.launches if launch.sent_at > since)
+
+
+def unobserved_launches(
+    sent: Sequence[SentLaunch], snapshot: FleetSnapshot, now: datetime, pending_s: float = LAUNCH_PENDING_S
+) -> list[SentLaunch]:
+    """Recent launches the snapshot does not show yet, oldest first (instances created since fill them first)."""
+    recent = sorted((s for s in sent if (now - s.sent_at).total_seconds() < pending_s), key=lambda s: s.sent_at)
+    if not recent:
+        return []
+    since = recent[0].sent_at - timedelta(seconds=CREATED_AT_SKEW_S)
+    observed = sum(1 for line in snapshot.instances if line.created_at >= since)
+    remaining: list[SentLaunch] = []
+    for launch in recent:
+        seen = min(observed, launch.count)
+        observed -= seen
+        if launch.count > seen:
+            remaining.append(replace(launch, count=launch.count - seen))
+    return remaining
+
+
+def demand_present(signal: DemandSignal | None) -> bool:
+    # unknown demand is treated as present: removals are never justified by a missing signal
+    return signal is None or signal.pending_tasks > 0 or signal.sustained_arrival_rate_per_h > 0
+
+
+def ledger_from(
+    snapshot: FleetSnapshot | None,
+    signal: DemandSignal | None,
+    sent: Sequence[SentLaunch],
+    now: datetime,
+    *,
+    stale: bool,
+) -> FleetLedger:
+    pending = unobserved_launches(sent, snapshot, now) if snapshot else list(sent)
+    states = {line.instance_id: line.state for line in snapshot.instances} if snapshot else {}
+    spend = snapshot.spend_usd_per_h if snapshot else 0.0
+    return FleetLedger(
+        states=states,
+        committed_usd_per_h=spend + sum(p.count * p.worst_price_usd_per_h for p in pending),
+        instance_count=len(states) + sum(p.count for p in pending),
+        launches=tuple(s for s in sent if (now - s.sent_at).total_seconds() < RATE_WINDOW_S),
+        demand_present=demand_present(signal),
+        workers_stalled=signal is not None and signal.state is DemandState.WORKERS_STALLED,
+        stale=stale or snapshot is None or signal is None,
+    )
+
+
+def _verdict(action: Action, allowed: bool, rule: GuardrailRule | None, explanation: str) -> GuardrailVerdict:
+    return GuardrailVerdict(
+        action=action,
+        verdict="allowed" if allowed else "refused",
+        rule=rule.value if rule else None,
+        explanation=explanation[:500],
+    )
+
+
+def worst_price_usd_per_h(action: LaunchInstances, config: GuardrailConfig) -> float:
+    cap = (
+        config.emergency_max_price_usd_per_h
+        if action.launch_priority == "emergency"
+        else config.normal_max_price_usd_per_h
+    )
+    return action.max_price_usd_per_h or cap
+
+
+def check(
+    action: Action, ledger: FleetLedger, now: datetime, config: GuardrailConfig
+) -> tuple[GuardrailVerdict, FleetLedger]:
+    """The verdict on one action, and the ledger as it stands if the action is carried out."""
+    if ledger.stale:
+        return _verdict(
+            action, False, GuardrailRule.STALE_DATA, "demand signal or fleet snapshot is stale or missing"
+        ), ledger
+    if isinstance(action, LaunchInstances):
+        return _check_launch(action, ledger, now, config)
+    return _check_removal(action, ledger, config)
+
+
+def _check_launch(
+    action: LaunchInstances, ledger: FleetLedger, now: datetime, config: GuardrailConfig
+) -> tuple[GuardrailVerdict, FleetLedger]:
+    price = worst_price_usd_per_h(action, config)
+    cap = worst_price_usd_per_h(action.model_copy(update={"max_price_usd_per_h": None}), config)
+    if price > cap + 1e-9:
+        text = f"max price ${price:.2f}/h is above the {action.launch_priority} cap ${cap:.2f}/h"
+        return _verdict(action, False, GuardrailRule.PRICE_CAP, text), ledger
+    room = {
+        GuardrailRule.MAX_INSTANCES: config.max_instances - ledger.instance_count,
+        GuardrailRule.BUDGET: math.floor((config.budget_usd_per_h - ledger.committed_usd_per_h) / price + 1e-9),
+        GuardrailRule.MAX_LAUNCHES_PER_H: config.max_launches_per_h - ledger.launched_within(now),
+    }
+    binding = min(room, key=lambda rule: room[rule])
+    allowed = max(0, min(action.count, room[binding]))
+    figures = (
+        f"{ledger.instance_count}/{config.max_instances} instances, committed ${ledger.committed_usd_per_h:.2f}"
+        f" of ${config.budget_usd_per_h:.2f}/h at up to ${price:.2f}/h each,"
+        f" {ledger.launched_within(now)}/{config.max_launches_per_h} launched this hour"
+    )
+    if allowed == 0:
+        return _verdict(action, False, binding, f"launch {action.count} refused by {binding.value}: {figures}"), ledger
+    granted = action if allowed == action.count else action.model_copy(update={"count": allowed})
+    rule = binding if allowed < action.count else None
+    text = f"launch {allowed}" + (f" of {action.count} (trimmed by {binding.value})" if rule else "") + f": {figures}"
+    updated = replace(
+        ledger,
+        committed_usd_per_h=ledger.committed_usd_per_h + allowed * price,
+        instance_count=ledger.instance_count + allowed,
+        launches=(*ledger.launches, SentLaunch(action.idempotency_key, now, allowed, price)),
+    )
+    return _verdict(granted, True, rule, text), updated
+
+
+def _verb(action: StopInstance | DestroyInstance | DrainInstance) -> str:
+    if isinstance(action, DrainInstance):
+        return "drain"
+    return "stop" if isinstance(action, StopInstance) else "destroy"
+
+
+def _check_removal(
+    action: StopInstance | DestroyInstance | DrainInstance, ledger: FleetLedger, config: GuardrailConfig
+) -> tuple[GuardrailVerdict, FleetLedger]:
+    verb, iid = _verb(action), action.instance_id
+    state = ledger.states.get(iid)
+    refusal: tuple[GuardrailRule, str] | None = None
+    if not isinstance(action.reason, RemovalReason):
+        refusal = (
+            GuardrailRule.REASON_REQUIRED,
+            f"{verb} #{iid} needs a reason from RemovalReason, got {action.reason!r}",
+        )
+    elif state is None:
+        refusal = GuardrailRule.UNKNOWN_INSTANCE, f"#{iid} is not in the fleet snapshot"
+    elif iid in ledger.removed:
+        refusal = GuardrailRule.ALREADY_REMOVED, f"#{iid} was already removed in this run"
+    elif ledger.workers_stalled and (state is S.PRODUCING or action.reason in SCALE_DOWN_REASONS):
+        refusal = (
+            GuardrailRule.WORKERS_STALLED,
+            f"workers stalled: replace, never {verb} #{iid} ({action.reason.value})",
+        )
+    elif state is S.PRODUCING and ledger.demand_present and ledger.producing - 1 < config.min_producers_while_queued:
+        refusal = (
+            GuardrailRule.LAST_PRODUCERS,
+            (f"#{iid} is one of the last {ledger.producing} producing machines and tasks are queued or arriving"),
+        )
+    elif state not in REMOVABLE_STATES[verb]:
+        refusal = GuardrailRule.REMOVAL_STATE, f"cannot {verb} #{iid} while {state.value}"
+    if refusal:
+        return _verdict(action, False, *refusal), ledger
+    assert state is not None
+    text = f"{verb} #{iid} ({state.value}, {action.reason.value}); {ledger.producing} producing before"
+    return _verdict(action, True, None, text), replace(ledger, removed=ledger.removed | {iid})

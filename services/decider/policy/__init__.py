@@ -1,0 +1,23 @@
+"""Decider policies: pure strategies from (signal, snapshot, now, config) to a Recommendation, one per module."""
+
+from services.decider.policy.base import (
+    LaunchPlan,
+    Policy,
+    PolicyFigures,
+    Recommendation,
+    RemovalPlan,
+    RemovalVerb,
+)
+from services.decider.policy.predictive import PolicyConfig, PredictivePolicy, recommend
+
+__all__ = [
+    "LaunchPlan",
+    "Policy",
+    "PolicyConfig",
+    "PolicyFigures",
+    "PredictivePolicy",
+    "Recommendation",
+    "RemovalPlan",
+    "RemovalVerb",
+    "recommend",
+]

@@ -1,0 +1,79 @@
+"""What every decider policy returns, and the one interface they share (like cluster-autoscaler's expanders)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Protocol
+
+from shared.contract import DemandSignal, FleetSnapshot, LaunchPriority, LaunchReason, RemovalReason
+
+RemovalVerb = Literal["drain", "stop", "destroy"]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    count: int
+    launch_priority: LaunchPriority
+    reason: LaunchReason
+    gpu_models: tuple[str, ...] = ()  # preferred first; empty means any allowed model
+
+
+@dataclass(frozen=True)
+class RemovalPlan:
+    verb: RemovalVerb
+    instance_id: int
+    reason: RemovalReason
+
+
+@dataclass(frozen=True)
+class PolicyFigures:
+    """The numbers behind a recommendation, for the audit record, the agent and the world simulator."""
+
+    throughput_per_machine_tasks_per_h: float = 0.0
+    startup_s: float = 0.0
+    arrival_forecast_per_h: float = 0.0
+    keep_arrival_rate_per_h: float = 0.0
+    pending_tasks: int = 0
+    backlog_at_horizon_tasks: float = 0.0
+    target_machines: int = 0
+    keep_machines: int = 0
+    producing: int = 0
+    stalled_producers: int = 0
+    arriving: int = 0
+    unobserved_launches: int = 0
+    sustained: bool = False
+    undrainable_backlog: bool = False
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    launches: tuple[LaunchPlan, ...] = ()
+    removals: tuple[RemovalPlan, ...] = ()
+    explanation: str = ""
+    figures: PolicyFigures = field(default_factory=PolicyFigures)
+
+    @property
+    def is_hold(self) -> bool:
+        return not self.launches and not self.removals
+
+    @property
+    def launch_count(self) -> int:
+        return sum(plan.count for plan in self.launches)
+
+    @property
+    def replacements(self) -> tuple[LaunchPlan, ...]:
+        return tuple(plan for plan in self.launches if plan.reason is LaunchReason.REPLACEMENT)
+
+    def removals_of(self, verb: RemovalVerb) -> tuple[RemovalPlan, ...]:
+        return tuple(plan for plan in self.removals if plan.verb == verb)
+
+
+class Policy(Protocol):
+    """A strategy: plain inputs in, a Recommendation out; no I/O, no clock (time is `now`)."""
+
+    name: str
+
+    def recommend(
+        self, signal: DemandSignal, snapshot: FleetSnapshot, now: datetime, *, unobserved_launches: int = 0
+    ) -> Recommendation: ...

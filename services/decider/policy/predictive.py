@@ -1,0 +1,285 @@
+"""The predictive policy: size the producing fleet for demand over the hours a machine needs to arrive.
+
+Target = machines for the forecast arrival rate over [now + startup, + planning window], plus those needed to
+drain, within a target time, the backlog the current and arriving fleet will have left when new machines land.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from services.decider.policy.base import LaunchPlan, PolicyFigures, Recommendation, RemovalPlan
+from services.decider.policy.forecast import (
+    ARRIVING_STATES,
+    arrival_forecast_per_h,
+    backlog_after,
+    ceil_machines,
+    keep_arrival_rate_per_h,
+    learned_startup_s,
+    rank_gpu_models,
+    ready_offsets_s,
+    throughput_per_machine,
+)
+from shared.contract import (
+    DemandSignal,
+    DemandState,
+    FailureReason,
+    FleetSnapshot,
+    InstanceLine,
+    InstanceState,
+    LaunchPriority,
+    LaunchReason,
+    RemovalReason,
+)
+
+FAILURE_TO_REMOVAL = {
+    FailureReason.STUCK_LOADING: RemovalReason.STUCK_LOADING,
+    FailureReason.NEVER_REGISTERED: RemovalReason.NEVER_REGISTERED,
+    FailureReason.BENCH_FAILED: RemovalReason.BENCH_FAILED,
+    FailureReason.DEAD: RemovalReason.DEAD,
+    FailureReason.VAST_ERROR: RemovalReason.FAILED,
+    FailureReason.LOST: RemovalReason.FAILED,
+}
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Every threshold of the predictive policy, with where its default comes from."""
+
+    # DESIGN.md: a rented machine takes 1–2 h from launch to producing; learned from the fleet once it has
+    # `startup_min_samples` producing machines, bounded to [startup_min_s, startup_max_s]
+    default_startup_s: float = 5400.0
+    startup_min_samples: int = 3
+    startup_min_s: float = 600.0
+    startup_max_s: float = 6 * 3600.0
+    # plan for demand over this window after the startup horizon
+    planning_window_s: float = 3600.0
+    # DESIGN.md: one machine, pipelined, finishes a task every ~30 s; used until demand or fleet measure it
+    default_throughput_tasks_per_h: float = 120.0
+    # the backlog left when new machines land must be drained within this time
+    backlog_drain_target_s: float = 3600.0
+    # arrivals above capacity for this long are sustained demand, not a burst (demand's above_capacity_for_s)
+    sustained_for_s: float = 900.0
+    # a backlog below this many machine-hours is not worth a machine that arrives in 1.5 h (8 tasks ≈ 4 min)
+    backlog_tolerance_machine_h: float = 0.25
+    # a rising trend is extrapolated to the middle of the horizon, never beyond this multiple of the rate
+    trend_cap_factor: float = 2.0
+    # a need within this fraction of a machine does not buy another (no launch for 2.05 machines' worth)
+    round_slack_machines: float = 0.1
+    # scale-down: a machine idle this long, and only when capacity exceeds the keep target by the margin
+    idle_before_scale_down_s: float = 1800.0
+    scale_down_margin_fraction: float = 0.2
+    min_machines: int = 0
+    # a producer without a finished task this long while tasks wait is stalled (replaced, never removed)
+    stalled_after_s: float = 900.0
+    # a draining machine is destroyed once it finished its last task this long ago, or after max_drain_s
+    drain_grace_s: float = 600.0
+    max_drain_s: float = 3600.0
+    max_launches_per_decision: int = 20
+    # GPU models to ask for, preferred first; empty: rank by this fleet's measured dollars per task
+    preferred_gpu_models: tuple[str, ...] = ()
+
+
+DEFAULT_CONFIG = PolicyConfig()
+
+
+@dataclass
+class _Fleet:
+    producing: list[InstanceLine] = field(default_factory=list)
+    arriving: list[InstanceLine] = field(default_factory=list)
+    draining: list[InstanceLine] = field(default_factory=list)
+    failed: list[InstanceLine] = field(default_factory=list)
+
+
+def _split(snapshot: FleetSnapshot) -> _Fleet:
+    fleet = _Fleet()
+    for line in snapshot.instances:
+        if line.state is InstanceState.PRODUCING:
+            fleet.producing.append(line)
+        elif line.state in ARRIVING_STATES:
+            fleet.arriving.append(line)
+        elif line.state is InstanceState.DRAINING:
+            fleet.draining.append(line)
+        elif line.state is InstanceState.FAILED:
+            fleet.failed.append(line)
+    return fleet
+
+
+def _silent_for_s(line: InstanceLine, now: datetime) -> float:
+    since = line.last_task_at or line.state_since
+    return (now - since).total_seconds()
+
+
+def stalled_producers(producing: list[InstanceLine], now: datetime, config: PolicyConfig) -> list[InstanceLine]:
+    """Producers silent too long; when demand says workers stalled but none looks silent, all are suspect."""
+    silent = [line for line in producing if _silent_for_s(line, now) >= config.stalled_after_s]
+    return silent or list(producing)
+
+
+def recommend(
+    signal: DemandSignal,
+    snapshot: FleetSnapshot,
+    now: datetime,
+    config: PolicyConfig = DEFAULT_CONFIG,
+    *,
+    unobserved_launches: int = 0,
+) -> Recommendation:
+    """Launches, removals or hold, with a one-line explanation citing the numbers.
+
+    `unobserved_launches`: machines launched recently that the snapshot does not show yet; counted as arriving.
+    """
+    fleet = _split(snapshot)
+    thr = throughput_per_machine(signal, fleet.producing, config.default_throughput_tasks_per_h)
+    startup_s = learned_startup_s(
+        fleet.producing,
+        default_s=config.default_startup_s,
+        min_samples=config.startup_min_samples,
+        min_s=config.startup_min_s,
+        max_s=config.startup_max_s,
+    )
+    stalled_state = signal.state is DemandState.WORKERS_STALLED
+    stalled = stalled_producers(fleet.producing, now, config) if stalled_state else []
+    healthy = len(fleet.producing) - len(stalled)
+    pending = signal.pending_tasks
+    rate_now = signal.sustained_arrival_rate_per_h
+    rate_up = arrival_forecast_per_h(signal, startup_s + config.planning_window_s / 2, config.trend_cap_factor)
+    rate_keep = max(rate_up, keep_arrival_rate_per_h(signal, startup_s))
+    offsets = ready_offsets_s(fleet.arriving, now, startup_s) + [startup_s] * unobserved_launches
+    arriving = len(fleet.arriving) + unobserved_launches
+    capacity = healthy + arriving
+    drain_h = config.backlog_drain_target_s / 3600
+
+    def backlog_at(duration_s: float) -> float:
+        return backlog_after(
+            duration_s,
+            backlog_tasks=pending,
+            arrival_per_h=rate_now,
+            machines_now=healthy,
+            ready_offsets=offsets,
+            throughput_per_h=thr,
+        )
+
+    backlog_at_horizon = backlog_at(startup_s)
+    drain_machines = backlog_at_horizon / (thr * drain_h)
+    demand_present = pending > 0 or rate_now > 0
+    target = max(ceil_machines(rate_up / thr + drain_machines, config.round_slack_machines), config.min_machines)
+    keep = max(ceil_machines(rate_keep / thr + drain_machines, config.round_slack_machines), config.min_machines)
+    if demand_present:
+        target, keep = max(target, 1), max(keep, 1)
+
+    sustained = signal.above_capacity_for_s >= config.sustained_for_s
+    undrainable = backlog_at(startup_s + config.backlog_drain_target_s) > config.backlog_tolerance_machine_h * thr
+    nobody_serving = capacity == 0 and pending > 0
+    figures = PolicyFigures(
+        throughput_per_machine_tasks_per_h=round(thr, 3),
+        startup_s=round(startup_s, 1),
+        arrival_forecast_per_h=round(rate_up, 3),
+        keep_arrival_rate_per_h=round(rate_keep, 3),
+        pending_tasks=pending,
+        backlog_at_horizon_tasks=round(backlog_at_horizon, 1),
+        target_machines=target,
+        keep_machines=keep,
+        producing=len(fleet.producing),
+        stalled_producers=len(stalled),
+        arriving=arriving,
+        unobserved_launches=unobserved_launches,
+        sustained=sustained,
+        undrainable_backlog=undrainable,
+    )
+    numbers = (
+        f"need {target} machines for {rate_up:.0f} tasks/h at {thr:.0f}/h each over {startup_s / 3600:.1f}h startup"
+        f" + {config.planning_window_s / 3600:.1f}h window"
+        + (f" (+{backlog_at_horizon:.0f} tasks backlog then, {drain_machines:.1f} machines to drain in {drain_h:.1f}h)"
+           if backlog_at_horizon >= 1 else "")
+        + f"; have {healthy} producing + {arriving} arriving, {pending} pending"
+    )  # fmt: skip
+
+    removals = _failed_and_drained(fleet, now, config, stalled_state)
+    launches: list[LaunchPlan] = []
+    deficit = target - capacity
+    replaceable = len(fleet.failed) + len(stalled)
+    if deficit > 0:
+        priority: LaunchPriority = "emergency" if healthy == 0 and pending > 0 else "normal"
+        gpu_models = config.preferred_gpu_models or rank_gpu_models(fleet.producing)
+        count = min(deficit, config.max_launches_per_decision)
+        # lost capacity the forecast needs is replaced at once; growth waits for sustained demand or backlog
+        replacements = min(count, replaceable)
+        if replacements:
+            launches.append(LaunchPlan(replacements, priority, LaunchReason.REPLACEMENT, gpu_models))
+        growth = count - replacements
+        if growth and (sustained or undrainable or nobody_serving or stalled_state or capacity < config.min_machines):
+            if stalled_state:
+                reason = LaunchReason.REPLACEMENT
+            elif sustained:
+                reason = LaunchReason.SUSTAINED_DEMAND
+            elif undrainable or nobody_serving:
+                reason = LaunchReason.BACKLOG
+            else:
+                reason = LaunchReason.MINIMUM_FLEET
+            launches.append(LaunchPlan(growth, priority, reason, gpu_models))
+    elif not stalled_state:
+        removals += _scale_down(fleet, now, config, capacity=capacity, keep=keep, demand_present=demand_present)
+
+    explanation = _explain(launches, removals, numbers, stalled_state)
+    return Recommendation(tuple(launches), tuple(removals), explanation, figures)
+
+
+def _failed_and_drained(fleet: _Fleet, now: datetime, config: PolicyConfig, stalled_state: bool) -> list[RemovalPlan]:
+    removals = [
+        RemovalPlan("destroy", line.instance_id, FAILURE_TO_REMOVAL.get(line.failure_reason, RemovalReason.FAILED))
+        if line.failure_reason
+        else RemovalPlan("destroy", line.instance_id, RemovalReason.FAILED)
+        for line in fleet.failed
+    ]
+    if stalled_state:
+        return removals  # while workers are stalled nothing is given back, not even a drained machine
+    for line in fleet.draining:
+        draining_s = (now - line.state_since).total_seconds()
+        finished = draining_s >= config.drain_grace_s and _silent_for_s(line, now) >= config.drain_grace_s
+        if finished or draining_s >= config.max_drain_s:
+            removals.append(RemovalPlan("destroy", line.instance_id, RemovalReason.IDLE))
+    return removals
+
+
+def _scale_down(
+    fleet: _Fleet, now: datetime, config: PolicyConfig, *, capacity: int, keep: int, demand_present: bool
+) -> list[RemovalPlan]:
+    surplus = capacity - keep
+    margin = max(1, math.ceil(keep * config.scale_down_margin_fraction))
+    if surplus < margin:
+        return []
+    idle = [line for line in fleet.producing if _silent_for_s(line, now) >= config.idle_before_scale_down_s]
+    # most expensive first, then the longest idle
+    idle.sort(key=lambda line: (-line.price_usd_per_h, line.last_task_at or line.state_since))
+    # never the last producers while tasks wait or arrive
+    removable = min(surplus, len(idle), len(fleet.producing) - 1 if demand_present else len(idle))
+    reason = RemovalReason.OVER_PROVISIONED if demand_present or keep > 0 else RemovalReason.IDLE
+    return [RemovalPlan("drain", line.instance_id, reason) for line in idle[: max(0, removable)]]
+
+
+def _explain(launches: list[LaunchPlan], removals: list[RemovalPlan], numbers: str, stalled_state: bool) -> str:
+    parts = [f"launch {plan.count} ({plan.reason.value}, {plan.launch_priority})" for plan in launches]
+    for verb in ("drain", "destroy", "stop"):
+        reasons = sorted({plan.reason.value for plan in removals if plan.verb == verb})
+        if reasons:
+            count = sum(1 for plan in removals if plan.verb == verb)
+            parts.append(f"{verb} {count} ({', '.join(reasons)})")
+    head = "; ".join(parts) if parts else "hold"
+    stall = " workers stalled: replace, never scale down;" if stalled_state else ""
+    return f"{head}:{stall} {numbers}"
+
+
+class PredictivePolicy:
+    """The predictive strategy behind the `Policy` interface."""
+
+    name = "predictive"
+
+    def __init__(self, config: PolicyConfig = DEFAULT_CONFIG) -> None:
+        self.config = config
+
+    def recommend(
+        self, signal: DemandSignal, snapshot: FleetSnapshot, now: datetime, *, unobserved_launches: int = 0
+    ) -> Recommendation:
+        return recommend(signal, snapshot, now, self.config, unobserved_launches=unobserved_launches)

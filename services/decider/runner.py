@@ -1,0 +1,467 @@
+"""The decider's imperative shell: triggers in, the timer loop, the lock, one run, commands and the audit out.
+
+One run: take the lock → read inputs → policy → fast path (hold, nothing P0: no advisor) or the advisor, whose
+`act` passes the guardrails → policy alone when there is no advisor or it degraded → DecisionRecord.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from services.decider.advisor import Advisor, AdvisorOutcome, RunInputs
+from services.decider.config import DeciderSettings
+from services.decider.decision import clamp_next_check_s, policy_actions, run_outcome, snapshot_digest
+from services.decider.guardrails import (
+    FleetLedger,
+    GuardrailConfig,
+    GuardrailRule,
+    SentLaunch,
+    check,
+    ledger_from,
+    unobserved_launches,
+    worst_price_usd_per_h,
+)
+from services.decider.inputs import InputReader, RunData
+from services.decider.lock import Lease, LockUnavailable, RedisSingleFlight, keep_renewed
+from services.decider.metrics import DeciderMetrics
+from services.decider.policy import Policy, Recommendation
+from services.decider.triggering import RunBatch, TriggerScheduler, label_of, uncovered
+from shared.bus import publish_event
+from shared.contract import (
+    Action,
+    AgentTrace,
+    BenchRequest,
+    DecisionRecord,
+    DrainInstance,
+    GuardrailVerdict,
+    LaunchInstances,
+    OfferList,
+    OfferQuery,
+    OperatorMessage,
+    OperatorReply,
+    StopInstance,
+    Trigger,
+    TriggerReason,
+    TriggerRef,
+)
+from shared.service import ServiceContext
+from shared.streams import AUDIT, BENCH, COMMANDS, OPERATOR
+
+SERVICE = "decider"
+OFFER_REQUEST_TIMEOUT_S = 10.0
+PUBLISH_FAILED = "publish_failed"  # not a guardrail: the bus refused the command
+
+log = logging.getLogger("fleetpilot.decider")
+
+
+def command_subject(ctx: ServiceContext, action: Action) -> str:
+    if isinstance(action, DrainInstance):
+        return ctx.subjects.fleet_drain
+    if isinstance(action, LaunchInstances):
+        return ctx.subjects.provision_command("launch")
+    return ctx.subjects.provision_command("stop" if isinstance(action, StopInstance) else "destroy")
+
+
+@dataclass
+class RunPorts:
+    """`DeciderPorts` for one run: every action passes the guardrails, then the fence, then goes out."""
+
+    decider: Decider
+    lease: Lease
+    ledger: FleetLedger
+    verdicts: list[GuardrailVerdict] = field(default_factory=list)
+    commands_sent: list[str] = field(default_factory=list)
+    launched: int = 0
+
+    async def act(self, action: Action) -> GuardrailVerdict:
+        d = self.decider
+        now = d.ctx.clock.now()
+        verdict, ledger = check(action, self.ledger, now, d.guardrails)
+        if verdict.verdict == "allowed":
+            verdict, self.ledger = await self._send(verdict, ledger, now)
+        if verdict.rule and verdict.rule != PUBLISH_FAILED:
+            d.metrics.guardrail_refusals.labels(verdict.rule).inc()
+        self.verdicts.append(verdict)
+        return verdict
+
+    async def _send(
+        self, verdict: GuardrailVerdict, ledger: FleetLedger, now: datetime
+    ) -> tuple[GuardrailVerdict, FleetLedger]:
+        d, action = self.decider, verdict.action
+        try:
+            holds = await d.single_flight.holds(self.lease)
+        except LockUnavailable:
+            holds = False
+        if not holds:
+            d.alert("lock_lost", f"lock lost before sending {action.idempotency_key}: not acting")
+            d.metrics.lock_attempts.labels("lost").inc()
+            refused = verdict.model_copy(
+                update={
+                    "verdict": "refused",
+                    "rule": GuardrailRule.LOCK_LOST.value,
+                    "explanation": "another replica holds the lock now (fencing token superseded)",
+                }
+            )
+            return refused, self.ledger
+        try:
+            await publish_event(
+                d.ctx.broker, command_subject(d.ctx, action), action, stream=COMMANDS.name(d.ctx.subjects)
+            )
+        except Exception as error:
+            log.error("could not publish %s: %r", action.idempotency_key, error)
+            failed = verdict.model_copy(
+                update={"verdict": "refused", "rule": PUBLISH_FAILED, "explanation": f"bus error: {error!r}"[:500]}
+            )
+            return failed, self.ledger
+        self.commands_sent.append(action.idempotency_key)
+        d.metrics.commands.labels(command_subject(d.ctx, action).rsplit(".", 1)[-1]).inc()
+        if isinstance(action, LaunchInstances):
+            self.launched += action.count
+            price = worst_price_usd_per_h(action, d.guardrails)
+            with contextlib.suppress(LockUnavailable):
+                await d.single_flight.record_launch(
+                    self.lease, SentLaunch(action.idempotency_key, now, action.count, price)
+                )
+        return verdict, ledger
+
+    async def find_offers(self, query: OfferQuery) -> OfferList:
+        d = self.decider
+        try:
+            reply = await d.ctx.broker.connection.request(
+                d.ctx.subjects.provision_offers, query.model_dump_json().encode(), timeout=OFFER_REQUEST_TIMEOUT_S
+            )
+            return OfferList.model_validate_json(reply.data)
+        except Exception as error:
+            return OfferList(
+                occurred_at=d.ctx.clock.now(), source=SERVICE, error=f"offer search failed: {error!r}"[:1000]
+            )
+
+    async def request_benchmark(self, request: BenchRequest) -> None:
+        d = self.decider
+        await publish_event(d.ctx.broker, d.ctx.subjects.bench_request, request, stream=BENCH.name(d.ctx.subjects))
+
+    async def reply_to_operator(self, reply: OperatorReply) -> None:
+        d = self.decider
+        await publish_event(d.ctx.broker, d.ctx.subjects.operator_reply, reply, stream=OPERATOR.name(d.ctx.subjects))
+
+
+class Decider:
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        config: DeciderSettings,
+        metrics: DeciderMetrics,
+        single_flight: RedisSingleFlight,
+        policy: Policy,
+        advisor: Advisor | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.config = config
+        self.metrics = metrics
+        self.single_flight = single_flight
+        self.policy = policy
+        self.advisor = advisor
+        self.guardrails: GuardrailConfig = config.guardrail_config(ctx.settings)
+        self.scheduler = TriggerScheduler.starting(config.trigger_config(), ctx.clock.now())
+        self.inputs = InputReader(
+            ctx.broker,
+            ctx.subjects,
+            source=SERVICE,
+            signal_max_age_s=config.signal_max_age_s,
+            snapshot_max_age_s=config.snapshot_max_age_s,
+            snapshot_request_timeout_s=config.snapshot_request_timeout_s,
+        )
+        self.operator_messages: dict[str, OperatorMessage] = {}
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._suppressed_seen: dict[str, int] = {}
+
+    # --- triggers in --------------------------------------------------------------------------------------
+
+    def on_trigger(self, trigger: Trigger) -> None:
+        self.metrics.triggers.labels(trigger.priority, trigger.reason.value).inc()
+        ref = TriggerRef(priority=trigger.priority, reason=trigger.reason, event_id=trigger.event_id)
+        self.scheduler.offer(ref, self.ctx.clock.now())
+        self._wake.set()
+
+    def on_operator_message(self, message: OperatorMessage) -> None:
+        """An operator message is a P0 trigger; the run that takes it passes the text to the advisor."""
+        self.metrics.triggers.labels("p0", TriggerReason.OPERATOR_MESSAGE.value).inc()
+        self.operator_messages[message.event_id] = message
+        ref = TriggerRef(priority="p0", reason=TriggerReason.OPERATOR_MESSAGE, event_id=message.event_id)
+        self.scheduler.offer(ref, self.ctx.clock.now())
+        self._wake.set()
+
+    # --- the loop -----------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop_task = asyncio.create_task(self._loop(), name="decider-loop")
+
+    async def stop(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+        await self.single_flight.close()
+
+    async def _loop(self) -> None:
+        while True:
+            self._wake.clear()
+            now = self.ctx.clock.now()
+            batch = self.scheduler.poll(now)
+            self._count_suppressed()
+            if batch is None:
+                await self._sleep_until(self.scheduler.next_wake_at(now), now)
+                continue
+            try:
+                await self.run_batch(batch)
+            except Exception:
+                log.exception("decider run failed; triggers kept for the next one")
+                if self.scheduler.running:
+                    self.scheduler.abandon(self.ctx.clock.now() + timedelta(seconds=self.config.lock_retry_s))
+
+    async def _sleep_until(self, wake_at: datetime | None, now: datetime) -> None:
+        """Until the scheduler's next deadline or a new trigger, whichever comes first."""
+        waiters: list[asyncio.Future[object]] = [asyncio.ensure_future(self._wake.wait())]
+        if wake_at is not None:
+            waiters.append(asyncio.ensure_future(self.ctx.clock.sleep((wake_at - now).total_seconds())))
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    def _count_suppressed(self) -> None:
+        for label, count in self.scheduler.suppressed_runs.items():
+            new = count - self._suppressed_seen.get(label, 0)
+            if new > 0:
+                self.metrics.suppressed_runs.labels(label).inc(new)
+                log.warning("rate limit: suppressed a %s run (%d this process)", label, count)
+            self._suppressed_seen[label] = count
+
+    def alert(self, kind: str, message: str) -> None:
+        """Alert level: logged as an error with ALERT and counted, for Prometheus alert rules."""
+        self.metrics.alerts.labels(kind).inc()
+        log.error("ALERT %s: %s", kind, message)
+
+    # --- one run under the lock ---------------------------------------------------------------------------
+
+    async def run_batch(self, batch: RunBatch) -> DecisionRecord | None:
+        now = self.ctx.clock.now()
+        try:
+            lease = await self.single_flight.acquire()
+        except LockUnavailable as error:
+            self.metrics.lock_available.set(0)
+            self.metrics.lock_attempts.labels("unavailable").inc()
+            self.alert("redis_unavailable", f"cannot take the single-flight lock, holding (no actions): {error}")
+            self.scheduler.abandon(now + timedelta(seconds=self.config.redis_retry_s))
+            return None
+        self.metrics.lock_available.set(1)
+        if lease is None:
+            self.metrics.lock_attempts.labels("busy").inc()
+            self.scheduler.abandon(now + timedelta(seconds=self.config.lock_retry_s))
+            return None
+        self.metrics.lock_attempts.labels("acquired").inc()
+        self.metrics.lock_held.set(1)
+        renewing = asyncio.create_task(keep_renewed(self.single_flight, lease))
+        begun = False
+        try:
+            shared = await self.single_flight.shared_state(batch.event_ids, now)
+            for at in await self.single_flight.wakeups_after(now):
+                self.scheduler.schedule_wakeup(at)
+            refs = uncovered(
+                batch,
+                covered_event_ids=shared.covered_event_ids,
+                last_run_elsewhere_at=shared.last_run_started_at,
+                now=now,
+                heartbeat_s=self.config.heartbeat_s,
+            )
+            if not refs:
+                self.metrics.skipped_runs.inc()
+                self.scheduler.skip(batch, now, shared.last_run_started_at)
+                return None
+            started_at = self.ctx.clock.now()
+            if not await self.single_flight.record_run_start(lease, started_at, batch.event_ids):
+                self.scheduler.abandon(now + timedelta(seconds=self.config.lock_retry_s))
+                return None
+            self.scheduler.begin(batch, started_at)
+            begun = True
+            return await self._run(lease, refs, started_at)
+        except LockUnavailable as error:
+            self.alert("redis_unavailable", f"lost Redis during a run, holding: {error}")
+            if not begun:
+                self.scheduler.abandon(now + timedelta(seconds=self.config.redis_retry_s))
+            return None
+        finally:
+            renewing.cancel()
+            self.metrics.lock_held.set(0)
+            with contextlib.suppress(LockUnavailable):
+                await self.single_flight.release(lease)
+            if begun:
+                self.scheduler.finish(self.ctx.clock.now())
+
+    async def _run(self, lease: Lease, refs: tuple[TriggerRef, ...], started_at: datetime) -> DecisionRecord:
+        wall_start = time.perf_counter()  # the duration metric is wall time whatever the service clock
+        run_id = f"{self.config.replica_id}-{uuid.uuid4().hex[:16]}"
+        data = await self.inputs.read(started_at)
+        if data.stale:
+            self.alert(
+                "stale_inputs",
+                f"signal {data.signal_freshness}, snapshot {data.snapshot_freshness}: holding, no actions",
+            )
+        try:
+            sent = await self.single_flight.recent_launches(started_at)
+        except LockUnavailable:
+            lease.lost, sent = True, []
+        ledger = ledger_from(data.snapshot, data.signal, sent, started_at, stale=data.stale)
+        pending_launches = (
+            sum(p.count for p in unobserved_launches(sent, data.snapshot, started_at)) if data.snapshot else 0
+        )
+        recommendation = self._recommend(data, started_at, pending_launches)
+        explanation = recommendation.explanation if recommendation else "hold: no demand signal or fleet snapshot"
+        if data.stale:
+            explanation = (
+                f"hold, inputs stale (signal {data.signal_freshness}, snapshot {data.snapshot_freshness});"
+                f" policy alone would: {explanation}"
+            )
+        actions = policy_actions(recommendation, run_id, started_at, SERVICE) if recommendation else []
+        messages = [self.operator_messages[r.event_id] for r in refs if r.event_id in self.operator_messages]
+        inputs = RunInputs(
+            run_id=run_id,
+            now=started_at,
+            triggers=list(refs),
+            signal=data.signal,
+            snapshot=data.snapshot,
+            recommendation=explanation,
+            recommended_actions=actions,
+            operator_messages=messages,
+            stale=data.stale,
+        )
+        ports = RunPorts(self, lease, ledger)
+        has_p0 = any(r.priority == "p0" for r in refs)
+        outcome: AdvisorOutcome | None = None
+        degraded = False
+        if data.stale:
+            if messages and self.advisor:
+                outcome = await self._advise(inputs, ports)  # it may explain; every act is refused as stale
+        elif (recommendation is None or recommendation.is_hold) and not has_p0:
+            self.metrics.fast_path.inc()
+        elif self.advisor:
+            outcome = await self._advise(inputs, ports)
+            degraded = outcome.status == "degraded"
+            if degraded:
+                await self._apply_policy(ports, data, started_at, pending_launches, run_id)
+        else:
+            for action in actions:
+                await ports.act(action)
+        if messages and (self.advisor is None or degraded or (data.stale and not self.advisor)):
+            await self._reply_without_agent(ports, messages, explanation, started_at)
+        for message in messages:
+            self.operator_messages.pop(message.event_id, None)
+        return await self._finish(
+            lease, run_id, refs, started_at, wall_start, data, explanation, ports, outcome, degraded
+        )
+
+    def _recommend(self, data: RunData, now: datetime, pending_launches: int) -> Recommendation | None:
+        if data.signal is None or data.snapshot is None:
+            return None
+        return self.policy.recommend(data.signal, data.snapshot, now, unobserved_launches=pending_launches)
+
+    async def _advise(self, inputs: RunInputs, ports: RunPorts) -> AdvisorOutcome:
+        assert self.advisor is not None
+        try:
+            return await asyncio.wait_for(self.advisor.advise(inputs, ports), timeout=self.config.advisor_timeout_s)
+        except Exception as error:  # the model being slow, wrong or down must never stop the decider
+            log.error("advisor failed, applying the policy alone: %r", error)
+            trace = AgentTrace(status="degraded", decision=f"advisor failed: {error!r}"[:8000])
+            return AdvisorOutcome(trace=trace, status="degraded")
+
+    async def _apply_policy(
+        self, ports: RunPorts, data: RunData, now: datetime, pending_launches: int, run_id: str
+    ) -> None:
+        """After a degraded advisor: the policy again, counting what the advisor already launched this run."""
+        recommendation = self._recommend(data, now, pending_launches + ports.launched)
+        if recommendation is None:
+            return
+        for action in policy_actions(recommendation, f"{run_id}-p", now, SERVICE):
+            await ports.act(action)
+
+    async def _reply_without_agent(
+        self, ports: RunPorts, messages: list[OperatorMessage], explanation: str, now: datetime
+    ) -> None:
+        done = [v.explanation for v in ports.verdicts if v.verdict == "allowed"]
+        text = (
+            "The agent is not available; the deterministic policy decided. "
+            f"{explanation}. Actions: {'; '.join(done) if done else 'none'}."
+        )[:8000]
+        for message in messages:
+            reply = OperatorReply(
+                occurred_at=now,
+                source=SERVICE,
+                conversation_id=message.conversation_id,
+                in_reply_to=message.event_id,
+                text=text,
+            )
+            try:
+                await ports.reply_to_operator(reply)
+            except Exception as error:
+                log.error("could not reply to operator message %s: %r", message.event_id, error)
+
+    async def _finish(
+        self,
+        lease: Lease,
+        run_id: str,
+        refs: tuple[TriggerRef, ...],
+        started_at: datetime,
+        wall_start: float,
+        data: RunData,
+        explanation: str,
+        ports: RunPorts,
+        outcome: AdvisorOutcome | None,
+        degraded: bool,
+    ) -> DecisionRecord:
+        finished_at = max(self.ctx.clock.now(), started_at)
+        result = run_outcome(
+            stale=data.stale, degraded=degraded, verdicts=ports.verdicts, commands_sent=ports.commands_sent
+        )
+        record = DecisionRecord(
+            occurred_at=finished_at,
+            source=SERVICE,
+            run_id=run_id,
+            fencing_token=lease.token,
+            triggers=list(refs),
+            started_at=started_at,
+            finished_at=finished_at,
+            duration_s=(finished_at - started_at).total_seconds(),
+            signal_freshness=data.signal_freshness,
+            snapshot_freshness=data.snapshot_freshness,
+            signal=data.signal,
+            snapshot_digest=snapshot_digest(data.snapshot),
+            recommendation=explanation[:4000],
+            verdicts=ports.verdicts,
+            commands_sent=ports.commands_sent,
+            outcome=result,
+            agent=outcome.trace if outcome else None,
+        )
+        try:
+            await publish_event(
+                self.ctx.broker, self.ctx.subjects.decision_audit, record, stream=AUDIT.name(self.ctx.subjects)
+            )
+        except Exception as error:
+            log.error("could not publish the decision record of %s: %r", run_id, error)
+        next_check_s = clamp_next_check_s(outcome.next_check_s if outcome else None)
+        if next_check_s is not None:
+            at = finished_at + timedelta(seconds=next_check_s)
+            self.scheduler.schedule_wakeup(at)
+            with contextlib.suppress(LockUnavailable):
+                await self.single_flight.add_wakeup(lease, at)
+        self.metrics.runs.labels(label_of(list(refs)), result).inc()
+        self.metrics.run_duration.observe(time.perf_counter() - wall_start)
+        log.info("run %s (%s) %s: %s", run_id, label_of(list(refs)), result, explanation[:300])
+        return record
