@@ -1,0 +1,32 @@
+# One image for every FleetPilot process: `fleetpilot run <service>` (demand, fleet, provisioner, decider,
+# bench), `fleetpilot sim vast|ollama` for the simulators, and the CLI. Non-root, no dev dependencies.
+#   docker build -t fleetpilot .
+#   docker run --rm fleetpilot run demand
+
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/fleetpilot
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY shared ./shared
+COPY services ./services
+COPY sim ./sim
+# a regular (not editable) install of the runtime dependencies only; byte-code compiled now, because the
+# root filesystem is read-only at run time
+RUN /opt/fleetpilot/bin/pip install . \
+ && /opt/fleetpilot/bin/python -m compileall -q /opt/fleetpilot/lib
+
+FROM python:3.11-slim
+RUN groupadd --system --gid 10001 fleetpilot \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin fleetpilot
+COPY --from=build /opt/fleetpilot /opt/fleetpilot
+ENV PATH=/opt/fleetpilot/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    FLEETPILOT_HTTP_PORT=8000
+WORKDIR /tmp
+USER 10001:10001
+EXPOSE 8000
+# /health and /metrics are served on FLEETPILOT_HTTP_PORT by every service
+ENTRYPOINT ["fleetpilot"]
+CMD ["--help"]

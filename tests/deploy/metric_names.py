@@ -1,0 +1,58 @@
+"""Every metric the dashboards and alert rules query: the one list a test holds them to.
+
+Names are as they appear in PromQL: counters with `_total`; histograms by their base name (queries use
+`_bucket`, `_sum`, `_count`). A test checks every query uses only these; another (with the services running)
+checks the services export them.
+"""
+
+from __future__ import annotations
+
+DASHBOARD_METRICS: list[str] = [
+    # fleet
+    "fleetpilot_fleet_instances",  # gauge {state, gpu_model}
+    "fleetpilot_spend_usd_per_hour",  # gauge
+    "fleetpilot_budget_usd_per_hour",  # gauge: FLEETPILOT_BUDGET_USD_PER_H, exported beside the spend
+    # demand
+    "fleetpilot_demand_arrival_rate_per_hour",  # gauge {window}
+    "fleetpilot_demand_backlog_worker_hours",  # gauge
+    "fleetpilot_demand_task_events_total",  # counter {kind}
+    # decider, agent, guardrails
+    "fleetpilot_decider_runs_total",  # counter {trigger, outcome}
+    "fleetpilot_decider_run_duration_seconds",  # histogram
+    "fleetpilot_agent_prompt_tokens",  # gauge: the last run's prompt
+    "fleetpilot_guardrail_refusals_total",  # counter {rule}
+    # every service (shared/metrics.py)
+    "fleetpilot_dead_letters_total",  # counter {service, reason}
+    "fleetpilot_duplicate_events_total",  # counter {service}
+    # provisioner: the vast.ai API
+    "fleetpilot_vast_api_calls_total",  # counter {endpoint, outcome}
+    "fleetpilot_vast_rate_limited_total",  # counter {endpoint}
+    "fleetpilot_vast_api_latency_seconds",  # histogram {endpoint}
+    # FastStream's Prometheus middleware (shared/bus.py, metrics_prefix="fleetpilot_bus")
+    "fleetpilot_bus_received_processed_messages_total",  # counter {app_name, handler, status}
+    "fleetpilot_bus_received_processed_messages_duration_seconds",  # histogram {app_name, handler}
+]
+
+HISTOGRAMS: frozenset[str] = frozenset(
+    {
+        "fleetpilot_decider_run_duration_seconds",
+        "fleetpilot_vast_api_latency_seconds",
+        "fleetpilot_bus_received_processed_messages_duration_seconds",
+    }
+)
+
+# The metrics the operations issue requires the services to export; each must be on a dashboard.
+REQUIRED_METRICS: list[str] = [
+    "fleetpilot_fleet_instances",
+    "fleetpilot_spend_usd_per_hour",
+    "fleetpilot_demand_arrival_rate_per_hour",
+    "fleetpilot_demand_backlog_worker_hours",
+    "fleetpilot_decider_runs_total",
+    "fleetpilot_decider_run_duration_seconds",
+    "fleetpilot_agent_prompt_tokens",
+    "fleetpilot_guardrail_refusals_total",
+    "fleetpilot_dead_letters_total",
+    "fleetpilot_vast_api_calls_total",
+    "fleetpilot_vast_rate_limited_total",
+    "fleetpilot_vast_api_latency_seconds",
+]

@@ -1,0 +1,220 @@
+"""Dashboards, scrape config and alert rules: they load without edits and query only metrics that exist."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.metric_names import DASHBOARD_METRICS, HISTOGRAMS, REQUIRED_METRICS
+from tests.deploy.promql import metric_names, without_grafana_variables
+
+REPO = Path(__file__).resolve().parents[2]
+GRAFANA = REPO / "deploy" / "grafana"
+PROMETHEUS = REPO / "deploy" / "prometheus"
+DASHBOARDS = sorted((GRAFANA / "dashboards").glob("*.json"))
+PROMETHEUS_BUILTINS = frozenset({"up", "scrape_duration_seconds"})
+HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
+
+needs_promtool = pytest.mark.skipif(
+    shutil.which("promtool") is None,
+    reason="promtool not installed (Debian/Ubuntu: apt-get install prometheus); metric names are still checked",
+)
+
+
+def load_dashboard(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    found = []
+    for panel in dashboard["panels"]:
+        found.append(panel)
+        found.extend(panel.get("panels", []))  # panels inside a collapsed row
+    return found
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(where, expr) for every query of every panel of every dashboard."""
+    return [
+        (f"{path.name}: {panel['title']} [{target['refId']}]", target["expr"])
+        for path in DASHBOARDS
+        for panel in panels(load_dashboard(path))
+        for target in panel.get("targets", [])
+    ]
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    rules = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())
+    return [rule for group in rules["groups"] for rule in group["rules"]]
+
+
+def unknown_metrics(expr: str) -> set[str]:
+    unknown = set()
+    for name in metric_names(expr):
+        histogram_part = any(name.endswith(s) and name.removesuffix(s) in HISTOGRAMS for s in HISTOGRAM_SERIES)
+        if name not in DASHBOARD_METRICS and name not in PROMETHEUS_BUILTINS and not histogram_part:
+            unknown.add(name)
+    return unknown
+
+
+# --- the metric-name extraction itself, on the shapes the queries use ---
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ('sum by (state) (fleetpilot_fleet_instances{state="producing"})', {"fleetpilot_fleet_instances"}),
+        (
+            "histogram_quantile(0.95, sum by (le, app_name) (rate(x_seconds_bucket[$__rate_interval])))",
+            {"x_seconds_bucket"},
+        ),
+        ("max(a_usd) > max(b_usd)", {"a_usd", "b_usd"}),
+        ("sum(increase(c_total[15m])) == 0 or absent(c_total)", {"c_total"}),
+        ('min_over_time(sum(g{state=~"requested|loading"})[3h:5m]) > 0 and on() count(g offset 3h) > 0', {"g"}),
+        ('a / on(job) group_left(gpu_model) b{kind="completed", x="sum(y)"} * 3600 + 1e3', {"a", "b"}),
+        ('sum_over_time(max(spend)[$__range:1m]) / 60 unless {__name__="other"}', {"spend", "other"}),
+        ("sum(rate(m_total[5m])) by (service) > bool 0", {"m_total"}),
+    ],
+)
+def test_metric_names_are_found_and_nothing_else(expr: str, expected: set[str]) -> None:
+    assert metric_names(expr) == expected
+
+
+# --- dashboards ---
+
+
+def test_the_four_dashboards_exist_with_distinct_uids_and_titles() -> None:
+    boards = [load_dashboard(path) for path in DASHBOARDS]
+    titles = {board["title"] for board in boards}
+    assert titles == {
+        "FleetPilot / Fleet overview",
+        "FleetPilot / Demand and capacity",
+        "FleetPilot / Decisions, agent and guardrails",
+        "FleetPilot / Cost",
+    }
+    uids = [board["uid"] for board in boards]
+    assert len(set(uids)) == len(uids) and all(0 < len(uid) <= 40 for uid in uids)
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
+def test_dashboard_loads_without_edits(path: Path) -> None:
+    """What Grafana needs from a provisioned file: no export placeholders, the provisioned datasource, a layout."""
+    text = path.read_text()
+    assert "${DS_" not in text and "__inputs" not in text, "an exported-for-sharing dashboard needs edits to load"
+    board = json.loads(text)
+    assert isinstance(board["schemaVersion"], int) and board["schemaVersion"] >= 36
+    assert board.get("id") is None, "a provisioned dashboard must not carry a database id"
+    datasource_uids = {ds["uid"] for ds in provisioned_datasources()}
+    ids = [panel["id"] for panel in panels(board)]
+    assert len(set(ids)) == len(ids), "panel ids must be unique"
+    for panel in panels(board):
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24 and grid["h"] > 0
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"]["uid"] in datasource_uids, panel["title"]
+        assert panel["targets"], f"{panel['title']} has no query"
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] in datasource_uids
+            assert target["expr"].strip()
+
+
+@pytest.mark.parametrize(("where", "expr"), dashboard_queries(), ids=lambda v: v if len(v) < 80 else None)
+def test_dashboard_queries_use_only_listed_metrics(where: str, expr: str) -> None:
+    assert metric_names(expr), f"{where}: no metric found in {expr!r}"
+    assert unknown_metrics(expr) == set(), where
+
+
+def test_every_required_metric_is_on_a_dashboard() -> None:
+    used = set().union(*(metric_names(expr) for _, expr in dashboard_queries()))
+    used |= {name.removesuffix(s) for name in used for s in HISTOGRAM_SERIES if name.endswith(s)}
+    assert set(REQUIRED_METRICS) - used == set()
+
+
+def provisioned_datasources() -> list[dict[str, Any]]:
+    config = yaml.safe_load((GRAFANA / "provisioning" / "datasources" / "prometheus.yaml").read_text())
+    return list(config["datasources"])
+
+
+def test_provisioning_points_at_the_dashboards_and_prometheus() -> None:
+    [datasource] = provisioned_datasources()
+    assert datasource["type"] == "prometheus" and datasource["url"] == "http://prometheus:9090"
+    providers = yaml.safe_load((GRAFANA / "provisioning" / "dashboards" / "fleetpilot.yaml").read_text())
+    [provider] = providers["providers"]
+    compose = yaml.safe_load((REPO / "compose.yaml").read_text())
+    mounts = {volume.split(":")[1]: volume.split(":")[0] for volume in compose["services"]["grafana"]["volumes"]}
+    assert mounts[provider["options"]["path"]] == "./deploy/grafana/dashboards"
+    assert mounts["/etc/grafana/provisioning"] == "./deploy/grafana/provisioning"
+
+
+# --- Prometheus: scrape config and alert rules ---
+
+
+def test_alert_rules_cover_the_issue_and_use_only_listed_metrics() -> None:
+    rules = {rule["alert"]: rule for rule in alert_rules()}
+    for wanted in (
+        "FleetPilotWorkersStalled",
+        "FleetPilotSpendAboveBudget",
+        "FleetPilotMachinesStuck",
+        "FleetPilotDeciderNotRunning",
+        "FleetPilotDeadLettersRising",
+    ):
+        assert wanted in rules
+    for name, rule in rules.items():
+        assert metric_names(rule["expr"]), name
+        assert unknown_metrics(rule["expr"]) == set(), name
+        assert rule["labels"]["severity"] in {"warning", "critical"}
+        assert rule["annotations"]["summary"]
+
+
+def test_every_service_is_scraped() -> None:
+    from services.cli.main import SERVICES
+
+    config = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
+    scraped = {name for job in config["scrape_configs"] for sd in job["dns_sd_configs"] for name in sd["names"]}
+    assert set(SERVICES) <= scraped
+
+
+@needs_promtool
+def test_promtool_accepts_the_config_and_rules() -> None:
+    for command in (["check", "config", "prometheus.yml"], ["check", "rules", "alerts.yml"]):
+        result = subprocess.run(["promtool", *command], cwd=PROMETHEUS, capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
+def test_alerts_fire_on_their_stories_and_stay_quiet_otherwise() -> None:
+    result = subprocess.run(
+        ["promtool", "test", "rules", "alerts_test.yml"],
+        cwd=Path(__file__).parent,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
+def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
+    """promtool parses recording rules: each dashboard query becomes one, Grafana's variables as durations."""
+    rules = {
+        "groups": [
+            {
+                "name": "dashboards",
+                "rules": [
+                    {"record": f"fleetpilot:dashboard_query_{n}", "expr": without_grafana_variables(expr)}
+                    for n, (_, expr) in enumerate(dashboard_queries())
+                ],
+            }
+        ]
+    }
+    path = tmp_path / "dashboard-queries.yml"
+    path.write_text(yaml.safe_dump(rules))
+    result = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
