@@ -16,7 +16,7 @@ from shared.clock import SimulatedClock
 from shared.settings import Settings
 from sim.infra import RedisServer
 from sim.ollama.server import OllamaStandIn
-from tests.agent.ports import RecordingPorts
+from tests.agent.ports import GuardedPorts
 
 AgentFactory = Callable[..., OllamaAgent]
 
@@ -40,8 +40,9 @@ def agent_settings(redis_server: RedisServer, ollama: OllamaStandIn) -> Settings
 
 
 @pytest.fixture
-def ports(agent_settings: Settings) -> RecordingPorts:
-    return RecordingPorts(agent_settings)
+def ports(agent_settings: Settings) -> GuardedPorts:
+    """For runs on the default `run_inputs()`; other inputs take `GuardedPorts.for_inputs`."""
+    return GuardedPorts.for_inputs(agent_settings)
 
 
 @pytest.fixture

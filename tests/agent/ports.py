@@ -1,35 +1,41 @@
-"""A test double of the decider's `DeciderPorts` (not of NATS, Redis or Ollama): it records what the agent asks
-for and applies a few guardrail rules the way the decider's guardrails do, so refusals reach the model."""
+"""A test double of the decider's `DeciderPorts` (not of NATS, Redis or Ollama).
+
+`act` applies the decider's real guardrails (`services.decider.guardrails.check`) to a ledger built from the
+run's inputs, as the decider's own port does, and records the verdict instead of publishing a command.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from services.decider.advisor import RunInputs
+from services.decider.guardrails import FleetLedger, GuardrailConfig, check, ledger_from
 from shared.contract import (
     Action,
     BenchRequest,
-    DemandState,
-    DestroyInstance,
-    DrainInstance,
     GuardrailVerdict,
-    LaunchInstances,
     OfferLine,
     OfferList,
     OfferQuery,
     OperatorReply,
-    StopInstance,
 )
 from shared.settings import Settings
-from tests.agent.builders import NOW
+from tests.agent.builders import NOW, run_inputs
+
+
+def guardrail_config(settings: Settings) -> GuardrailConfig:
+    return GuardrailConfig(
+        budget_usd_per_h=settings.budget_usd_per_h,
+        max_instances=settings.max_instances,
+        normal_max_price_usd_per_h=settings.normal_max_price_usd_per_h,
+        emergency_max_price_usd_per_h=settings.emergency_max_price_usd_per_h,
+    )
 
 
 @dataclass
-class RecordingPorts:
-    settings: Settings
-    spend_usd_per_h: float = 0.93
-    instances: int = 2
-    known_instances: set[int] = field(default_factory=lambda: {1001, 1002})
-    workers_stalled_with_queue: bool = False
+class GuardedPorts:
+    config: GuardrailConfig
+    ledger: FleetLedger
     offers_per_query: int = 8
     offer_note: str = ""
     verdicts: list[GuardrailVerdict] = field(default_factory=list)
@@ -37,46 +43,20 @@ class RecordingPorts:
     bench_requests: list[BenchRequest] = field(default_factory=list)
     replies: list[OperatorReply] = field(default_factory=list)
 
+    @classmethod
+    def for_inputs(cls, settings: Settings, inputs: RunInputs | None = None, **options: object) -> GuardedPorts:
+        inputs = inputs or run_inputs()
+        ledger = ledger_from(inputs.snapshot, inputs.signal, [], inputs.now, stale=inputs.stale)
+        return cls(guardrail_config(settings), ledger, **options)  # type: ignore[arg-type]
+
     @property
     def allowed(self) -> list[Action]:
         return [v.action for v in self.verdicts if v.verdict == "allowed"]
 
-    def _verdict(self, action: Action, rule: str | None, explanation: str) -> GuardrailVerdict:
-        verdict = GuardrailVerdict(
-            action=action, verdict="refused" if rule else "allowed", rule=rule, explanation=explanation
-        )
+    async def act(self, action: Action) -> GuardrailVerdict:
+        verdict, self.ledger = check(action, self.ledger, NOW, self.config)
         self.verdicts.append(verdict)
         return verdict
-
-    async def act(self, action: Action) -> GuardrailVerdict:
-        if isinstance(action, LaunchInstances):
-            price = (
-                self.settings.emergency_max_price_usd_per_h
-                if action.launch_priority == "emergency"
-                else self.settings.normal_max_price_usd_per_h
-            )
-            spend = self.spend_usd_per_h + action.count * price
-            if spend > self.settings.budget_usd_per_h:
-                return self._verdict(
-                    action,
-                    "budget_usd_per_h",
-                    f"{action.count} more at up to ${price:.2f}/h would make ${spend:.2f}/h, over the "
-                    f"${self.settings.budget_usd_per_h:.2f}/h budget",
-                )
-            if self.instances + action.count > self.settings.max_instances:
-                return self._verdict(action, "max_instances", f"over {self.settings.max_instances} machines")
-            self.spend_usd_per_h = spend
-            self.instances += action.count
-            return self._verdict(action, None, f"launching {action.count} at up to ${price:.2f}/h")
-        assert isinstance(action, DrainInstance | DestroyInstance | StopInstance)
-        if action.instance_id not in self.known_instances:
-            return self._verdict(action, "unknown_instance", f"#{action.instance_id} is not in the fleet")
-        if self.workers_stalled_with_queue:
-            return self._verdict(
-                action, "workers_stalled_with_queue", "tasks are queued and workers stalled: never scale down now"
-            )
-        self.known_instances.discard(action.instance_id)
-        return self._verdict(action, None, f"#{action.instance_id} goes ({action.reason.value})")
 
     async def find_offers(self, query: OfferQuery) -> OfferList:
         self.offer_queries.append(query)
@@ -100,10 +80,3 @@ class RecordingPorts:
 
     async def reply_to_operator(self, reply: OperatorReply) -> None:
         self.replies.append(reply)
-
-
-def stalled_demand_ports(settings: Settings) -> RecordingPorts:
-    return RecordingPorts(settings, workers_stalled_with_queue=True)
-
-
-__all__ = ["DemandState", "RecordingPorts", "stalled_demand_ports"]

@@ -230,8 +230,11 @@ class AgentRun:
             )
         ]
         answer, failure, rounds = await self._converse(system, anchor)
-        degraded = answer is None and not self.acted
-        await self._reply_to_waiting_operators(answer, failure)
+        # without an answer the model's judgement is unknown: the decider re-applies the policy, counting what
+        # was launched in this run, and answers the operator itself
+        degraded = answer is None
+        if answer is not None:
+            await self._reply_to_waiting_operators(answer)
         await self._save(answer, failure)
         return self._outcome(observation_text, answer, failure, rounds, degraded)
 
@@ -447,20 +450,13 @@ class AgentRun:
         await self.ports.reply_to_operator(reply)
         self.replied.add(conversation)
 
-    async def _reply_to_waiting_operators(self, answer: prompt.Answer | None, failure: str | None) -> None:
-        """An operator always gets an answer, even when the model did not write one."""
+    async def _reply_to_waiting_operators(self, answer: prompt.Answer) -> None:
+        """An operator always gets an answer, even when the model did not call reply_to_operator."""
         for conversation in self.conversations:
             if conversation in self.replied:
                 continue
-            if answer is not None:
-                text = f"{answer.assessment}\n{answer.decision}"
-            else:
-                text = (
-                    f"The agent had no usable answer this run ({failure}). The deterministic policy's "
-                    f"recommendation stands: {self.inputs.recommendation}"
-                )
             try:
-                await self._send_reply(conversation, text)
+                await self._send_reply(conversation, f"{answer.assessment}\n{answer.decision}")
             except Exception as error:
                 log.error("could not reply to operator conversation %s: %r", conversation, error)
 
@@ -501,7 +497,7 @@ class AgentRun:
             )
         decision = answer.decision if answer else f"no model decision: {failure}"
         if answer is None and self.acted:
-            decision += " (actions already allowed this run stand)"
+            decision += " (actions already allowed in this run stand; the policy counts them)"
         trace = AgentTrace(
             observation=(answer.observation if answer else observation)[:20000],
             assessment=(answer.assessment if answer else "")[:8000],

@@ -9,8 +9,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class AgentConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLEETPILOT_AGENT_", env_file=None, extra="ignore")
 
-    # an 8B model on one GPU answers a 12k-token prompt in seconds; two minutes means it is gone
-    call_timeout_s: float = Field(default=120.0, gt=0)
+    # an 8B model on one GPU answers a 12k-token prompt in seconds; a minute means it is gone. Eight rounds of
+    # it stay inside the decider's advisor timeout (600 s)
+    call_timeout_s: float = Field(default=60.0, gt=0)
     max_rounds: int = Field(default=8, ge=1, le=32)
     max_tool_calls: int = Field(default=12, ge=1, le=64)
     # failed calls plus unparseable answers in one run before the policy is applied alone
