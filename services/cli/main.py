@@ -8,6 +8,7 @@ import logging
 import typer
 import uvicorn
 
+from services.cli.ask import ask
 from services.cli.asyncapi import asyncapi
 from services.cli.bench import bench_app
 from services.cli.sim import sim_app
@@ -54,6 +55,7 @@ def run_service(
 app.add_typer(bench_app, name="bench")
 app.add_typer(sim_app, name="sim")
 app.command("asyncapi")(asyncapi)
+app.command("ask")(ask)
 
 
 if __name__ == "__main__":

@@ -32,3 +32,19 @@ def sim_openai(
         tokens_per_chunk=tokens_per_chunk,
     )
     serve(config, host, port)
+
+
+@sim_app.command("ollama")
+def sim_ollama(
+    port: int = typer.Option(11434, help="port to listen on"),
+    host: str = typer.Option("127.0.0.1", help="address to bind"),
+    behaviour: str = typer.Option("follow", help="scripted model behaviour (see sim/ollama/behaviours.py)"),
+    model: str = typer.Option(None, help="the model name it serves (default qwen3:8b)"),
+) -> None:
+    """A protocol-level Ollama (/api/chat, /api/tags, /api/show) with scripted model behaviours."""
+    from sim.ollama.behaviours import ALL_BEHAVIOURS
+    from sim.ollama.server import serve
+
+    if behaviour not in ALL_BEHAVIOURS:
+        raise typer.BadParameter(f"unknown behaviour {behaviour!r}; choose one of {', '.join(ALL_BEHAVIOURS)}")
+    serve(port=port, host=host, behaviour=behaviour, model=model)
