@@ -26,6 +26,7 @@ SERVICES = {
     "bench": "services.bench.app",
     "decider": "services.decider.app",
     "demand": "services.demand.app",
+    "provisioner": "services.provisioner.app",
 }
 
 

@@ -48,3 +48,37 @@ def sim_ollama(
     if behaviour not in ALL_BEHAVIOURS:
         raise typer.BadParameter(f"unknown behaviour {behaviour!r}; choose one of {', '.join(ALL_BEHAVIOURS)}")
     serve(port=port, host=host, behaviour=behaviour, model=model)
+
+
+@sim_app.command("vast")
+def sim_vast(
+    port: int = typer.Option(8200, help="port to listen on"),
+    host: str = typer.Option("127.0.0.1", help="address to bind"),
+    api_key: str = typer.Option(..., envvar="FLEETPILOT_VAST_API_KEY", help="the key clients must present"),
+    scenario: str = typer.Option(None, help="a scenario file (.yaml/.yml/.json); default: the built-in market"),
+    speed: float = typer.Option(None, help="simulated time runs this many times faster than wall time"),
+    seed: int = typer.Option(None, help="overrides the scenario's seed"),
+    log_level: str = typer.Option("info", help="debug, info, warning, error"),
+) -> None:
+    """A vast.ai REST API stand-in: market, slow and failing machines, rate limits, faults, a ledger (/_sim/ledger)."""
+    import time
+    from datetime import UTC, datetime
+
+    from shared.clock import Clock, ScaledClock
+    from shared.settings import Settings
+    from sim.vast.runner import serve_forever
+    from sim.vast.scenario import Scenario
+    from sim.vast.server import VastSimulator
+
+    world = Scenario.load(scenario) if scenario else Scenario()
+    if seed is not None:
+        world = world.model_copy(update={"seed": seed})
+    settings = Settings()
+    clock: Clock
+    if speed is not None:
+        # the demo gives every process the same epoch (FLEETPILOT_CLOCK_*), so they all agree on the time
+        epoch = settings.clock_sim_epoch or datetime.now(UTC)
+        clock = ScaledClock(epoch, settings.clock_wall_epoch_s or time.time(), speed)
+    else:
+        clock = settings.make_clock()
+    serve_forever(VastSimulator(world, api_key, clock), host=host, port=port, log_level=log_level)

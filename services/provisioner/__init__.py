@@ -1,0 +1,1 @@
+"""The provisioner: the only FleetPilot service that talks to vast.ai."""

@@ -1,0 +1,141 @@
+"""provisioner's wiring: commands from the COMMANDS work queue, offer look-ups, bench verdicts and the demand
+signal in; instance observations and command results out; reconciliation on start-up and on a schedule."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from faststream.asgi import AsgiFastStream
+from faststream.nats.annotations import NatsMessage
+from redis.asyncio import Redis
+
+from services.provisioner.metrics import ProvisionerMetrics
+from services.provisioner.operations import Provisioner
+from services.provisioner.settings import ProvisionerSettings
+from services.provisioner.store import ProvisionerStore
+from services.provisioner.vast_client import VastClient
+from shared.bus import durable_pull, publish_event
+from shared.contract import (
+    BenchResult,
+    DemandSignal,
+    DestroyInstance,
+    InstanceObserved,
+    LaunchInstances,
+    OfferList,
+    OfferQuery,
+    ProvisionResult,
+    StopInstance,
+)
+from shared.service import ServiceContext, asgi_app
+from shared.settings import Settings
+from shared.streams import BENCH, COMMANDS, INSTANCES, LATEST, durable_consumer
+
+SERVICE = "provisioner"
+
+log = logging.getLogger("fleetpilot.provisioner")
+
+
+class BusPublisher:
+    """Instance observations and command results go to the INSTANCES stream (durable, de-duplicated by id)."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        self.stream = INSTANCES.name(ctx.subjects)
+
+    async def instance(self, event: InstanceObserved) -> None:
+        await publish_event(
+            self.ctx.broker, self.ctx.subjects.provision_instance(event.state), event, stream=self.stream
+        )
+
+    async def result(self, event: ProvisionResult) -> None:
+        await publish_event(self.ctx.broker, self.ctx.subjects.provision_result, event, stream=self.stream)
+
+
+@dataclass
+class ProvisionerService:
+    app: AsgiFastStream
+    operations: Provisioner  # tests and tools reach the operations through it
+
+
+def build(ctx: ServiceContext, config: ProvisionerSettings | None = None) -> AsgiFastStream:
+    return assemble(ctx, config).app
+
+
+def assemble(ctx: ServiceContext, config: ProvisionerSettings | None = None) -> ProvisionerService:
+    config = config or ProvisionerSettings()
+    metrics = ProvisionerMetrics(ctx.metrics.registry)
+    redis = Redis.from_url(ctx.settings.redis_url)
+    store = ProvisionerStore(redis, f"fleetpilot:{ctx.settings.subject_prefix}:{SERVICE}")
+    client = VastClient(
+        ctx.settings.vast_api_url, ctx.settings.vast_api_key, clock=ctx.clock, settings=config, metrics=metrics.vast
+    )
+    publisher = BusPublisher(ctx)
+    provisioner = Provisioner(client, store, ctx.clock, ctx.settings, config, metrics, publisher)
+    subjects = ctx.subjects
+
+    def command_consumer(verb: str) -> dict[str, Any]:
+        # one durable per verb (a work-queue stream wants non-overlapping consumers), shared by every replica,
+        # so each command is taken by one replica; one at a time, with an ack wait a slow launch fits in
+        durable = f"{SERVICE}-{verb}"
+        options = durable_pull(COMMANDS, ctx.settings, durable, batch_size=1)
+        options["config"] = durable_consumer(durable, ack_wait_s=config.command_ack_wait_s)
+        return options
+
+    @ctx.broker.subscriber(subjects.provision_command("launch"), **command_consumer("launch"))
+    async def on_launch(command: LaunchInstances, msg: NatsMessage) -> None:
+        await publisher.result(await provisioner.launch(command, heartbeat=msg.in_progress))
+
+    @ctx.broker.subscriber(subjects.provision_command("stop"), **command_consumer("stop"))
+    async def on_stop(command: StopInstance, msg: NatsMessage) -> None:
+        await publisher.result(await provisioner.stop(command, heartbeat=msg.in_progress))
+
+    @ctx.broker.subscriber(subjects.provision_command("destroy"), **command_consumer("destroy"))
+    async def on_destroy(command: DestroyInstance, msg: NatsMessage) -> None:
+        await publisher.result(await provisioner.destroy(command, heartbeat=msg.in_progress))
+
+    @ctx.broker.subscriber(subjects.provision_offers)
+    async def on_offer_query(query: OfferQuery) -> OfferList:
+        return await provisioner.offers(query)
+
+    @ctx.broker.subscriber(subjects.bench_result, **durable_pull(BENCH, ctx.settings, f"{SERVICE}-bench"))
+    async def on_bench_result(result: BenchResult) -> None:
+        await provisioner.learn_bench(result)
+
+    @ctx.broker.subscriber(subjects.demand_signal, **durable_pull(LATEST, ctx.settings, f"{SERVICE}-demand"))
+    async def on_demand_signal(signal: DemandSignal) -> None:
+        await provisioner.learn_demand(signal)
+
+    async def reconcile_forever() -> None:
+        while True:
+            try:
+                await provisioner.reconcile()
+            except Exception:  # Redis or NATS away: log, and try again on the next round
+                log.exception("reconciliation failed")
+            await ctx.clock.sleep(config.reconcile_interval_s)
+
+    tasks: list[asyncio.Task[None]] = []
+
+    async def start_reconciling() -> None:
+        tasks.append(asyncio.create_task(reconcile_forever(), name="provisioner-reconcile"))
+
+    async def stop_everything() -> None:
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await client.aclose()
+        await redis.aclose()
+
+    app = asgi_app(ctx)
+    app.after_startup(start_reconciling)
+    app.on_shutdown(stop_everything)
+    return ProvisionerService(app, provisioner)
+
+
+def create_app(settings: Settings | None = None) -> AsgiFastStream:
+    """Entry point for `fleetpilot run provisioner`."""
+    return build(ServiceContext.from_settings(SERVICE, settings))

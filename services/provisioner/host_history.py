@@ -1,0 +1,131 @@
+"""This fleet's own memory of hosts and machines: incidents that fade over days, and measured throughput.
+
+A machine that got stuck loading, exited with an error, went offline or failed its benchmark is penalised;
+its host's other machines a little less. The penalty halves every `HALF_LIFE_S`, so a host is forgiven
+over days, not forever. Bench results also leave a measured throughput ratio per machine, which ranking uses
+instead of the GPU model's reference (a degraded but cheap machine can still be the best buy).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.contract import RemovalReason
+
+# Two days: a bad night on a host should cost it the next day's launches, not next week's.
+HALF_LIFE_S = 2 * 86_400.0
+# Beyond ten half-lives an incident weighs < 0.1%: forget it, so the record stays small.
+FORGET_AFTER_S = 10 * HALF_LIFE_S
+MAX_INCIDENTS = 2_000
+# A machine's trouble says something about its host (network, disks, operator), but less than about itself.
+HOST_SHARE = 0.5
+
+
+class IncidentKind(StrEnum):
+    STUCK_LOADING = "stuck_loading"
+    VAST_ERROR = "vast_error"  # exited, or an error in status_msg
+    OFFLINE = "offline"
+    NEVER_REGISTERED = "never_registered"
+    BENCH_FAILED = "bench_failed"
+    DEAD = "dead"
+    FAILED = "failed"
+
+
+INCIDENT_WEIGHTS: dict[IncidentKind, float] = {
+    IncidentKind.STUCK_LOADING: 1.0,  # an hour or more paid for nothing
+    IncidentKind.VAST_ERROR: 1.0,
+    IncidentKind.BENCH_FAILED: 1.0,
+    IncidentKind.FAILED: 1.0,
+    IncidentKind.OFFLINE: 0.7,  # it worked for a while
+    IncidentKind.DEAD: 0.7,
+    IncidentKind.NEVER_REGISTERED: 0.7,  # could be our worker as much as the host
+}
+
+# destroy/stop reasons that say something about the machine (idle, over-provisioned, budget... do not)
+REMOVAL_INCIDENTS: dict[RemovalReason, IncidentKind] = {
+    RemovalReason.STUCK_LOADING: IncidentKind.STUCK_LOADING,
+    RemovalReason.NEVER_REGISTERED: IncidentKind.NEVER_REGISTERED,
+    RemovalReason.FAILED: IncidentKind.FAILED,
+    RemovalReason.DEAD: IncidentKind.DEAD,
+    RemovalReason.BENCH_FAILED: IncidentKind.BENCH_FAILED,
+}
+
+
+class Incident(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    at: datetime
+    kind: IncidentKind
+    instance_id: int | None = None
+    host_id: int | None = None
+    machine_id: int | None = None
+
+
+class ThroughputMeasure(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    at: datetime
+    ratio_to_reference: float = Field(gt=0)
+
+
+class HostHistory(BaseModel):
+    """Serializable as one JSON document (kept in Redis)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    incidents: list[Incident] = Field(default_factory=list)
+    measured: dict[int, ThroughputMeasure] = Field(default_factory=dict, description="machine_id → last bench")
+
+    def record(self, incident: Incident) -> None:
+        """Once per instance and kind: a failure seen by every reconciliation is still one failure."""
+        if incident.instance_id is not None and any(
+            i.instance_id == incident.instance_id and i.kind == incident.kind for i in self.incidents
+        ):
+            return
+        self.incidents.append(incident)
+        if len(self.incidents) > MAX_INCIDENTS:
+            self.incidents = self.incidents[-MAX_INCIDENTS:]
+
+    def record_measure(self, machine_id: int, ratio_to_reference: float, at: datetime) -> None:
+        self.measured[machine_id] = ThroughputMeasure(at=at, ratio_to_reference=ratio_to_reference)
+
+    def forget_old(self, now: datetime) -> None:
+        self.incidents = [i for i in self.incidents if (now - i.at).total_seconds() < FORGET_AFTER_S]
+
+    def penalty(self, host_id: int | None, machine_id: int | None, now: datetime) -> float:
+        """Sum of faded incident weights: 0 for a clean record, ~1 just after one failure on this machine."""
+        total = 0.0
+        for incident in self.incidents:
+            if machine_id is not None and incident.machine_id == machine_id:
+                share = 1.0
+            elif host_id is not None and incident.host_id == host_id:
+                share = HOST_SHARE
+            else:
+                continue
+            age_s = max(0.0, (now - incident.at).total_seconds())
+            total += share * INCIDENT_WEIGHTS[incident.kind] * 0.5 ** (age_s / HALF_LIFE_S)
+        return total
+
+    def throughput_ratio(self, machine_id: int | None) -> float | None:
+        if machine_id is None:
+            return None
+        measure = self.measured.get(machine_id)
+        return measure.ratio_to_reference if measure else None
+
+
+def bench_ratio(
+    ratios_to_reference: dict[str, float], metrics: dict[str, float], reference_tasks_per_h: float | None
+) -> float | None:
+    """The throughput ratio a bench result implies: its task-rate ratio if given, else the worst ratio reported."""
+    for key in ("tasks_per_h", "throughput"):
+        if ratios_to_reference.get(key, 0) > 0:
+            return ratios_to_reference[key]
+    positive = [value for value in ratios_to_reference.values() if value > 0]
+    if positive:
+        return min(positive)
+    if reference_tasks_per_h and metrics.get("tasks_per_h", 0) > 0:
+        return metrics["tasks_per_h"] / reference_tasks_per_h
+    return None

@@ -1,0 +1,100 @@
+"""The provisioner's Prometheus metrics, on the service's own registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from shared.contract import RefusalRule
+
+VAST_ENDPOINTS = ("search", "create", "list_v1", "list_v0", "show", "manage", "destroy")
+VAST_STATUSES = ("provisioning", "created", "loading", "running", "stopped", "exited", "offline", "unknown", "other")
+
+
+class VastApiMetrics:
+    """Every vast.ai API attempt, its outcome and latency; 429s counted on their own."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.calls = Counter(
+            "fleetpilot_vast_api_calls_total",
+            "vast.ai API requests by endpoint and outcome (each retry attempt counts)",
+            ["endpoint", "outcome"],
+            registry=registry,
+        )
+        self.rate_limited = Counter(
+            "fleetpilot_vast_rate_limited_total",
+            "vast.ai answers 429 (no Retry-After), by endpoint",
+            ["endpoint"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "fleetpilot_vast_api_latency_seconds",
+            "Wall time of one vast.ai API request, by endpoint",
+            ["endpoint"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+            registry=registry,
+        )
+        for endpoint in VAST_ENDPOINTS:
+            self.rate_limited.labels(endpoint)
+            self.calls.labels(endpoint, "ok")
+
+    def observe(self, endpoint: str, outcome: str, latency_s: float | None) -> None:
+        self.calls.labels(endpoint, outcome).inc()
+        if outcome == "rate_limited":
+            self.rate_limited.labels(endpoint).inc()
+        if latency_s is not None:
+            self.latency.labels(endpoint).observe(latency_s)
+
+
+class ProvisionerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.vast = VastApiMetrics(registry)
+        self.spend = Gauge(
+            "fleetpilot_spend_usd_per_hour",
+            "Committed spend: the $/h of every instance the provisioner knows and vast has not yet destroyed",
+            registry=registry,
+        )
+        self.instances = Gauge(
+            "fleetpilot_provisioner_instances",
+            "Known instances by vast.ai actual_status",
+            ["vast_status"],
+            registry=registry,
+        )
+        self.foreign_instances = Gauge(
+            "fleetpilot_provisioner_foreign_instances",
+            "Instances on the account without FleetPilot's label: reported, never touched",
+            registry=registry,
+        )
+        self.launches_refused = Counter(
+            "fleetpilot_provisioner_launches_refused_total",
+            "Launch commands refused whole, by rule (budget, max instances, unknown fleet, ...)",
+            ["rule"],
+            registry=registry,
+        )
+        self.commands = Counter(
+            "fleetpilot_provisioner_commands_total",
+            "Provision commands handled, by verb and outcome",
+            ["verb", "outcome"],
+            registry=registry,
+        )
+        self.reconciliations = Counter(
+            "fleetpilot_provisioner_reconciliations_total",
+            "Reconciliations with vast.ai's instance list, by outcome (a failed list is unknown, not empty)",
+            ["outcome"],
+            registry=registry,
+        )
+        self.instances_launched = Counter(
+            "fleetpilot_provisioner_instances_launched_total",
+            "Instances created on vast.ai, or adopted by label after an ambiguous create",
+            ["how"],
+            registry=registry,
+        )
+        for rule in RefusalRule:
+            self.launches_refused.labels(rule.value)
+        for status in VAST_STATUSES:
+            self.instances.labels(status)
+        for outcome in ("ok", "failed"):
+            self.reconciliations.labels(outcome)
+
+    def set_instances_by_status(self, counts: dict[str, int]) -> None:
+        for status in VAST_STATUSES:
+            self.instances.labels(status).set(counts.get(status, 0))

@@ -1,0 +1,596 @@
+"""The provisioner's operations against vast.ai: launch, stop, destroy, reconcile, offer look-ups, learning.
+
+Each operation loads state, asks the pure cores (ranking, budget, reconcile, host history) what to do, calls
+vast.ai through the client, saves, and publishes. Operations that change the fleet run one at a time: an
+asyncio lock in this process and a lease in Redis across replicas, so two budget checks never overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from services.provisioner import budget
+from services.provisioner.budget import BudgetLimits, Commitment, Refusal
+from services.provisioner.host_history import REMOVAL_INCIDENTS, HostHistory, Incident, IncidentKind, bench_ratio
+from services.provisioner.metrics import ProvisionerMetrics
+from services.provisioner.ranking import OfferConstraints, RankedOffer, ThroughputKnowledge, rank, search_query
+from services.provisioner.reconcile import (
+    KnownInstance,
+    from_vast,
+    launch_label,
+    reconcile,
+    vast_status_label,
+)
+from services.provisioner.settings import ProvisionerSettings
+from services.provisioner.store import ProvisionerStore
+from services.provisioner.vast_client import (
+    AmbiguousCreate,
+    InstanceNotFound,
+    OfferGone,
+    VastAuthError,
+    VastClient,
+    VastError,
+)
+from services.provisioner.vast_models import VastInstance
+from shared import gpu_models
+from shared.clock import Clock
+from shared.contract import (
+    BenchResult,
+    DemandSignal,
+    DestroyInstance,
+    InstanceObserved,
+    InstanceState,
+    LaunchInstances,
+    OfferLine,
+    OfferList,
+    OfferQuery,
+    ProvisionResult,
+    RefusalRule,
+    StopInstance,
+)
+from shared.settings import Settings
+
+SOURCE = "provisioner"
+FLEET_LEASE = "fleet"
+GONE_KEPT_S = 86_400.0  # a gone instance is remembered a day, so a late stop/destroy for it is answered sensibly
+
+Heartbeat = Callable[[], Awaitable[None]]
+Verb = Literal["launch", "stop", "destroy"]
+
+log = logging.getLogger("fleetpilot.provisioner")
+
+
+async def _no_heartbeat() -> None:
+    return None
+
+
+class Publisher(Protocol):
+    async def instance(self, event: InstanceObserved) -> None: ...
+
+    async def result(self, event: ProvisionResult) -> None: ...
+
+
+class FleetUnknown(Exception):
+    """The instance list could not be read: the fleet is unknown, not empty."""
+
+
+@dataclass
+class Provisioner:
+    client: VastClient
+    store: ProvisionerStore
+    clock: Clock
+    settings: Settings
+    config: ProvisionerSettings
+    metrics: ProvisionerMetrics
+    publisher: Publisher
+
+    def __post_init__(self) -> None:
+        self._acting = asyncio.Lock()
+        self.known: dict[int, KnownInstance] = {}
+        self.history = HostHistory()
+        self.knowledge = ThroughputKnowledge()
+        self.fleet_known = False  # true only right after a successful list
+
+    @property
+    def limits(self) -> BudgetLimits:
+        s = self.settings
+        return BudgetLimits(
+            budget_usd_per_h=s.budget_usd_per_h,
+            max_instances=s.max_instances,
+            normal_max_price_usd_per_h=s.normal_max_price_usd_per_h,
+            emergency_max_price_usd_per_h=s.emergency_max_price_usd_per_h,
+            price_margin=self.config.price_margin,
+        )
+
+    @property
+    def constraints(self) -> OfferConstraints:
+        c = self.config
+        return OfferConstraints(
+            allowed_gpu_models=tuple(c.allowed_gpu_models),
+            max_price_usd_per_h=self.settings.emergency_max_price_usd_per_h,
+            min_reliability=c.min_reliability,
+            verified_only=c.verified_only,
+            min_cuda=c.min_cuda,
+            min_disk_gb=c.min_disk_gb,
+            excluded_host_ids=frozenset(c.excluded_host_ids),
+            excluded_machine_ids=frozenset(c.excluded_machine_ids),
+        )
+
+    def commitment(self) -> Commitment:
+        return budget.commitment_of((i.price_usd_per_h, i.state) for i in self.known.values())
+
+    # ---- serialising fleet changes ------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _exclusive(self) -> AsyncIterator[None]:
+        """One fleet-changing operation at a time, here and across replicas; state reloaded from Redis inside."""
+        async with self._acting:
+            token = await self.store.try_lease(FLEET_LEASE, self.config.lease_ttl_s)
+            while token is None:
+                await self.clock.sleep(self.config.lease_poll_s)
+                token = await self.store.try_lease(FLEET_LEASE, self.config.lease_ttl_s)
+            self._lease_token = token
+            try:
+                await self._load()
+                yield
+            finally:
+                await self.store.release_lease(FLEET_LEASE, token)
+
+    async def _keep_alive(self, heartbeat: Heartbeat) -> None:
+        """Before each slow step: tell JetStream the command is in progress and keep the lease."""
+        await heartbeat()
+        await self.store.renew_lease(FLEET_LEASE, self._lease_token, self.config.lease_ttl_s)
+
+    async def _load(self) -> None:
+        self.known = await self.store.load_instances()
+        self.history = await self.store.load_history()
+        observed = await self.store.load_observed_throughput()
+        if observed:
+            self.knowledge = ThroughputKnowledge(observed)
+
+    # ---- reconciliation -----------------------------------------------------------------------------------
+    async def reconcile(self) -> bool:
+        """Compare vast's list with what is known; True if the list was read (False: the fleet is unknown)."""
+        async with self._exclusive():
+            try:
+                await self._refresh()
+            except FleetUnknown:
+                return False
+            return True
+
+    async def _list_all(self) -> list[VastInstance]:
+        if self.config.instance_list_api == "v0":
+            return await self.client.list_instances_v0()
+        return await self.client.list_instances()
+
+    async def _refresh(self) -> None:
+        """List, diff, save, publish. Raises FleetUnknown when the list fails: never treat that as zero."""
+        try:
+            listed = await self._list_all()
+        except VastError as error:
+            self.fleet_known = False
+            self.metrics.reconciliations.labels("failed").inc()
+            log.warning("instance list failed, the fleet is unknown until the next good list: %s", error)
+            raise FleetUnknown(str(error)) from None
+        now = self.clock.now()
+        outcome = reconcile(self.known, listed, now, gone_after_missing_lists=self.config.gone_after_missing_lists)
+        self.known = outcome.known
+        for incident in outcome.incidents:
+            self.history.record(incident)
+        await self.store.save_instances(list(outcome.known.values()))
+        await self._forget_long_gone()
+        if outcome.incidents:
+            await self.store.save_history(self.history)
+        for instance in outcome.to_publish:
+            await self._publish_instance(instance)
+        for row in outcome.foreign:
+            log.warning(
+                "instance %s on the account has no FleetPilot label (%r): reported, not touched", row.id, row.label
+            )
+        self.metrics.foreign_instances.set(len(outcome.foreign))
+        self.metrics.reconciliations.labels("ok").inc()
+        self.fleet_known = True
+        self._update_gauges()
+
+    async def _forget_long_gone(self) -> None:
+        now = self.clock.now()
+        stale = [
+            i.instance_id
+            for i in self.known.values()
+            if i.state is InstanceState.GONE and (now - i.state_since).total_seconds() > GONE_KEPT_S
+        ]
+        for instance_id in stale:
+            self.known.pop(instance_id, None)
+        await self.store.forget_instances(stale)
+
+    def _update_gauges(self) -> None:
+        self.metrics.spend.set(self.commitment().usd_per_h)
+        counts: dict[str, int] = {}
+        for instance in self.known.values():
+            if instance.state is not InstanceState.GONE:
+                label = vast_status_label(instance.vast_actual_status)
+                counts[label] = counts.get(label, 0) + 1
+        self.metrics.set_instances_by_status(counts)
+
+    # ---- launch -------------------------------------------------------------------------------------------
+    async def launch(self, command: LaunchInstances, heartbeat: Heartbeat = _no_heartbeat) -> ProvisionResult:
+        async with self._exclusive():
+            previous = await self.store.result_for(command.idempotency_key)
+            if previous is not None:
+                return previous
+            result = await self._launch(command, heartbeat)
+            await self.store.save_result(result)
+            self.metrics.commands.labels("launch", result.outcome).inc()
+            if result.outcome == "refused" and result.refusal_rule is not None:
+                self.metrics.launches_refused.labels(result.refusal_rule.value).inc()
+            self._update_gauges()
+            return result
+
+    async def _launch(self, command: LaunchInstances, heartbeat: Heartbeat) -> ProvisionResult:
+        key = command.idempotency_key
+        try:
+            await self._keep_alive(heartbeat)
+            await self._refresh()
+        except FleetUnknown as unknown:
+            return self._result(
+                command, "launch", "refused", RefusalRule.UNKNOWN_FLEET, f"instance list failed: {unknown}"
+            )
+        except VastAuthError as error:
+            return self._result(command, "launch", "failed", RefusalRule.AUTH, str(error))
+
+        # instances of this very launch that already exist (a redelivery after a crash): adopted, not re-created
+        mine = {
+            i.label: i for i in self.known.values() if i.idempotency_key == key and i.state is not InstanceState.GONE
+        }
+        missing = [n for n in range(command.count) if launch_label(key, n) not in mine]
+        done_ids = sorted(i.instance_id for i in mine.values())
+        if not missing:
+            return self._result(command, "launch", "done", None, "already launched", done_ids)
+
+        cap = self.limits.price_cap(command.launch_priority, command.max_price_usd_per_h)
+        constraints = self.constraints.narrowed_to(command.gpu_models, cap)
+        if not constraints.allowed_gpu_models:
+            return self._result(
+                command, "launch", "refused", RefusalRule.NO_OFFER, f"none of {command.gpu_models} is an allowed model"
+            )
+        try:
+            await self._keep_alive(heartbeat)
+            ranked = await self._ranked_offers(constraints)
+        except VastAuthError as error:
+            return self._result(command, "launch", "failed", RefusalRule.AUTH, str(error))
+        except VastError as error:
+            return self._result(command, "launch", "failed", RefusalRule.VAST_ERROR, f"offer search failed: {error}")
+
+        plan = budget.plan_launch(self.limits, self.commitment(), ranked, len(missing))
+        if isinstance(plan, Refusal):
+            return self._result(command, "launch", "refused", plan.rule, plan.detail, done_ids)
+
+        created: list[int] = []
+        candidates = list(ranked)
+        commitment = self.commitment()
+        for position, index in enumerate(missing):
+            still_needed = len(missing) - position
+            try:
+                instance = await self._launch_one(command, index, candidates, commitment, still_needed, heartbeat)
+            except VastAuthError as error:
+                return self._result(command, "launch", "failed", RefusalRule.AUTH, str(error), done_ids + created)
+            except (VastError, FleetUnknown) as error:
+                detail = f"launched {len(created)} of {len(missing)}: {error}"
+                return self._result(command, "launch", "failed", RefusalRule.VAST_ERROR, detail, done_ids + created)
+            if instance is None:
+                detail = f"launched {len(created)} of {len(missing)}: no offer left within the budget and constraints"
+                return self._result(command, "launch", "failed", RefusalRule.NO_OFFER, detail, done_ids + created)
+            created.append(instance.instance_id)
+            commitment = commitment.plus(self.limits.reserved_usd_per_h(instance.price_usd_per_h))
+        return self._result(command, "launch", "done", None, f"launched {len(created)}", sorted(done_ids + created))
+
+    async def _ranked_offers(self, constraints: OfferConstraints) -> list[RankedOffer]:
+        query = search_query(constraints, limit=self.config.search_limit, disk_gb=self.config.disk_gb)
+        offers = await self.client.search_offers(query)
+        return rank(offers, constraints, self.knowledge, self.history, self.clock.now())
+
+    async def _launch_one(
+        self,
+        command: LaunchInstances,
+        index: int,
+        candidates: list[RankedOffer],
+        commitment: Commitment,
+        still_needed: int,
+        heartbeat: Heartbeat,
+    ) -> KnownInstance | None:
+        """Rent one instance for slot `index`: best affordable offer first, next best when one is gone; after
+        an ambiguous create, look for the label before trying again. Removes used offers from `candidates`."""
+        label = launch_label(command.idempotency_key, index)
+        attempts = 0
+        offers_tried = 0
+        while attempts < self.config.max_create_attempts and offers_tried < self.config.max_offer_fallbacks:
+            choice = budget.pick_next(self.limits, commitment, candidates, still_needed)
+            if choice is None:
+                return None
+            # the budget again, for this one rent, just before it happens (never trust the plan alone)
+            if not budget.fits(self.limits, commitment, choice.price_usd_per_h):
+                return None
+            attempts += 1
+            await self._keep_alive(heartbeat)
+            try:
+                instance_id = await self.client.create_instance(choice.offer.id, self._create_request(command, label))
+            except OfferGone:
+                log.info("offer %s was taken before we rented it; trying the next best", choice.offer.id)
+                candidates.remove(choice)
+                offers_tried += 1
+                continue
+            except AmbiguousCreate as error:
+                log.warning("create for %s is ambiguous (%s); looking for its label before retrying", label, error)
+                await self._keep_alive(heartbeat)
+                found = await self._find_by_label(label)
+                if found is not None:
+                    if choice in candidates:
+                        candidates.remove(choice)
+                    adopted = from_vast(found, self.clock.now(), adopted=True)
+                    await self._remember_new(adopted, command.idempotency_key, choice)
+                    self.metrics.instances_launched.labels("adopted_after_ambiguity").inc()
+                    return adopted
+                continue
+            candidates.remove(choice)
+            now = self.clock.now()
+            instance = KnownInstance(
+                instance_id=instance_id,
+                label=label,
+                idempotency_key=command.idempotency_key,
+                offer_id=choice.offer.id,
+                gpu_model=choice.offer.gpu_name,
+                num_gpus=choice.offer.num_gpus,
+                price_usd_per_h=choice.offer.dph_total,
+                host_id=choice.offer.host_id,
+                machine_id=choice.offer.machine_id,
+                state=InstanceState.REQUESTED,
+                created_at=now,
+                state_since=now,
+            )
+            await self._remember_new(instance, command.idempotency_key, choice)
+            self.metrics.instances_launched.labels("created").inc()
+            return instance
+        return None
+
+    async def _find_by_label(self, label: str) -> VastInstance | None:
+        try:
+            rows = await self.client.list_instances(select_filters={"label": {"eq": label}})
+        except VastError as error:
+            raise FleetUnknown(f"cannot check for {label} after an ambiguous create: {error}") from None
+        matching = [row for row in rows if row.label == label]
+        return min(matching, key=lambda row: row.id) if matching else None
+
+    async def _remember_new(self, instance: KnownInstance, key: str, choice: RankedOffer) -> None:
+        """Saved before anything is published: a crash after this point is recovered from Redis and the label."""
+        if instance.offer_id is None:
+            instance = instance.model_copy(update={"offer_id": choice.offer.id})
+        self.known[instance.instance_id] = instance
+        await self.store.save_instances([instance])
+        await self._publish_instance(instance)
+
+    def _create_request(self, command: LaunchInstances, label: str) -> dict[str, Any]:
+        config = self.config
+        env: dict[str, str] = {
+            **config.worker_env,
+            # the worker learns its instance id from vast's own CONTAINER_ID / VAST_CONTAINERLABEL; the label
+            # ties it to this launch before any id is known
+            "FLEETPILOT_INSTANCE_LABEL": label,
+            "FLEETPILOT_IDEMPOTENCY_KEY": command.idempotency_key,
+        }
+        for port in config.worker_ports:
+            env[f"-p {port}:{port}"] = "1"  # vast's SDK passes port mappings as env keys
+        return {
+            "client_id": "me",
+            "image": config.image,
+            "disk": config.disk_gb,
+            "label": label,
+            "env": env,
+            "onstart": config.onstart,
+            "runtype": "ssh",
+            "target_state": "running",
+            "cancel_unavail": True,
+        }
+
+    # ---- stop and destroy ---------------------------------------------------------------------------------
+    async def stop(self, command: StopInstance, heartbeat: Heartbeat = _no_heartbeat) -> ProvisionResult:
+        return await self._remove(command, "stop", heartbeat)
+
+    async def destroy(self, command: DestroyInstance, heartbeat: Heartbeat = _no_heartbeat) -> ProvisionResult:
+        return await self._remove(command, "destroy", heartbeat)
+
+    async def _remove(
+        self, command: StopInstance | DestroyInstance, verb: Literal["stop", "destroy"], heartbeat: Heartbeat
+    ) -> ProvisionResult:
+        async with self._exclusive():
+            previous = await self.store.result_for(command.idempotency_key)
+            if previous is not None:
+                return previous
+            result = await self._remove_unlocked(command, verb, heartbeat)
+            await self.store.save_result(result)
+            self.metrics.commands.labels(verb, result.outcome).inc()
+            self._update_gauges()
+            return result
+
+    async def _remove_unlocked(
+        self, command: StopInstance | DestroyInstance, verb: Literal["stop", "destroy"], heartbeat: Heartbeat
+    ) -> ProvisionResult:
+        instance_id = command.instance_id
+        if instance_id not in self.known:
+            try:
+                await self._keep_alive(heartbeat)
+                await self._refresh()  # it may carry our label and be adopted now
+            except FleetUnknown as unknown:
+                return self._result(command, verb, "refused", RefusalRule.UNKNOWN_FLEET, str(unknown))
+            except VastAuthError as error:
+                return self._result(command, verb, "failed", RefusalRule.AUTH, str(error))
+        instance = self.known.get(instance_id)
+        if instance is None:
+            return self._result(
+                command, verb, "refused", RefusalRule.UNKNOWN_INSTANCE,
+                f"instance {instance_id} is not FleetPilot's (no label of ours): not touched",
+            )  # fmt: skip
+        if instance.state is InstanceState.GONE:
+            outcome: Literal["done", "refused"] = "done" if verb == "destroy" else "refused"
+            rule = None if verb == "destroy" else RefusalRule.UNKNOWN_INSTANCE
+            return self._result(command, verb, outcome, rule, f"instance {instance_id} is already gone", [instance_id])
+        await self._keep_alive(heartbeat)
+        try:
+            if verb == "stop":
+                await self.client.set_state(instance_id, "stopped")
+            else:
+                await self.client.destroy_instance(instance_id)
+        except InstanceNotFound:
+            await self._mark_gone(instance)
+            if verb == "destroy":
+                return self._result(command, verb, "done", None, "vast no longer has it", [instance_id])
+            return self._result(command, verb, "failed", RefusalRule.UNKNOWN_INSTANCE, "vast no longer has it")
+        except VastAuthError as error:
+            return self._result(command, verb, "failed", RefusalRule.AUTH, str(error))
+        except VastError as error:
+            return self._result(command, verb, "failed", RefusalRule.VAST_ERROR, str(error), [instance_id])
+        await self._learn_from_removal(instance, command)
+        if verb == "destroy":
+            await self._mark_gone(instance)
+        else:
+            now = self.clock.now()
+            stopped = instance.model_copy(
+                update={"state": InstanceState.DRAINING, "vast_intended_status": "stopped", "state_since": now}
+            )
+            self.known[instance_id] = stopped
+            await self.store.save_instances([stopped])
+            await self._publish_instance(stopped)
+        return self._result(command, verb, "done", None, f"{verb} sent", [instance_id])
+
+    async def _mark_gone(self, instance: KnownInstance) -> None:
+        gone = instance.model_copy(update={"state": InstanceState.GONE, "state_since": self.clock.now()})
+        self.known[instance.instance_id] = gone
+        await self.store.save_instances([gone])
+        await self._publish_instance(gone)
+
+    async def _learn_from_removal(self, instance: KnownInstance, command: StopInstance | DestroyInstance) -> None:
+        kind = REMOVAL_INCIDENTS.get(command.reason)
+        if kind is None:
+            return
+        self.history.record(
+            Incident(
+                at=self.clock.now(),
+                kind=kind,
+                instance_id=instance.instance_id,
+                host_id=instance.host_id,
+                machine_id=instance.machine_id,
+            )
+        )
+        await self.store.save_history(self.history)
+
+    # ---- offers for the agent -----------------------------------------------------------------------------
+    async def offers(self, query: OfferQuery) -> OfferList:
+        """Ranked offers within the configuration (the emergency cap at most); an error means unknown, not none."""
+        now = self.clock.now()
+        try:
+            self.history = await self.store.load_history()
+            cap = query.max_price_usd_per_h or self.settings.emergency_max_price_usd_per_h
+            constraints = self.constraints.narrowed_to(query.gpu_models, cap)
+            ranked = await self._ranked_offers(constraints) if constraints.allowed_gpu_models else []
+        except VastError as error:
+            return OfferList(occurred_at=now, source=SOURCE, error=str(error)[:1000])
+        lines = [
+            OfferLine(
+                offer_id=r.offer.id,
+                gpu_model=r.offer.gpu_name,
+                num_gpus=r.offer.num_gpus,
+                price_usd_per_h=r.offer.dph_total,
+                reliability=r.offer.reliability_score,
+                expected_usd_per_task=r.expected_usd_per_task,
+                host_id=r.offer.host_id,
+                machine_id=r.offer.machine_id,
+                geolocation=r.offer.geolocation,
+            )
+            for r in ranked[: query.limit]
+        ]
+        return OfferList(occurred_at=now, source=SOURCE, offers=lines)
+
+    # ---- learning -----------------------------------------------------------------------------------------
+    async def learn_bench(self, result: BenchResult) -> None:
+        """A failed bench penalises the machine and its host; any verdict leaves a measured throughput ratio."""
+        if result.instance_id is None:
+            return
+        async with self._acting:
+            known = await self.store.load_instances()
+            instance = known.get(result.instance_id)
+            if instance is None:
+                return
+            history = await self.store.load_history()
+            now = self.clock.now()
+            if result.verdict == "fail":
+                history.record(
+                    Incident(
+                        at=now,
+                        kind=IncidentKind.BENCH_FAILED,
+                        instance_id=instance.instance_id,
+                        host_id=instance.host_id,
+                        machine_id=instance.machine_id,
+                    )
+                )
+            reference = gpu_models.reference_tasks_per_h(instance.gpu_model or result.gpu_model)
+            ratio = bench_ratio(result.ratios_to_reference, result.metrics, reference)
+            if ratio is not None and instance.machine_id is not None and result.verdict != "fail":
+                history.record_measure(instance.machine_id, ratio, now)
+            history.forget_old(now)
+            await self.store.save_history(history)
+            self.history = history
+
+    async def learn_demand(self, signal: DemandSignal) -> None:
+        observed = {k: v for k, v in signal.throughput_by_gpu_model_tasks_per_h.items() if v > 0}
+        if observed:
+            await self.store.save_observed_throughput(observed)
+            self.knowledge = ThroughputKnowledge({**self.knowledge.observed_tasks_per_h_by_model, **observed})
+
+    # ---- events -------------------------------------------------------------------------------------------
+    async def _publish_instance(self, instance: KnownInstance) -> None:
+        await self.publisher.instance(
+            InstanceObserved(
+                occurred_at=self.clock.now(),
+                source=SOURCE,
+                instance_id=instance.instance_id,
+                state=instance.state,
+                failure_reason=instance.failure_reason,
+                idempotency_key=instance.idempotency_key,
+                label=instance.label,
+                gpu_model=instance.gpu_model,
+                num_gpus=max(1, instance.num_gpus),
+                price_usd_per_h=instance.price_usd_per_h,
+                host_id=instance.host_id,
+                machine_id=instance.machine_id,
+                offer_id=instance.offer_id,
+                vast_actual_status=instance.vast_actual_status,
+                vast_intended_status=instance.vast_intended_status,
+                vast_status_msg=(instance.vast_status_msg or "")[:1000] or None,
+                adopted=instance.adopted,
+            )
+        )
+
+    def _result(
+        self,
+        command: LaunchInstances | StopInstance | DestroyInstance,
+        verb: Verb,
+        outcome: Literal["done", "refused", "failed"],
+        rule: RefusalRule | None,
+        detail: str,
+        instance_ids: list[int] | None = None,
+    ) -> ProvisionResult:
+        if outcome != "done":
+            log.warning("%s %s %s (%s): %s", verb, command.idempotency_key, outcome, rule, detail)
+        return ProvisionResult(
+            occurred_at=self.clock.now(),
+            source=SOURCE,
+            idempotency_key=command.idempotency_key,
+            command=verb,
+            outcome=outcome,
+            refusal_rule=rule,
+            detail=detail[:1000],
+            instance_ids=instance_ids or [],
+        )

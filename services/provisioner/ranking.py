@@ -1,0 +1,150 @@
+"""Which offers may be rented, and in what order: by expected cost per task.
+
+expected $/task = price ÷ (expected tasks/h × reliability × history factor), where expected tasks/h comes from
+this machine's bench ratio, else the fleet's observed throughput for the GPU model, else the reference table;
+and the history factor 1/(1 + penalty) discounts machines and hosts that failed us before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from services.provisioner.host_history import HostHistory
+from services.provisioner.vast_models import VastOffer
+from shared import gpu_models
+
+
+@dataclass(frozen=True)
+class OfferConstraints:
+    allowed_gpu_models: tuple[str, ...]
+    max_price_usd_per_h: float
+    min_reliability: float = 0.0
+    verified_only: bool = True
+    min_cuda: float = 0.0
+    min_disk_gb: float = 0.0
+    excluded_host_ids: frozenset[int] = frozenset()
+    excluded_machine_ids: frozenset[int] = frozenset()
+
+    def narrowed_to(self, gpu_models_wanted: Iterable[str], max_price_usd_per_h: float | None) -> OfferConstraints:
+        """A command's own wishes, never wider than the configuration: the intersection of models, the lower cap."""
+        wanted = {_key(m) for m in gpu_models_wanted}
+        models = tuple(m for m in self.allowed_gpu_models if not wanted or _key(m) in wanted)
+        cap = (
+            self.max_price_usd_per_h
+            if max_price_usd_per_h is None
+            else min(self.max_price_usd_per_h, max_price_usd_per_h)
+        )
+        return OfferConstraints(
+            allowed_gpu_models=models,
+            max_price_usd_per_h=cap,
+            min_reliability=self.min_reliability,
+            verified_only=self.verified_only,
+            min_cuda=self.min_cuda,
+            min_disk_gb=self.min_disk_gb,
+            excluded_host_ids=self.excluded_host_ids,
+            excluded_machine_ids=self.excluded_machine_ids,
+        )
+
+
+@dataclass(frozen=True)
+class ThroughputKnowledge:
+    """Tasks/h per GPU observed by this fleet, by GPU model (from the demand signal's completions)."""
+
+    observed_tasks_per_h_by_model: Mapping[str, float] = field(default_factory=dict)
+
+    def per_gpu_tasks_per_h(self, gpu_name: str) -> float | None:
+        model = gpu_models.find(gpu_name)
+        for name, rate in self.observed_tasks_per_h_by_model.items():
+            if rate > 0 and _key(name) == _key(gpu_name):
+                return rate
+        return model.reference_tasks_per_h if model else None
+
+
+@dataclass(frozen=True)
+class RankedOffer:
+    offer: VastOffer
+    expected_tasks_per_h: float
+    success_factor: float  # reliability × history factor, in (0, 1]
+    expected_usd_per_task: float
+
+    @property
+    def price_usd_per_h(self) -> float:
+        return self.offer.dph_total
+
+
+def search_query(constraints: OfferConstraints, *, limit: int, disk_gb: float) -> dict[str, Any]:
+    """The `POST /api/v0/bundles/` body for these constraints (vast's CLI defaults included: rentable, not rented)."""
+    query: dict[str, Any] = {
+        "gpu_name": {"in": list(constraints.allowed_gpu_models)},
+        "dph_total": {"lte": constraints.max_price_usd_per_h},
+        "reliability2": {"gte": constraints.min_reliability},
+        "cuda_max_good": {"gte": constraints.min_cuda},
+        "disk_space": {"gte": max(constraints.min_disk_gb, disk_gb)},
+        "rentable": {"eq": True},
+        "rented": {"eq": False},
+        "external": {"eq": False},
+        "order": [["dph_total", "asc"]],
+        "type": "on-demand",
+        "limit": limit,
+        "allocated_storage": disk_gb,
+    }
+    if constraints.verified_only:
+        query["verified"] = {"eq": True}
+    if constraints.excluded_host_ids:
+        query["host_id"] = {"notin": sorted(constraints.excluded_host_ids)}
+    if constraints.excluded_machine_ids:
+        query["machine_id"] = {"notin": sorted(constraints.excluded_machine_ids)}
+    return query
+
+
+def acceptable(offer: VastOffer, constraints: OfferConstraints) -> bool:
+    """Checked again here: a search filter vast ignored must not let a wrong machine through."""
+    allowed = {_key(m) for m in constraints.allowed_gpu_models}
+    return (
+        _key(offer.gpu_name) in allowed
+        and offer.dph_total <= constraints.max_price_usd_per_h
+        and offer.reliability_score >= constraints.min_reliability
+        and (not constraints.verified_only or offer.verified is True)
+        and (offer.cuda_max_good or 0.0) >= constraints.min_cuda
+        and (offer.disk_space or 0.0) >= constraints.min_disk_gb
+        and offer.host_id not in constraints.excluded_host_ids
+        and offer.machine_id not in constraints.excluded_machine_ids
+    )
+
+
+def rank(
+    offers: Iterable[VastOffer],
+    constraints: OfferConstraints,
+    knowledge: ThroughputKnowledge,
+    history: HostHistory,
+    now: datetime,
+) -> list[RankedOffer]:
+    """Acceptable offers, cheapest expected cost per task first. Offers of unknown throughput are left out."""
+    ranked = []
+    for offer in offers:
+        if not acceptable(offer, constraints):
+            continue
+        per_gpu = knowledge.per_gpu_tasks_per_h(offer.gpu_name)
+        if per_gpu is None:
+            continue
+        ratio = history.throughput_ratio(offer.machine_id) or 1.0
+        tasks_per_h = per_gpu * offer.num_gpus * ratio
+        history_factor = 1.0 / (1.0 + history.penalty(offer.host_id, offer.machine_id, now))
+        success = max(offer.reliability_score, 1e-3) * history_factor
+        ranked.append(
+            RankedOffer(
+                offer=offer,
+                expected_tasks_per_h=tasks_per_h,
+                success_factor=success,
+                expected_usd_per_task=offer.dph_total / (tasks_per_h * success),
+            )
+        )
+    ranked.sort(key=lambda r: (r.expected_usd_per_task, r.offer.dph_total, r.offer.id))
+    return ranked
+
+
+def _key(gpu_name: str) -> str:
+    return " ".join(gpu_name.replace("_", " ").split()).upper()

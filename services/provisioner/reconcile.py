@@ -1,0 +1,213 @@
+"""What the provisioner knows about each instance, how vast's raw status maps onto the lifecycle, and the diff
+between what it knows and what vast lists (reconciliation). Pure: snapshots and `now` in, decisions out.
+
+Labels carry the launch's idempotency key, `fleetpilot:<key>:<n>` for the n-th instance of a launch, so an
+instance created just before a crash or a timeout is recognised and adopted instead of launched twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from services.provisioner.host_history import Incident, IncidentKind
+from services.provisioner.vast_models import VastInstance
+from shared.contract import FailureReason, InstanceState
+
+LABEL_PREFIX = "fleetpilot"
+
+
+def launch_label(idempotency_key: str, index: int) -> str:
+    return f"{LABEL_PREFIX}:{idempotency_key}:{index}"
+
+
+def parse_label(label: str | None) -> tuple[str, int] | None:
+    """(idempotency key, index) from one of our labels; None for anything else (other users' instances)."""
+    if not label:
+        return None
+    parts = label.split(":")
+    if len(parts) != 3 or parts[0] != LABEL_PREFIX or not parts[1] or not parts[2].isdigit():
+        return None
+    return parts[1], int(parts[2])
+
+
+class KnownInstance(BaseModel):
+    """One instance as the provisioner knows it; persisted in Redis so a restart forgets nothing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instance_id: int
+    label: str | None = None
+    idempotency_key: str | None = None
+    offer_id: int | None = None
+    gpu_model: str | None = None
+    num_gpus: int = 1
+    price_usd_per_h: float = Field(ge=0)
+    host_id: int | None = None
+    machine_id: int | None = None
+    state: InstanceState = InstanceState.REQUESTED
+    failure_reason: FailureReason | None = None
+    vast_actual_status: str | None = None
+    vast_intended_status: str | None = None
+    vast_status_msg: str | None = None
+    created_at: datetime
+    state_since: datetime
+    adopted: bool = False
+    missing_lists: int = 0  # consecutive successful lists that did not show it
+
+
+def observed_state(
+    actual_status: str | None, intended_status: str | None, status_msg: str | None, previous: InstanceState | None
+) -> tuple[InstanceState, FailureReason | None]:
+    """vast's raw status → the lifecycle state the provisioner reports (fleet judges stuck/dead from time)."""
+    actual = (actual_status or "").strip().lower()
+    message = (status_msg or "").lower()
+    if actual == "exited":
+        return InstanceState.FAILED, FailureReason.VAST_ERROR
+    if actual == "offline":
+        return InstanceState.FAILED, FailureReason.DEAD
+    if actual != "running" and "error" in message:
+        # vast-cli's own wait loop gives up on an instance whose status_msg says Error (image pull, docker)
+        return InstanceState.FAILED, FailureReason.VAST_ERROR
+    if actual == "running":
+        return InstanceState.RUNNING, None
+    if actual == "loading":
+        return InstanceState.LOADING, None
+    if actual in ("stopped", "frozen") or (intended_status or "").lower() == "stopped":
+        # not computing, still billed for storage: winding down until someone destroys it
+        return InstanceState.DRAINING, None
+    if actual in ("", "created", "null"):
+        return InstanceState.REQUESTED, None
+    # unknown (no heartbeat), rebooting, anything new: one poll is no verdict, keep what was known
+    return (previous or InstanceState.REQUESTED), None
+
+
+def vast_status_label(actual_status: str | None) -> str:
+    """For the instances-by-status gauge."""
+    actual = (actual_status or "").strip().lower()
+    if not actual:
+        return "provisioning"
+    if actual in ("created", "loading", "running", "stopped", "exited", "offline", "unknown"):
+        return actual
+    return "other"
+
+
+def incident_for(instance: KnownInstance, at: datetime) -> Incident | None:
+    """A failure the host history should remember."""
+    if instance.state is not InstanceState.FAILED:
+        return None
+    kind = IncidentKind.OFFLINE if instance.failure_reason is FailureReason.DEAD else IncidentKind.VAST_ERROR
+    return Incident(
+        at=at, kind=kind, instance_id=instance.instance_id, host_id=instance.host_id, machine_id=instance.machine_id
+    )
+
+
+def from_vast(row: VastInstance, now: datetime, *, adopted: bool) -> KnownInstance:
+    parsed = parse_label(row.label)
+    state, reason = observed_state(row.actual_status, row.intended_status, row.status_msg, None)
+    created_at = datetime.fromtimestamp(row.start_date, tz=now.tzinfo) if row.start_date else now
+    return KnownInstance(
+        instance_id=row.id,
+        label=row.label,
+        idempotency_key=parsed[0] if parsed else None,
+        gpu_model=row.gpu_name,
+        num_gpus=row.num_gpus or 1,
+        price_usd_per_h=row.dph_total,
+        host_id=row.host_id,
+        machine_id=row.machine_id,
+        state=state,
+        failure_reason=reason,
+        vast_actual_status=row.actual_status,
+        vast_intended_status=row.intended_status,
+        vast_status_msg=row.status_msg,
+        created_at=created_at,
+        state_since=now,
+        adopted=adopted,
+    )
+
+
+@dataclass
+class Reconciliation:
+    """The decisions of one reconciliation. `known` is the new view; the lists say what to publish and report."""
+
+    known: dict[int, KnownInstance]
+    adopted: list[KnownInstance] = field(default_factory=list)
+    changed: list[KnownInstance] = field(default_factory=list)
+    gone: list[KnownInstance] = field(default_factory=list)
+    foreign: list[VastInstance] = field(default_factory=list)
+    incidents: list[Incident] = field(default_factory=list)
+
+    @property
+    def to_publish(self) -> list[KnownInstance]:
+        return [*self.adopted, *self.changed, *self.gone]
+
+
+def reconcile(
+    known: dict[int, KnownInstance], listed: Iterable[VastInstance], now: datetime, *, gone_after_missing_lists: int
+) -> Reconciliation:
+    """Compare a successful instance list with what is known. Never call this with a failed list."""
+    result = Reconciliation(known={})
+    seen: set[int] = set()
+    for row in listed:
+        seen.add(row.id)
+        current = known.get(row.id)
+        if current is None:
+            if parse_label(row.label) is None:
+                result.foreign.append(row)  # someone else's: report, never touch
+                continue
+            adopted = from_vast(row, now, adopted=True)
+            result.known[row.id] = adopted
+            result.adopted.append(adopted)
+            if (incident := incident_for(adopted, now)) is not None:
+                result.incidents.append(incident)
+            continue
+        state, reason = observed_state(row.actual_status, row.intended_status, row.status_msg, current.state)
+        updated = current.model_copy(
+            update={
+                "state": state,
+                "failure_reason": reason,
+                "vast_actual_status": row.actual_status,
+                "vast_intended_status": row.intended_status,
+                "vast_status_msg": row.status_msg,
+                "price_usd_per_h": row.dph_total or current.price_usd_per_h,  # vast's price is the truth
+                "host_id": row.host_id if row.host_id is not None else current.host_id,
+                "machine_id": row.machine_id if row.machine_id is not None else current.machine_id,
+                "gpu_model": row.gpu_name or current.gpu_model,
+                "state_since": now if state is not current.state else current.state_since,
+                "missing_lists": 0,
+            }
+        )
+        result.known[row.id] = updated
+        if _observably_different(current, updated):
+            result.changed.append(updated)
+            if state is not current.state and (incident := incident_for(updated, now)) is not None:
+                result.incidents.append(incident)
+    for instance_id, current in known.items():
+        if instance_id in seen:
+            continue
+        if current.state is InstanceState.GONE:
+            result.known[instance_id] = current
+            continue
+        # a single list can miss a row (pages shift while instances come and go): gone only after several
+        missing = current.missing_lists + 1
+        if missing >= gone_after_missing_lists:
+            gone = current.model_copy(
+                update={"state": InstanceState.GONE, "state_since": now, "missing_lists": missing}
+            )
+            result.known[instance_id] = gone
+            result.gone.append(gone)
+        else:
+            result.known[instance_id] = current.model_copy(update={"missing_lists": missing})
+    return result
+
+
+def _observably_different(before: KnownInstance, after: KnownInstance) -> bool:
+    return (before.state, before.vast_actual_status, before.vast_status_msg, before.vast_intended_status) != (
+        after.state,
+        after.vast_actual_status,
+        after.vast_status_msg,
+        after.vast_intended_status,
+    )

@@ -1,0 +1,87 @@
+"""What must survive a provisioner restart, in Redis: known instances, host history, answered commands, a lease.
+
+Keys live under `fleetpilot:<subject prefix>:provisioner:` so several deployments can share one Redis.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from redis.asyncio import Redis
+
+from services.provisioner.host_history import HostHistory
+from services.provisioner.reconcile import KnownInstance
+from shared.contract import ProvisionResult
+
+RESULT_TTL_S = 7 * 86_400  # a command redelivered or re-sent within a week is answered, not acted on again
+
+# compare-and-delete / compare-and-extend: only the holder may release or renew the lease
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+_RENEW = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
+)
+
+
+class ProvisionerStore:
+    def __init__(self, redis: Redis, namespace: str) -> None:
+        self.redis = redis
+        self.namespace = namespace
+
+    def _key(self, *parts: str) -> str:
+        return ":".join((self.namespace, *parts))
+
+    # ---- instances --------------------------------------------------------------------------------------
+    async def load_instances(self) -> dict[int, KnownInstance]:
+        raw = await self.redis.hgetall(self._key("instances"))
+        return {int(k): KnownInstance.model_validate_json(v) for k, v in raw.items()}
+
+    async def save_instances(self, instances: list[KnownInstance]) -> None:
+        if instances:
+            pipe = self.redis.pipeline(transaction=True)
+            for instance in instances:
+                pipe.hset(self._key("instances"), str(instance.instance_id), instance.model_dump_json())
+            await pipe.execute()
+
+    async def forget_instances(self, instance_ids: list[int]) -> None:
+        if instance_ids:
+            await self.redis.hdel(self._key("instances"), *[str(i) for i in instance_ids])
+
+    # ---- host history -----------------------------------------------------------------------------------
+    async def load_history(self) -> HostHistory:
+        raw = await self.redis.get(self._key("host_history"))
+        return HostHistory.model_validate_json(raw) if raw else HostHistory()
+
+    async def save_history(self, history: HostHistory) -> None:
+        await self.redis.set(self._key("host_history"), history.model_dump_json())
+
+    async def load_observed_throughput(self) -> dict[str, float]:
+        raw = await self.redis.hgetall(self._key("observed_tasks_per_h"))
+        return {k.decode() if isinstance(k, bytes) else k: float(v) for k, v in raw.items()}
+
+    async def save_observed_throughput(self, by_model: dict[str, float]) -> None:
+        if by_model:
+            pipe = self.redis.pipeline(transaction=True)
+            for model, rate in by_model.items():
+                pipe.hset(self._key("observed_tasks_per_h"), model, str(rate))
+            await pipe.execute()
+
+    # ---- answered commands ------------------------------------------------------------------------------
+    async def result_for(self, idempotency_key: str) -> ProvisionResult | None:
+        raw = await self.redis.get(self._key("result", idempotency_key))
+        return ProvisionResult.model_validate_json(raw) if raw else None
+
+    async def save_result(self, result: ProvisionResult) -> None:
+        await self.redis.set(self._key("result", result.idempotency_key), result.model_dump_json(), ex=RESULT_TTL_S)
+
+    # ---- a lease across replicas ------------------------------------------------------------------------
+    async def try_lease(self, name: str, ttl_s: float) -> str | None:
+        token = secrets.token_hex(8)
+        taken = await self.redis.set(self._key("lease", name), token, nx=True, px=int(ttl_s * 1000))
+        return token if taken else None
+
+    async def renew_lease(self, name: str, token: str, ttl_s: float) -> bool:
+        renewed = await self.redis.eval(_RENEW, 1, self._key("lease", name), token, str(int(ttl_s * 1000)))
+        return bool(renewed)
+
+    async def release_lease(self, name: str, token: str) -> None:
+        await self.redis.eval(_RELEASE, 1, self._key("lease", name), token)

@@ -1,0 +1,255 @@
+"""What a simulated vast.ai world is made of: the market, how machines start and fail, how the API misbehaves.
+
+A `Scenario` is plain data (pydantic), loadable from YAML or JSON, with a seed: the same scenario, seed and
+sequence of requests give the same world. The vast.ai simulator (`sim.vast.server`) serves it over HTTP; the
+world simulator imports this same model to drive task completions on the machines it rents.
+
+Units are in the names: `_s` seconds of simulated time (the injected clock), `_wall_s` seconds of wall time
+(only response latency, which exercises the client's own wall-clock timeouts), `_usd_per_h` dollars per hour.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from shared import gpu_models
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FloatRange(_Strict):
+    """A closed interval; values are drawn uniformly from it."""
+
+    min: float
+    max: float
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FloatRange:
+        if self.min > self.max:
+            raise ValueError(f"range min {self.min} is above max {self.max}")
+        return self
+
+
+class Endpoint(StrEnum):
+    """The vast.ai API endpoints the simulator serves; rate limits, faults and the request log use these names."""
+
+    SEARCH = "search"  # POST /api/v0/bundles/
+    CREATE = "create"  # PUT /api/v0/asks/{id}/
+    LIST_V1 = "list_v1"  # GET /api/v1/instances/
+    LIST_V0 = "list_v0"  # GET /api/v0/instances/ (deprecated: 410 unless switched on)
+    SHOW = "show"  # GET /api/v0/instances/{id}/
+    MANAGE = "manage"  # PUT /api/v0/instances/{id}/ (start, stop, label)
+    DESTROY = "destroy"  # DELETE /api/v0/instances/{id}/
+
+
+class Fate(StrEnum):
+    """What happens to a rented machine, decided when it is created."""
+
+    HEALTHY = "healthy"  # loading for the startup time, then running
+    STUCK_LOADING = "stuck_loading"  # stays in `loading` forever
+    EXIT_ERROR = "exit_error"  # reaches the end of loading, then `exited` with a docker error in status_msg
+    OFFLINE_LATER = "offline_later"  # runs, then the host disconnects: `offline`
+    SLOW = "slow"  # runs, but computes slower than its GPU model's reference
+
+
+class MarketSegment(_Strict):
+    """`count` generated offers of one GPU model; each machine is its own offer with a stable id."""
+
+    gpu_model: str
+    count: int = Field(ge=0, le=10_000)
+    num_gpus: int = Field(default=1, ge=1, le=16)
+    price_usd_per_h: FloatRange | None = Field(
+        default=None, description="whole-machine GPU price; default: the catalog's typical price per GPU ±15%"
+    )
+    reliability: FloatRange = FloatRange(min=0.90, max=0.995)
+    verified_share: float = Field(default=0.9, ge=0, le=1)
+    cuda_max_good: float | None = Field(default=None, description="default: the catalog's typical value")
+    disk_space_gb: FloatRange = FloatRange(min=100, max=1000)
+    machines_per_host: int = Field(default=1, ge=1, description="machines of one host share its host_id")
+    geolocations: list[str] = Field(default_factory=lambda: ["Texas, US", "Quebec, CA", "Bavaria, DE", "Tokyo, JP"])
+
+    @model_validator(mode="after")
+    def _known_model(self) -> MarketSegment:
+        if gpu_models.find(self.gpu_model) is None and (self.price_usd_per_h is None or self.cuda_max_good is None):
+            raise ValueError(
+                f"gpu_model {self.gpu_model!r} is not in shared.gpu_models; give price_usd_per_h and cuda_max_good"
+            )
+        return self
+
+
+class OfferSpec(_Strict):
+    """One exact offer, for tests and hand-made scenarios. Ids left out are assigned."""
+
+    offer_id: int | None = Field(default=None, ge=1)
+    machine_id: int | None = Field(default=None, ge=1)
+    host_id: int | None = Field(default=None, ge=1)
+    gpu_model: str
+    num_gpus: int = Field(default=1, ge=1, le=16)
+    price_usd_per_h: float = Field(gt=0, description="whole-machine GPU price (dph_base)")
+    reliability: float = Field(default=0.98, ge=0, le=1)
+    verified: bool = True
+    cuda_max_good: float = 12.4
+    disk_space_gb: float = Field(default=500, gt=0)
+    geolocation: str = "Texas, US"
+    fate: Fate | None = Field(default=None, description="force the fate of every instance on this machine")
+
+
+class MarketDynamics(_Strict):
+    """How the market moves on its own; evaluated in whole ticks so results do not depend on request timing."""
+
+    tick_s: float = Field(default=60.0, gt=0)
+    price_drift_per_h: float = Field(
+        default=0.02, ge=0, description="relative standard deviation of each offer's price random walk, per hour"
+    )
+    # the provisioner budgets with a small price margin; a drift bounded per tick keeps a search-to-rent
+    # race inside it, as real price changes between two calls seconds apart are small
+    max_price_step: float = Field(default=0.01, ge=0, le=0.5, description="largest relative price change per tick")
+    taken_by_others_per_h: float = Field(default=0.5, ge=0, description="offers rented by other customers, per hour")
+    new_offers_per_h: float = Field(default=0.5, ge=0, description="new machines listed, per hour (from segments)")
+    returned_after_destroy: bool = Field(
+        default=True, description="a destroyed instance's machine is offered again, under the same offer id"
+    )
+
+
+class StartupSpec(_Strict):
+    """Create → running. Default 1-2 h, image pull and container start included (the observed range)."""
+
+    provisioning_s: float = Field(default=20.0, ge=0, description="`actual_status` null, just after create")
+    created_s: float = Field(default=40.0, ge=0, description="then `created`, before loading starts")
+    startup_s: FloatRange = Field(
+        default=FloatRange(min=3600, max=7200), description="create → running, drawn uniformly per instance"
+    )
+    restart_s: float = Field(default=120.0, ge=0, description="stopped → running again")
+
+
+class FateShares(_Strict):
+    """The share of new instances given each bad fate; the rest are healthy."""
+
+    stuck_loading: float = Field(default=0.03, ge=0, le=1)
+    exit_error: float = Field(default=0.03, ge=0, le=1)
+    offline_later: float = Field(default=0.03, ge=0, le=1)
+    slow: float = Field(default=0.10, ge=0, le=1)
+    offline_after_s: FloatRange = Field(default=FloatRange(min=2 * 3600, max=24 * 3600), description="after running")
+    slow_factor: FloatRange = Field(
+        default=FloatRange(min=0.5, max=0.8), description="throughput relative to the GPU model's reference"
+    )
+    exit_error_messages: list[str] = Field(
+        default_factory=lambda: [
+            "Error response from daemon: failed to create task for container: failed to create shim task: "
+            "OCI runtime create failed: nvidia-container-cli: initialization error: nvml error: driver not loaded",
+            "Error: image pull failed: unexpected EOF",
+            "Error response from daemon: no space left on device",
+        ],
+        min_length=1,
+    )
+
+    @model_validator(mode="after")
+    def _shares_fit(self) -> FateShares:
+        total = self.stuck_loading + self.exit_error + self.offline_later + self.slow
+        if total > 1.0 + 1e-9:
+            raise ValueError(f"fate shares add up to {total:.3f}, above 1")
+        return self
+
+
+class RateLimit(_Strict):
+    """A minimum interval between accepted requests to one endpoint (per API key). Violations answer 429."""
+
+    min_interval_s: float = Field(ge=0)
+    penalty_s: float = Field(
+        default=0.0, ge=0, description="after a violation the endpoint stays closed this long (documented for create)"
+    )
+
+
+def _documented_rate_limits() -> dict[Endpoint, RateLimit]:
+    # vast.ai's published thresholds (docs rate-limits-and-errors.mdx, x-rate-limit in the OpenAPI yaml); search
+    # is "10 requests per minute per IP", expressed here as a 6 s interval
+    return {
+        Endpoint.SEARCH: RateLimit(min_interval_s=6.0),
+        Endpoint.CREATE: RateLimit(min_interval_s=4.5, penalty_s=12.0),
+        Endpoint.DESTROY: RateLimit(min_interval_s=3.0),
+        Endpoint.SHOW: RateLimit(min_interval_s=2.0),
+        Endpoint.LIST_V1: RateLimit(min_interval_s=1.0),
+        Endpoint.LIST_V0: RateLimit(min_interval_s=1.0),
+        Endpoint.MANAGE: RateLimit(min_interval_s=1.0),
+    }
+
+
+class ApiBehaviour(_Strict):
+    """How the API answers, faults included. The switches can also be flipped at run time (admin routes)."""
+
+    rate_limits: dict[Endpoint, RateLimit] = Field(default_factory=_documented_rate_limits)
+    rate_limit_body: Literal["text", "json"] = Field(
+        default="text", description="plain 'API requests too frequent…' or the OpenAPI's JSON {detail}"
+    )
+    v0_list: Literal["gone", "ok"] = Field(
+        default="gone", description="GET /api/v0/instances/: 410 deprecated_endpoint, or the old answer"
+    )
+    bad_key_status: Literal[401, 404] = Field(default=404, description="vast often answers a bad key with 404")
+    server_error_rate: float = Field(default=0.0, ge=0, le=1, description="share of API requests answered 5xx")
+    server_error_statuses: list[int] = Field(default_factory=lambda: [500, 502, 503, 504], min_length=1)
+    slow_response_rate: float = Field(default=0.0, ge=0, le=1, description="share of requests answered late")
+    slow_response_wall_s: float = Field(default=3.0, ge=0)
+    max_page_size: int = Field(default=25, ge=1, description="GET /api/v1/instances/ caps `limit` here")
+    default_search_limit: int = Field(default=64, ge=1)
+
+
+class Billing(_Strict):
+    """What the ledger charges: storage from creation, the GPU price while the machine is running (vast's rule)."""
+
+    storage_usd_per_gb_month: float = Field(default=0.15, ge=0)
+    gpu_billed_from: Literal["running", "created"] = "running"
+
+
+class Scenario(_Strict):
+    """A whole simulated vast.ai account and market. Every field has a default: `Scenario()` is a usable world."""
+
+    seed: int = 0
+    market: list[MarketSegment] = Field(
+        default_factory=lambda: [
+            MarketSegment(gpu_model="RTX 4090", count=30),
+            MarketSegment(gpu_model="RTX 5090", count=15),
+            MarketSegment(gpu_model="RTX 3090", count=20),
+            MarketSegment(gpu_model="RTX PRO 6000", count=6),
+            MarketSegment(gpu_model="A100 SXM4", count=6),
+            MarketSegment(gpu_model="H100 SXM", count=4),
+            MarketSegment(gpu_model="H200", count=2),
+        ]
+    )
+    offers: list[OfferSpec] = Field(default_factory=list, description="exact offers, listed besides the segments")
+    dynamics: MarketDynamics = Field(default_factory=MarketDynamics)
+    startup: StartupSpec = Field(default_factory=StartupSpec)
+    fates: FateShares = Field(default_factory=FateShares)
+    machine_fates: dict[int, Fate] = Field(default_factory=dict, description="machine_id → forced fate")
+    api: ApiBehaviour = Field(default_factory=ApiBehaviour)
+    billing: Billing = Field(default_factory=Billing)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Scenario:
+        """From a .yaml/.yml or .json file; errors name the field and the value."""
+        text = Path(path).read_text()
+        if Path(path).suffix.lower() in (".yaml", ".yml"):
+            return cls.model_validate(yaml.safe_load(text) or {})
+        return cls.model_validate_json(text)
+
+    @classmethod
+    def quiet(cls, **overrides: Any) -> Scenario:
+        """No rate limits, no random faults, no market motion, healthy machines: a base for exact tests."""
+        base: dict[str, Any] = {
+            "market": [],
+            "dynamics": {"price_drift_per_h": 0, "taken_by_others_per_h": 0, "new_offers_per_h": 0},
+            "fates": {"stuck_loading": 0, "exit_error": 0, "offline_later": 0, "slow": 0},
+            "api": {"rate_limits": {}},
+        }
+        for key, value in overrides.items():
+            if isinstance(value, dict) and isinstance(base.get(key), dict):
+                base[key] = {**base[key], **value}
+            else:
+                base[key] = value
+        return cls.model_validate(base)
