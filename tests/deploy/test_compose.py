@@ -1,0 +1,131 @@
+"""compose.yaml: valid against the Compose Specification's JSON schema, and wired the way FleetPilot needs.
+
+No Docker engine here: the schema (tests/deploy/compose-spec.json, see compose-spec.NOTICE) stands in for
+`docker compose config`, which also runs when a Compose binary is installed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from services.cli.main import SERVICES
+from sim.infra import nats_server_binary
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = REPO / "compose.yaml"
+SCHEMA = json.loads((Path(__file__).parent / "compose-spec.json").read_text())
+# `${NAME:-default}`
+_DEFAULTED = re.compile(r"^\$\{(?P<name>[A-Z_][A-Z0-9_]*):-(?P<default>[^}]*)\}$")
+
+
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(COMPOSE_FILE.read_text())
+    return loaded
+
+
+def schema_errors(document: dict[str, Any]) -> list[str]:
+    validator = jsonschema.Draft7Validator(SCHEMA)
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(document)]
+
+
+def test_the_schema_is_the_compose_specification() -> None:
+    assert SCHEMA["title"] == "Compose Specification"
+    assert {"services", "volumes", "networks", "configs", "secrets"} <= set(SCHEMA["properties"])
+
+
+def test_compose_file_is_valid_against_the_compose_specification() -> None:
+    assert schema_errors(compose()) == []
+
+
+def test_the_schema_check_rejects_a_broken_file() -> None:
+    """The validation above can fail: a misspelt key and a wrong type are both reported."""
+    broken = copy.deepcopy(compose())
+    broken["services"]["demand"]["comand"] = ["run", "demand"]
+    broken["services"]["nats"]["volumes"] = "./deploy/nats:/etc/nats:ro"
+    errors = schema_errors(broken)
+    assert any("comand" in error for error in errors)
+    assert any(error.startswith("services/nats/volumes") for error in errors)
+
+
+def compose_command() -> list[str] | None:
+    """`docker-compose`, or `docker compose` when the plugin is there; None without either."""
+    if binary := shutil.which("docker-compose"):
+        return [binary]
+    if docker := shutil.which("docker"):
+        probe = subprocess.run([docker, "compose", "version"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return [docker, "compose"]
+    return None
+
+
+@pytest.mark.skipif(compose_command() is None, reason="no Compose binary (docker-compose or the docker plugin)")
+def test_compose_binary_accepts_the_file() -> None:
+    command = compose_command() or []
+    result = subprocess.run(
+        [*command, "-f", str(COMPOSE_FILE), "--profile", "demo", "config", "-q"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_every_service_runs_with_its_own_nats_user() -> None:
+    services = compose()["services"]
+    nats_env = services["nats"]["environment"]
+    for name in SERVICES:
+        service = services[name]
+        assert service["command"] == ["run", name]
+        assert "profiles" not in service, f"{name} must run without a profile"
+        env = service["environment"]
+        assert env["FLEETPILOT_NATS_USER"] == name
+        # the service and the server read the same variable, with the same development default
+        variable = f"{name.upper()}_PASSWORD"
+        assert env["FLEETPILOT_NATS_PASSWORD"] == nats_env[variable] == f"${{{variable}:-p{name}-dev}}"
+        assert env["FLEETPILOT_NATS_URL"] == "nats://nats:4222"
+        assert service["user"] == "10001:10001" and service["read_only"] is True
+        assert service["depends_on"]["nats"]["condition"] == "service_healthy"
+
+
+def test_demo_profile_runs_the_simulators_and_services_point_at_them_by_default() -> None:
+    services = compose()["services"]
+    assert services["vast-sim"]["profiles"] == ["demo"]
+    assert services["vast-sim"]["command"][:2] == ["sim", "vast"]
+    assert services["ollama-sim"]["profiles"] == ["demo"]
+    assert services["ollama-sim"]["command"][:2] == ["sim", "ollama"]
+    env = services["provisioner"]["environment"]
+    assert env["FLEETPILOT_VAST_API_URL"] == "${FLEETPILOT_VAST_API_URL:-http://vast-sim:8080}"
+    assert env["FLEETPILOT_OLLAMA_HOST"] == "${FLEETPILOT_OLLAMA_HOST:-http://ollama-sim:11434}"
+    assert "8080" in services["vast-sim"]["command"] and "11434" in services["ollama-sim"]["command"]
+    for infrastructure in ("nats", "redis", "prometheus", "grafana"):
+        assert infrastructure in services and "profiles" not in services[infrastructure]
+
+
+def test_nats_in_compose_starts_on_its_config_with_the_default_passwords(tmp_path: Path) -> None:
+    """The server compose runs: deploy/nats/nats.conf, which includes the permissions, with compose's defaults."""
+    nats = compose()["services"]["nats"]
+    assert nats["command"] == ["-c", "/etc/nats/nats.conf"]
+    assert "./deploy/nats:/etc/nats:ro" in nats["volumes"]
+    env = {}
+    for variable, value in nats["environment"].items():
+        match = _DEFAULTED.match(value)
+        assert match and match["name"] == variable, value
+        env[variable] = match["default"]
+    result = subprocess.run(
+        [nats_server_binary(), "-c", str(REPO / "deploy" / "nats" / "nats.conf"), "-t"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
