@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -140,7 +141,7 @@ def test_the_degraded_line_is_configurable() -> None:
 
 
 def test_thresholds_out_of_order_are_refused_naming_both() -> None:
-    with pytest.raises(ValueError, match="fail_below_share=0.9, degraded_below_share=0.8"):
+    with pytest.raises(ValueError, match=re.escape("fail_below_share=0.9, degraded_below_share=0.8")):
         Thresholds(degraded_below_share=0.8, fail_below_share=0.9)
 
 

@@ -1,0 +1,314 @@
+"""The bench service on real NATS, Redis and HTTP: requests in, suite reports over HTTP, verdicts on the bus."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from faststream.asgi import AsgiFastStream
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+from redis.asyncio import Redis
+
+from services.bench.app import build
+from services.bench.collect import result_event_id
+from services.bench.config import BenchSettings
+from services.bench.gpu_suite import SCHEMA
+from services.bench.intake import intake_app
+from services.bench.metrics import BenchMetrics
+from services.bench.onstart import onstart_command
+from services.bench.references import reference_for
+from services.bench.store import BenchStore
+from shared.bus import event_headers
+from shared.clock import RealClock, SimulatedClock
+from shared.contract import BenchRequest, BenchResult, DeadLetter
+from shared.service import ServiceContext
+from shared.settings import Settings
+from shared.streams import BENCH
+from sim.infra import free_port
+from sim.openai.process import OpenAIStandIn
+from sim.openai.server import StandInConfig
+from tests.helpers import eventually
+
+TOKEN = "report-token-for-tests"
+NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+
+
+def bench_settings(**changes: Any) -> BenchSettings:
+    fields: dict[str, Any] = {
+        "report_token": TOKEN,
+        "report_timeout_s": 600.0,
+        "sweep_interval_s": 30.0,
+        "local_min_time_s": 0.02,
+        "serving_levels": (1, 2),
+        "serving_requests_per_level": 2,
+        "serving_prompt_tokens": 8,
+        "serving_output_tokens": 4,
+    }
+    fields.update(changes)
+    return BenchSettings(**fields)
+
+
+async def collect(nc: NatsClient, subject: str, model: Any) -> list[Any]:
+    received: list[Any] = []
+
+    async def on_message(msg: Any) -> None:
+        received.append(model.model_validate_json(msg.data))
+
+    await nc.subscribe(subject, cb=on_message)
+    return received
+
+
+async def request_bench(js: JetStreamContext, settings: Settings, request: BenchRequest) -> None:
+    await js.publish(
+        settings.subjects.bench_request,
+        request.model_dump_json().encode(),
+        headers=event_headers(request),
+        stream=BENCH.name(settings.subjects),
+    )
+
+
+def gpu_request(instance_id: int | None, occurred_at: datetime = NOW) -> BenchRequest:
+    return BenchRequest(occurred_at=occurred_at, source="fleet", instance_id=instance_id, kind="gpu")
+
+
+def h100_report(instance_id: int, share: float, errors: list[str] | None = None) -> dict[str, Any]:
+    reference = reference_for("H100 SXM")
+    assert reference is not None
+    return {
+        "schema": SCHEMA,
+        "instance_id": instance_id,
+        "device": "cuda",
+        "gpu_name": "NVIDIA H100 80GB HBM3",
+        "gpu_count": 1,
+        "metrics": {name: value * share for name, value in reference.expected_metrics().items()},
+        "checks": {"matmul_bf16": True, "matmul_fp16": True, "memory_copy": True, "host_copy": True},
+        "errors": errors or [],
+        "facts": {"torch": "2.5.1"},
+        "started_at": NOW.isoformat(),
+        "duration_s": 42.0,
+    }
+
+
+@asynccontextmanager
+async def over_http(app: AsgiFastStream) -> AsyncIterator[str]:
+    """The service as it runs in production: uvicorn serving the ASGI app, whose lifespan starts the broker."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    serving = asyncio.create_task(server.serve())
+    await eventually(lambda: server.started, timeout_s=20)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await serving
+
+
+@pytest.mark.parametrize(
+    ("share", "errors", "verdict"),
+    [
+        (0.5, None, "degraded"),
+        (1.0, ["memory_copy: RuntimeError: CUDA error: uncorrectable ECC error encountered"], "fail"),
+        (1.0, None, "pass"),
+    ],
+)
+async def test_a_reported_machine_gets_its_verdict_on_the_bus(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, share: float, errors: list[str] | None, verdict: str
+) -> None:
+    results = await collect(nc, settings.subjects.bench_result, BenchResult)
+    app = build(ServiceContext("bench", settings, RealClock()), bench_settings())
+    async with over_http(app) as base_url:
+        request = gpu_request(101)
+        await request_bench(js, settings, request)
+        async with httpx.AsyncClient(base_url=base_url) as client:
+            response = await client.post(
+                "/bench/report", json=h100_report(101, share, errors), headers={"authorization": f"Bearer {TOKEN}"}
+            )
+        assert response.status_code == 202
+        await eventually(lambda: len(results) == 1)
+
+    result = results[0]
+    assert result.verdict == verdict and result.instance_id == 101 and result.gpu_model == "H100 SXM"
+    assert result.event_id == result_event_id(request.event_id)
+    assert result.device == "cuda" and result.kind == "gpu"
+    if verdict == "degraded":
+        assert result.ratios_to_reference["matmul_bf16_tflops"] == pytest.approx(0.5)
+    if verdict == "fail":
+        assert result.error is not None and "ECC" in result.error
+
+
+async def test_the_onstart_line_fetches_the_suite_runs_it_and_reports_before_the_request(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, redis_server: Any, tmp_path: Path
+) -> None:
+    results = await collect(nc, settings.subjects.bench_result, BenchResult)
+    ctx = ServiceContext("bench", settings, RealClock())
+    app = build(ctx, bench_settings())
+    redis = Redis.from_url(settings.redis_url)
+    store = BenchStore(redis, settings.subjects.prefix, 600)
+    async with over_http(app) as base_url:
+        # What vast runs at container start; "cpu" because this machine has no GPU (the real line says cuda).
+        line = onstart_command(base_url, TOKEN, device="cpu", suite_dir=str(tmp_path))
+        environment = {
+            **os.environ,
+            "CONTAINER_ID": "202",
+            "OPENBLAS_NUM_THREADS": "1",  # two BLAS threads fighting the test for two cores crawl
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        }
+        shell = await asyncio.create_subprocess_exec("bash", "-c", line, env=environment)
+        assert await asyncio.wait_for(shell.wait(), timeout=30) == 0  # returns at once: the suite runs on behind
+        await eventually(lambda: store.report(202), timeout_s=30)
+        assert results == []  # nobody asked yet: the report waits
+
+        request = gpu_request(202)
+        await request_bench(js, settings, request)
+        await eventually(lambda: len(results) == 1)
+    await redis.aclose()
+
+    result = results[0]
+    assert result.instance_id == 202 and result.device == "cpu" and result.verdict == "pass"
+    assert result.metrics["matmul_bf16_tflops"] > 0
+    assert (tmp_path / "fleetpilot_gpu_suite.py").read_text().startswith('"""The GPU benchmark suite')
+
+
+async def test_bad_reports_are_refused_with_the_reason(
+    settings: Settings, nc: NatsClient, js: JetStreamContext
+) -> None:
+    ctx = ServiceContext("bench", settings, RealClock())
+    app = build(ctx, bench_settings())
+    async with over_http(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
+        good = {"authorization": f"Bearer {TOKEN}"}
+        wrong_token = await client.post("/bench/report", json=h100_report(1, 1.0), headers={"authorization": "x"})
+        assert wrong_token.status_code == 401
+
+        malformed = {**h100_report(1, 1.0), "device": "tpu"}
+        invalid = await client.post("/bench/report", json=malformed, headers=good)
+        assert invalid.status_code == 422 and "device" in invalid.text and "tpu" in invalid.text
+
+        anonymous = await client.post("/bench/report", json={**h100_report(1, 1.0), "instance_id": None}, headers=good)
+        assert anonymous.status_code == 422 and "instance_id" in anonymous.text
+
+        negative = {**h100_report(1, 1.0), "metrics": {"matmul_bf16_tflops": -1.0}}
+        assert (await client.post("/bench/report", json=negative, headers=good)).status_code == 422
+
+    registry = ctx.metrics.registry
+    assert registry.get_sample_value("fleetpilot_bench_reports_total", {"outcome": "unauthorized"}) == 1
+    assert registry.get_sample_value("fleetpilot_bench_reports_total", {"outcome": "invalid"}) == 3
+
+
+async def test_without_a_configured_token_every_report_is_refused() -> None:
+    from prometheus_client import CollectorRegistry
+
+    async def never(instance_id: int, report: Any) -> bool:
+        raise AssertionError("no report may get through")
+
+    intake = intake_app(never, None, BenchMetrics(CollectorRegistry()), 1024)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=intake), base_url="http://bench") as client:
+        response = await client.post("/bench/report", json=h100_report(1, 1.0), headers={"authorization": "Bearer "})
+        assert response.status_code == 503 and "FLEETPILOT_BENCH_REPORT_TOKEN" in response.text
+        suite = await client.get("/bench/suite.py")
+        assert suite.status_code == 200 and "def run_suite" in suite.text
+
+
+async def test_a_request_whose_instance_never_reports_fails_at_its_deadline(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, sim_clock: SimulatedClock
+) -> None:
+    results = await collect(nc, settings.subjects.bench_result, BenchResult)
+    config = bench_settings(report_timeout_s=600.0, sweep_interval_s=30.0)
+    app = build(ServiceContext("bench", settings, sim_clock), config)
+    redis = Redis.from_url(settings.redis_url)
+    store = BenchStore(redis, settings.subjects.prefix, 600)
+    await app.start()
+    try:
+        await request_bench(js, settings, gpu_request(303, occurred_at=sim_clock.now()))
+        await eventually(lambda: store.pending(303))
+        await sim_clock.advance_and_settle(570.0, step_s=30.0)
+        await asyncio.sleep(0.2)
+        assert results == []  # not yet: the deadline is 600 s after the request
+
+        async def advance_until_failed() -> bool:
+            await sim_clock.advance_and_settle(30.0)
+            return len(results) == 1
+
+        await eventually(advance_until_failed, timeout_s=10, interval_s=0.1)
+    finally:
+        await app.stop()
+        await redis.aclose()
+
+    result = results[0]
+    assert result.verdict == "fail" and result.instance_id == 303
+    assert result.error is not None and "no suite report from instance 303" in result.error
+
+
+async def test_a_request_without_instance_runs_the_suite_here(
+    settings: Settings, nc: NatsClient, js: JetStreamContext
+) -> None:
+    results = await collect(nc, settings.subjects.bench_result, BenchResult)
+    ctx = ServiceContext("bench", settings, RealClock())
+    app = build(ctx, bench_settings())
+    await app.start()
+    try:
+        request = gpu_request(None)
+        await request_bench(js, settings, request)
+        await eventually(lambda: len(results) == 1, timeout_s=30)
+        # The same request again (a redelivery JetStream did not de-duplicate) is not benchmarked twice.
+        await js.publish(
+            settings.subjects.bench_request, request.model_dump_json().encode(), stream=BENCH.name(settings.subjects)
+        )
+        duplicates = ctx.metrics.registry.get_sample_value
+        await eventually(lambda: duplicates("fleetpilot_duplicate_events_total", {"service": "bench"}) == 1)
+    finally:
+        await app.stop()
+
+    assert len(results) == 1
+    assert results[0].device == "cpu" and results[0].verdict == "pass" and results[0].instance_id is None
+
+
+async def test_a_serving_request_is_benchmarked_against_its_endpoint(
+    settings: Settings, nc: NatsClient, js: JetStreamContext
+) -> None:
+    results = await collect(nc, settings.subjects.bench_result, BenchResult)
+    app = build(ServiceContext("bench", settings, RealClock()), bench_settings())
+    with OpenAIStandIn(StandInConfig(tokens_per_s=200.0, ttft_s=0.02)) as endpoint:
+        await app.start()
+        try:
+            reachable = BenchRequest(occurred_at=NOW, source="operator", kind="serving", url=endpoint.url)
+            unreachable = BenchRequest(
+                occurred_at=NOW, source="operator", kind="serving", url=f"http://127.0.0.1:{free_port()}"
+            )
+            await request_bench(js, settings, reachable)
+            await request_bench(js, settings, unreachable)
+            await eventually(lambda: len(results) == 2, timeout_s=30)
+        finally:
+            await app.stop()
+
+    by_request = {result.event_id: result for result in results}
+    served = by_request[result_event_id(reachable.event_id)]
+    assert served.kind == "serving" and served.device == "http" and served.verdict == "pass"
+    assert served.metrics["c2_output_tokens_per_s"] > 0 and served.metrics["c1_requests_failed"] == 0
+    down = by_request[result_event_id(unreachable.event_id)]
+    assert down.verdict == "fail" and down.error is not None and "ConnectError" in down.error
+
+
+async def test_a_serving_request_without_url_is_dead_lettered_naming_the_field(
+    settings: Settings, nc: NatsClient, js: JetStreamContext
+) -> None:
+    letters = await collect(nc, settings.subjects.dead_letter("bench"), DeadLetter)
+    results: list[BenchResult] = await collect(nc, settings.subjects.bench_result, BenchResult)
+    app = build(ServiceContext("bench", settings, RealClock()), bench_settings())
+    await app.start()
+    try:
+        await request_bench(js, settings, BenchRequest(occurred_at=NOW, source="operator", kind="serving"))
+        await request_bench(js, settings, gpu_request(None))  # the service keeps working
+        await eventually(lambda: len(letters) == 1 and len(results) == 1, timeout_s=30)
+    finally:
+        await app.stop()
+    assert letters[0].reason == "invalid_message" and "url" in letters[0].error
