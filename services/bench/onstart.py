@@ -10,24 +10,35 @@ import shlex
 
 # vast.ai limits args + onstart to 4096 characters (docs say 4048 for onstart): leave room for the image's own.
 ONSTART_MAX_CHARS = 1500
-SUITE_FILE = "/tmp/fleetpilot_gpu_suite.py"
-SUITE_LOG = "/tmp/fleetpilot_gpu_suite.log"
+SUITE_DIR = "/tmp"
 
 
-def onstart_command(bench_url: str, token: str, task_command: str | None = None) -> str:
-    """`bench_url` is where instances reach the bench service's HTTP port (e.g. https://bench.example.com)."""
+def onstart_command(
+    bench_url: str,
+    token: str,
+    *,
+    task_command: str | None = None,
+    device: str = "cuda",
+    suite_dir: str = SUITE_DIR,
+) -> str:
+    """`bench_url` is where instances reach the bench service's HTTP port (e.g. https://bench.example.com).
+
+    `device` stays "cuda" on rented machines: a GPU machine whose CUDA does not work must fail, not pass as CPU.
+    """
     base = bench_url.rstrip("/")
+    suite_file = shlex.quote(f"{suite_dir}/fleetpilot_gpu_suite.py")
+    suite_log = shlex.quote(f"{suite_dir}/fleetpilot_gpu_suite.log")
     download = (
         "python3 -c 'import sys,urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' "
-        f"{shlex.quote(base + '/bench/suite.py')} {SUITE_FILE}"
+        f"{shlex.quote(base + '/bench/suite.py')} {suite_file}"
     )
     run = (
-        f"FLEETPILOT_BENCH_TOKEN={shlex.quote(token)} python3 {SUITE_FILE} --device cuda "
+        f"FLEETPILOT_BENCH_TOKEN={shlex.quote(token)} python3 {suite_file} --device {shlex.quote(device)} "
         f"--report-url {shlex.quote(base + '/bench/report')}"
     )
     if task_command:
         run += f" --task-command {shlex.quote(task_command)}"
-    line = f"( {download} && {run} ) > {SUITE_LOG} 2>&1 &"
+    line = f"( {download} && {run} ) > {suite_log} 2>&1 &"
     if len(line) > ONSTART_MAX_CHARS:
         raise ValueError(f"onstart line of {len(line)} characters exceeds {ONSTART_MAX_CHARS}; shorten task_command")
     return line
