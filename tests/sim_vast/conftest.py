@@ -1,0 +1,5 @@
+"""The simulator fixture (see harness.py)."""
+
+from tests.sim_vast.harness import start_vast
+
+__all__ = ["start_vast"]
