@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from types import EllipsisType
 
 from services.decider.advisor import RunInputs
+from services.decider.agent import scenario
 from shared.contract import (
     Action,
     DemandSignal,
     DemandState,
-    DemandTrend,
     FleetSnapshot,
     InstanceLine,
     InstanceState,
@@ -19,7 +19,6 @@ from shared.contract import (
     OperatorMessage,
     TriggerReason,
     TriggerRef,
-    WindowStats,
 )
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
@@ -34,40 +33,14 @@ def signal(
     capacity_per_h: float = 240.0,
     producing: int = 2,
 ) -> DemandSignal:
-    return DemandSignal(
-        occurred_at=NOW,
-        source="demand",
+    return scenario.demand_signal(
+        NOW,
         state=state,
-        explanation=f"arrivals {arrivals_per_h:.0f}/h exceed capacity {capacity_per_h:.0f}/h",
-        trend=DemandTrend.RISING,
-        pending_tasks=pending,
-        running_tasks=running,
-        windows=[
-            WindowStats(
-                window_s=300,
-                arrival_rate_per_h=arrivals_per_h,
-                completion_rate_per_h=capacity_per_h,
-                failure_rate_per_h=0,
-                mean_task_duration_s=240,
-                arrival_trend_per_h2=12,
-            ),
-            WindowStats(
-                window_s=3600,
-                arrival_rate_per_h=arrivals_per_h * 0.9,
-                completion_rate_per_h=capacity_per_h,
-                failure_rate_per_h=1,
-                mean_task_duration_s=238,
-                arrival_trend_per_h2=8,
-            ),
-        ],
-        sustained_arrival_rate_per_h=arrivals_per_h,
-        producing_workers=producing,
-        per_worker_throughput_tasks_per_h=120.0,
-        fleet_capacity_tasks_per_h=capacity_per_h,
-        backlog_worker_hours=round(pending / 120.0, 2),
-        above_capacity_for_s=5400,
-        last_completion_at=NOW - timedelta(minutes=1),
-        signal_seq=7,
+        pending=pending,
+        running=running,
+        arrivals_per_h=arrivals_per_h,
+        capacity_per_h=capacity_per_h,
+        producing=producing,
     )
 
 
@@ -79,49 +52,15 @@ def instance(
     throughput: float | None = 118.0,
     label: str = "",
 ) -> InstanceLine:
-    rate = f" {throughput:.0f} tasks/h" if throughput is not None and state == InstanceState.PRODUCING else ""
-    return InstanceLine(
-        instance_id=instance_id,
-        state=state,
-        gpu_model=gpu_model,
-        price_usd_per_h=price,
-        created_at=NOW - timedelta(hours=3),
-        state_since=NOW - timedelta(hours=1),
-        throughput_tasks_per_h=throughput if state == InstanceState.PRODUCING else None,
-        line=f"#{instance_id} {gpu_model} {state.value} ${price:.2f}/h 2.3h up{rate}{label}",
-    )
+    return scenario.instance_line(NOW, instance_id, state, gpu_model, price, throughput, label)
 
 
 def snapshot(instances: list[InstanceLine]) -> FleetSnapshot:
-    counts: dict[InstanceState, int] = {}
-    for line in instances:
-        counts[line.state] = counts.get(line.state, 0) + 1
-    producing = counts.get(InstanceState.PRODUCING, 0)
-    arriving = sum(
-        n
-        for s, n in counts.items()
-        if s
-        in (
-            InstanceState.REQUESTED,
-            InstanceState.LOADING,
-            InstanceState.RUNNING,
-            InstanceState.REGISTERED,
-            InstanceState.BENCHMARKED,
-        )
-    )
-    return FleetSnapshot(
-        occurred_at=NOW,
-        source="fleet",
-        instances=instances,
-        counts_by_state=counts,
-        spend_usd_per_h=round(sum(i.price_usd_per_h for i in instances), 2),
-        producing_instances=producing,
-        arriving_instances=arriving,
-    )
+    return scenario.fleet_snapshot(NOW, instances)
 
 
 def small_fleet() -> FleetSnapshot:
-    return snapshot([instance(1001), instance(1002, gpu_model="RTX 5090", price=0.43, throughput=131.0)])
+    return scenario.small_fleet(NOW)
 
 
 def large_fleet(count: int) -> FleetSnapshot:

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.decider.advisor import RunInputs
+from services.decider.agent import scenario
 from services.decider.guardrails import FleetLedger, GuardrailConfig, check, ledger_from
 from shared.contract import (
     Action,
     BenchRequest,
     GuardrailVerdict,
-    OfferLine,
     OfferList,
     OfferQuery,
     OperatorReply,
@@ -60,20 +60,7 @@ class GuardedPorts:
 
     async def find_offers(self, query: OfferQuery) -> OfferList:
         self.offer_queries.append(query)
-        offers = [
-            OfferLine(
-                offer_id=32_871_859 + i,
-                gpu_model="RTX 4090" if i % 2 == 0 else "RTX 5090",
-                num_gpus=1,
-                price_usd_per_h=round(0.41 + i * 0.01, 2),
-                reliability=0.98,
-                expected_usd_per_task=round((0.41 + i * 0.01) / 120, 5),
-                host_id=5000 + i,
-                geolocation=f"Somewhere, Country {i}{self.offer_note}",
-            )
-            for i in range(self.offers_per_query)
-        ]
-        return OfferList(occurred_at=NOW, source="provisioner", offers=offers)
+        return scenario.offer_list(NOW, self.offers_per_query, self.offer_note)
 
     async def request_benchmark(self, request: BenchRequest) -> None:
         self.bench_requests.append(request)
