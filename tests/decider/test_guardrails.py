@@ -1,0 +1,267 @@
+"""Guardrails: each rule on plain values, and hypothesis over sequences of actions and runs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from services.decider.guardrails import (
+    FleetLedger,
+    GuardrailConfig,
+    GuardrailRule,
+    SentLaunch,
+    check,
+    ledger_from,
+    unobserved_launches,
+)
+from shared.contract import (
+    Action,
+    DemandState,
+    DestroyInstance,
+    DrainInstance,
+    FailureReason,
+    InstanceState,
+    LaunchInstances,
+    RemovalReason,
+    StopInstance,
+)
+from tests.decider.factories import line, loading, producing, signal, snapshot
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+CONFIG = GuardrailConfig(
+    budget_usd_per_h=20.0, max_instances=40, normal_max_price_usd_per_h=0.8, emergency_max_price_usd_per_h=1.2
+)
+_keys = iter(range(10**9))
+
+
+def key() -> str:
+    return f"test-key-{next(_keys)}"
+
+
+def launch(count: int, priority: str = "normal", max_price: float | None = None) -> LaunchInstances:
+    return LaunchInstances(
+        occurred_at=NOW, source="decider", idempotency_key=key(), requested_by="policy", count=count,
+        launch_priority=priority, reason="sustained_demand", max_price_usd_per_h=max_price,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def removal(kind: type[Action], instance_id: int, reason: RemovalReason = RemovalReason.IDLE) -> Action:
+    return kind(  # type: ignore[call-arg]
+        occurred_at=NOW, source="decider", idempotency_key=key(), requested_by="agent", instance_id=instance_id,
+        reason=reason,
+    )  # fmt: skip
+
+
+def ledger(instances: list, *, pending: int = 0, rate: float = 0.0, state: DemandState = DemandState.SERVED,
+           sent: list[SentLaunch] | None = None, stale: bool = False) -> FleetLedger:  # fmt: skip
+    demand = signal(NOW, pending=pending, rate_per_h=rate, state=state)
+    return ledger_from(snapshot(NOW, instances), demand, sent or [], NOW, stale=stale)
+
+
+def test_stale_data_refuses_every_action() -> None:
+    book = ledger(producing(2, NOW), stale=True)
+    for action in (launch(1), removal(DrainInstance, 100)):
+        verdict, after = check(action, book, NOW, CONFIG)
+        assert verdict.verdict == "refused" and verdict.rule == GuardrailRule.STALE_DATA
+        assert after == book
+
+
+def test_budget_trims_a_launch_to_what_fits_and_refuses_when_nothing_does() -> None:
+    fleet = producing(36, NOW, price_usd_per_h=0.5)  # $18/h
+    verdict, after = check(launch(5), ledger(fleet), NOW, CONFIG)
+    assert verdict.verdict == "allowed" and verdict.rule == GuardrailRule.BUDGET
+    assert isinstance(verdict.action, LaunchInstances) and verdict.action.count == 2  # $2 left at up to $0.80 each
+    assert after.committed_usd_per_h == 18 + 2 * 0.8
+    verdict, _ = check(launch(1), after, NOW, CONFIG)
+    assert verdict.verdict == "refused" and verdict.rule == GuardrailRule.BUDGET
+    # an emergency launch is priced at the emergency cap
+    verdict, _ = check(launch(2, "emergency"), ledger(fleet), NOW, CONFIG)
+    assert isinstance(verdict.action, LaunchInstances) and verdict.action.count == 1
+
+
+def test_max_instances_counts_pending_launches() -> None:
+    fleet = producing(30, NOW, price_usd_per_h=0.1)
+    sent = [SentLaunch("earlier-launch", NOW - timedelta(minutes=2), 8, 0.8)]
+    book = ledger(fleet, sent=sent)
+    assert book.instance_count == 38
+    verdict, _ = check(launch(5), book, NOW, CONFIG)
+    assert verdict.rule == GuardrailRule.MAX_INSTANCES and verdict.action.count == 2  # type: ignore[union-attr]
+
+
+def test_max_launches_per_hour() -> None:
+    sent = [SentLaunch(f"k{i}", NOW - timedelta(minutes=50 - i), 4, 0.1) for i in range(5)]  # 20 this hour
+    fleet = producing(2, NOW) + loading(20, NOW, created_ago_s=120)
+    verdict, _ = check(launch(1), ledger(fleet, sent=sent), NOW, CONFIG)
+    assert verdict.verdict == "refused" and verdict.rule == GuardrailRule.MAX_LAUNCHES_PER_H
+    later = NOW + timedelta(minutes=15)  # the first launches have left the window
+    verdict, _ = check(launch(1), ledger(fleet, sent=sent), later, CONFIG)
+    assert verdict.verdict == "allowed"
+
+
+def test_a_price_above_the_cap_is_refused() -> None:
+    verdict, _ = check(launch(1, max_price=1.0), ledger(producing(1, NOW)), NOW, CONFIG)
+    assert verdict.rule == GuardrailRule.PRICE_CAP
+    verdict, _ = check(launch(1, "emergency", max_price=1.0), ledger(producing(1, NOW)), NOW, CONFIG)
+    assert verdict.verdict == "allowed"
+
+
+def test_the_last_producer_is_never_removed_while_tasks_are_queued_or_arriving() -> None:
+    fleet = producing(2, NOW)
+    book = ledger(fleet, pending=3)
+    first, book = check(removal(DrainInstance, 100), book, NOW, CONFIG)
+    assert first.verdict == "allowed"
+    last, _ = check(removal(DrainInstance, 101), book, NOW, CONFIG)
+    assert last.verdict == "refused" and last.rule == GuardrailRule.LAST_PRODUCERS
+    arriving, _ = check(removal(DrainInstance, 101), replace(ledger(fleet, rate=60), removed=frozenset({100})), NOW,
+                        CONFIG)  # fmt: skip
+    assert arriving.rule == GuardrailRule.LAST_PRODUCERS
+    idle_world = ledger(fleet)
+    for iid in (100, 101):
+        verdict, idle_world = check(removal(DrainInstance, iid), idle_world, NOW, CONFIG)
+        assert verdict.verdict == "allowed"
+
+
+def test_workers_stalled_is_never_a_reason_to_scale_down() -> None:
+    fleet = [*producing(3, NOW), line(900, InstanceState.FAILED, NOW, failure_reason=FailureReason.DEAD),
+             line(901, InstanceState.DRAINING, NOW)]  # fmt: skip
+    book = ledger(fleet, pending=59, state=DemandState.WORKERS_STALLED)
+    for action in (
+        removal(DrainInstance, 100, RemovalReason.OVER_PROVISIONED),
+        removal(StopInstance, 100, RemovalReason.DEAD),
+        removal(DestroyInstance, 901, RemovalReason.IDLE),
+    ):
+        verdict, _ = check(action, book, NOW, CONFIG)
+        assert verdict.rule == GuardrailRule.WORKERS_STALLED, verdict
+    verdict, _ = check(removal(DestroyInstance, 900, RemovalReason.DEAD), book, NOW, CONFIG)
+    assert verdict.verdict == "allowed"  # a dead machine is replaced and destroyed
+
+
+def test_destroy_only_in_states_that_allow_it() -> None:
+    fleet = [*producing(2, NOW), *loading(1, NOW), line(700, InstanceState.DRAINING, NOW)]
+    book = ledger(fleet)
+    verdict, _ = check(removal(DestroyInstance, 100, RemovalReason.OVER_PROVISIONED), book, NOW, CONFIG)
+    assert verdict.rule == GuardrailRule.REMOVAL_STATE  # drain a producing machine first
+    for iid in (500, 700):
+        verdict, book = check(removal(DestroyInstance, iid), book, NOW, CONFIG)
+        assert verdict.verdict == "allowed"
+    verdict, _ = check(removal(DestroyInstance, 700), book, NOW, CONFIG)
+    assert verdict.rule == GuardrailRule.ALREADY_REMOVED
+    verdict, _ = check(removal(DestroyInstance, 12345), book, NOW, CONFIG)
+    assert verdict.rule == GuardrailRule.UNKNOWN_INSTANCE
+
+
+def test_a_destructive_action_without_a_reason_enum_is_refused() -> None:
+    unchecked = DestroyInstance.model_construct(
+        occurred_at=NOW, source="agent", idempotency_key=key(), requested_by="agent", instance_id=700, reason="tidy"
+    )
+    verdict, _ = check(unchecked, ledger([line(700, InstanceState.DRAINING, NOW)]), NOW, CONFIG)
+    assert verdict.rule == GuardrailRule.REASON_REQUIRED and "tidy" in verdict.explanation
+
+
+def test_launches_not_in_the_snapshot_yet_are_pending() -> None:
+    sent = [
+        SentLaunch("a", NOW - timedelta(minutes=5), 3, 0.8),
+        SentLaunch("b", NOW - timedelta(minutes=1), 2, 0.8),
+        SentLaunch("old", NOW - timedelta(minutes=30), 4, 0.8),  # long gone: refused or failed
+    ]
+    fleet = producing(2, NOW) + loading(2, NOW, created_ago_s=200)  # two of launch "a" are visible
+    pending = unobserved_launches(sent, snapshot(NOW, fleet), NOW)
+    assert [(p.idempotency_key, p.count) for p in pending] == [("a", 1), ("b", 2)]
+
+
+# --- properties ----------------------------------------------------------------------------------------------
+
+prices = st.floats(min_value=0.05, max_value=1.2, allow_nan=False)
+states = st.sampled_from(list(InstanceState))
+reasons = st.sampled_from(list(RemovalReason))
+action_specs = st.one_of(
+    st.tuples(st.just("launch"), st.integers(1, 30), st.sampled_from(["normal", "emergency"])),
+    st.tuples(st.sampled_from(["drain", "stop", "destroy"]), st.integers(0, 30), reasons),
+)
+KINDS: dict[str, type[Action]] = {"drain": DrainInstance, "stop": StopInstance, "destroy": DestroyInstance}
+
+
+def build_action(spec: tuple, ids: list[int]) -> Action:
+    if spec[0] == "launch":
+        return launch(spec[1], spec[2])
+    return removal(KINDS[spec[0]], ids[spec[1] % len(ids)] if ids else spec[1], spec[2])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    fleet=st.lists(st.tuples(states, prices), max_size=30),
+    pending=st.integers(0, 100),
+    stalled=st.booleans(),
+    specs=st.lists(action_specs, max_size=25),
+)
+def test_no_sequence_of_actions_exceeds_the_budget_or_removes_the_last_producers(
+    fleet: list[tuple[InstanceState, float]], pending: int, stalled: bool, specs: list[tuple]
+) -> None:
+    instances = [line(i, state, NOW, price_usd_per_h=price) for i, (state, price) in enumerate(fleet)
+                 if state is not InstanceState.GONE]  # fmt: skip
+    book = ledger(instances, pending=pending, state=DemandState.WORKERS_STALLED if stalled else DemandState.SERVED)
+    producers_before = book.producing
+    start_committed = book.committed_usd_per_h
+    for spec in specs:
+        verdict, book = check(build_action(spec, [i.instance_id for i in instances]), book, NOW, CONFIG)
+        if verdict.verdict == "allowed" and isinstance(verdict.action, LaunchInstances):
+            assert book.committed_usd_per_h <= CONFIG.budget_usd_per_h + 1e-9
+        assert book.committed_usd_per_h <= max(CONFIG.budget_usd_per_h, start_committed) + 1e-9
+        assert book.instance_count <= max(CONFIG.max_instances, len(instances))
+        if pending > 0:
+            assert book.producing >= min(producers_before, CONFIG.min_producers_while_queued)
+        if stalled:
+            assert book.producing == producers_before
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    runs=st.lists(
+        st.tuples(st.lists(action_specs, max_size=8), st.integers(0, 40), st.lists(prices, min_size=30, max_size=30)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_across_runs_the_world_never_exceeds_the_budget_nor_loses_its_last_producer_with_tasks_queued(
+    runs: list[tuple[list[tuple], int, list[float]]],
+) -> None:
+    """A small world: allowed launches appear a run later at a price within their cap; removals take effect."""
+    now = NOW
+    world = {i.instance_id: i for i in producing(3, now, price_usd_per_h=0.5)}
+    sent: list[SentLaunch] = []
+    arriving_next: list[tuple[int, float]] = []
+    next_id = 1000
+    for specs, pending, offer_prices in runs:
+        for count, worst in arriving_next:  # the provisioner created them (created_at: now)
+            for j in range(count):
+                price = min(worst, offer_prices[j % len(offer_prices)])
+                world[next_id] = line(next_id, InstanceState.LOADING, now, created_ago_s=0, state_for_s=0,
+                                      price_usd_per_h=price, last_task_ago_s=None)  # fmt: skip
+                next_id += 1
+        arriving_next = []
+        fleet = snapshot(now, list(world.values()))
+        producers_before = fleet.producing_instances
+        assert fleet.spend_usd_per_h <= CONFIG.budget_usd_per_h + 1e-9
+        book = ledger_from(fleet, signal(now, pending=pending), sent, now, stale=False)
+        ids = sorted(world)
+        for spec in specs:
+            verdict, book = check(build_action(spec, ids), book, now, CONFIG)
+            if verdict.verdict != "allowed":
+                continue
+            action = verdict.action
+            if isinstance(action, LaunchInstances):
+                worst = book.launches[-1].worst_price_usd_per_h
+                sent.append(book.launches[-1])
+                arriving_next.append((action.count, worst))
+            elif isinstance(action, DrainInstance):
+                world[action.instance_id] = line(action.instance_id, InstanceState.DRAINING, now,
+                                                 price_usd_per_h=world[action.instance_id].price_usd_per_h)  # fmt: skip
+            else:
+                world.pop(action.instance_id)
+        producers = sum(1 for i in world.values() if i.state is InstanceState.PRODUCING)
+        if pending > 0:
+            assert producers >= min(1, producers_before)
+        now += timedelta(minutes=1)

@@ -1,0 +1,184 @@
+"""The predictive policy on plain contract messages: hold, forecast-sized launches, no shedding in short troughs."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+from services.decider.policy import PolicyConfig, PredictivePolicy, recommend
+from services.decider.policy.forecast import backlog_after, learned_startup_s
+from shared.contract import DemandState, FailureReason, InstanceState, LaunchReason, RemovalReason
+from tests.decider.factories import HOUR_S, line, loading, producing, signal, snapshot, window
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+
+
+def test_eight_pending_tasks_on_a_served_fleet_hold() -> None:
+    fleet = snapshot(NOW, producing(4, NOW))
+    demand = signal(NOW, pending=8, rate_per_h=300, producing_workers=4)
+    rec = recommend(demand, fleet, NOW)
+    assert rec.is_hold
+    assert rec.explanation.startswith("hold:")
+    assert "8 pending" in rec.explanation and "4 producing" in rec.explanation
+    assert rec.figures.target_machines == 3  # 300/h at 120/h each
+
+
+def test_a_queue_alone_that_the_fleet_drains_in_time_does_not_launch() -> None:
+    fleet = snapshot(NOW, producing(2, NOW))
+    demand = signal(NOW, pending=200, rate_per_h=0, producing_workers=2, state=DemandState.UNDER_PROVISIONED)
+    assert recommend(demand, fleet, NOW).is_hold  # 200 tasks drain in 50 min at 240/h: a machine lands in 1.5 h
+
+
+def expected_launches(rate_per_h: float, pending: int, producing_now: int, thr: float = 120) -> int:
+    backlog_at_horizon = pending + (rate_per_h - producing_now * thr) * 1.5  # default startup: 1.5 h
+    need = rate_per_h / thr + backlog_at_horizon / thr  # drained within one hour
+    return math.ceil(need - 0.1) - producing_now
+
+
+def test_sustained_arrivals_above_capacity_launch_for_the_forecast_not_the_queue() -> None:
+    fleet = snapshot(NOW, producing(2, NOW))
+    launches = {}
+    for pending in (8, 40):
+        demand = signal(NOW, pending=pending, rate_per_h=600, producing_workers=2, above_capacity_for_s=1800,
+                        state=DemandState.UNDER_PROVISIONED)  # fmt: skip
+        rec = recommend(demand, fleet, NOW)
+        assert [plan.reason for plan in rec.launches] == [LaunchReason.SUSTAINED_DEMAND]
+        assert rec.launches[0].launch_priority == "normal"
+        launches[pending] = rec.launch_count
+        assert rec.launch_count == expected_launches(600, pending, 2)
+    # 5 machines for 600/h plus the 540 tasks that pile up before a new machine lands: 8, whatever the queue
+    assert launches == {8: 8, 40: 8}
+    twice = signal(NOW, pending=8, rate_per_h=1200, producing_workers=2, above_capacity_for_s=1800)
+    assert recommend(twice, fleet, NOW).launch_count == expected_launches(1200, 8, 2)
+
+
+def test_arrivals_just_above_capacity_launch_only_for_the_backlog_that_cannot_drain() -> None:
+    fleet = snapshot(NOW, producing(4, NOW))
+    demand = signal(NOW, pending=30, rate_per_h=540, producing_workers=4, above_capacity_for_s=120)
+    rec = recommend(demand, fleet, NOW)
+    # not sustained yet, but 60/h over capacity leaves 180 tasks by the time a new machine could drain them
+    assert rec.figures.sustained is False and rec.figures.undrainable_backlog is True
+    assert [(plan.reason, plan.count) for plan in rec.launches] == [(LaunchReason.BACKLOG, 2)]
+    # at capacity, the same queue drains: hold
+    at_capacity = signal(NOW, pending=30, rate_per_h=480, producing_workers=4, above_capacity_for_s=120)
+    assert recommend(at_capacity, fleet, NOW).is_hold
+
+
+def test_machines_already_loading_are_counted() -> None:
+    demand = signal(NOW, pending=8, rate_per_h=600, producing_workers=2, above_capacity_for_s=1800)
+    without = recommend(demand, snapshot(NOW, producing(2, NOW)), NOW)
+    assert without.launch_count == 8
+    with_loading = recommend(demand, snapshot(NOW, producing(2, NOW) + loading(8, NOW)), NOW)
+    assert with_loading.is_hold, with_loading.explanation
+    assert with_loading.figures.arriving == 8
+    assert "8 arriving" in with_loading.explanation
+    partly = recommend(demand, snapshot(NOW, producing(2, NOW) + loading(3, NOW)), NOW)
+    assert 0 < partly.launch_count < 8
+    # launches sent but not yet in the snapshot count the same way
+    unseen = recommend(demand, snapshot(NOW, producing(2, NOW)), NOW, unobserved_launches=8)
+    assert unseen.is_hold
+
+
+def test_a_trough_shorter_than_the_startup_time_does_not_shed_machines() -> None:
+    idle_fleet = snapshot(NOW, producing(4, NOW, last_task_ago_s=2400))  # idle 40 min
+    trough = signal(NOW, rate_per_h=0, windows=[window(300, 0), window(1800, 0), window(7200, 480)])
+    rec = recommend(trough, idle_fleet, NOW)
+    assert rec.removals == ()
+    assert rec.figures.keep_machines == 4  # the 2 h window still shows 480 tasks/h
+    # a lull longer than the startup horizon (every window quiet) does give them back
+    lull = signal(NOW, rate_per_h=0, windows=[window(300, 0), window(1800, 0), window(7200, 0)])
+    rec = recommend(lull, idle_fleet, NOW)
+    assert [(plan.verb, plan.reason) for plan in rec.removals] == [("drain", RemovalReason.IDLE)] * 4
+
+
+def test_scale_down_only_removes_machines_idle_long_enough_and_keeps_hysteresis() -> None:
+    busy = producing(3, NOW, last_task_ago_s=30)
+    idle = producing(3, NOW, first_id=200, last_task_ago_s=2400)
+    demand = signal(NOW, rate_per_h=240, pending=0, windows=[window(300, 240), window(7200, 240)])
+    rec = recommend(demand, snapshot(NOW, busy + idle), NOW)
+    # keep 2 for 240/h; 6 machines, margin 1: remove the idle ones only
+    assert sorted(plan.instance_id for plan in rec.removals) == [200, 201, 202]
+    assert all(plan.reason is RemovalReason.OVER_PROVISIONED for plan in rec.removals)
+    # within the margin: 3 machines for keep 2... margin is max(1, 20% of 2) = 1, so 3 machines shed one; with
+    # keep 10 and 11 machines (margin 2) nothing goes
+    eleven = producing(11, NOW, last_task_ago_s=2400)
+    demand = signal(NOW, rate_per_h=1200, windows=[window(300, 1200), window(7200, 1200)])
+    assert recommend(demand, snapshot(NOW, eleven), NOW).removals == ()
+
+
+def test_the_last_producer_is_never_shed_while_tasks_are_queued() -> None:
+    idle = producing(3, NOW, last_task_ago_s=2400)
+    demand = signal(NOW, pending=2, rate_per_h=0, windows=[window(300, 0), window(7200, 0)], throughput_per_h=1000)
+    rec = recommend(demand, snapshot(NOW, idle), NOW)
+    assert len(rec.removals) == 2  # keeps one for the two queued tasks
+
+
+def test_workers_stalled_with_59_tasks_queued_replaces_and_never_scales_down() -> None:
+    silent = producing(3, NOW, last_task_ago_s=2400)
+    demand = signal(NOW, state=DemandState.WORKERS_STALLED, pending=59, rate_per_h=100, producing_workers=0)
+    rec = recommend(demand, snapshot(NOW, silent), NOW)
+    assert rec.removals == ()
+    assert rec.launch_count == 3  # 100/h plus the 209 tasks queued when they land, drained within an hour
+    assert all(plan.reason is LaunchReason.REPLACEMENT for plan in rec.launches)
+    assert rec.launches[0].launch_priority == "emergency"  # nobody is serving the queue
+    assert rec.figures.stalled_producers == 3
+    assert "workers stalled" in rec.explanation
+    # replacements already on their way are counted
+    arriving = recommend(demand, snapshot(NOW, silent + loading(5, NOW)), NOW)
+    assert arriving.removals == () and arriving.is_hold
+
+
+def test_failed_machines_are_destroyed_with_their_reason_and_replaced_when_needed() -> None:
+    fleet = [
+        *producing(2, NOW),
+        line(900, InstanceState.FAILED, NOW, failure_reason=FailureReason.STUCK_LOADING, last_task_ago_s=None),
+        line(901, InstanceState.FAILED, NOW, failure_reason=FailureReason.DEAD),
+    ]
+    demand = signal(NOW, pending=10, rate_per_h=480, producing_workers=2)
+    rec = recommend(demand, snapshot(NOW, fleet), NOW)
+    destroys = {(plan.instance_id, plan.reason) for plan in rec.removals_of("destroy")}
+    assert destroys == {(900, RemovalReason.STUCK_LOADING), (901, RemovalReason.DEAD)}
+    assert rec.replacements and rec.replacements[0].count == 2  # 4 machines needed for 480/h, 2 left
+
+
+def test_drained_machines_are_destroyed_once_their_last_task_is_done() -> None:
+    done = line(300, InstanceState.DRAINING, NOW, state_for_s=900, last_task_ago_s=800)
+    busy = line(301, InstanceState.DRAINING, NOW, state_for_s=900, last_task_ago_s=60)
+    rec = recommend(signal(NOW, rate_per_h=120), snapshot(NOW, [*producing(1, NOW), done, busy]), NOW)
+    assert [(plan.verb, plan.instance_id) for plan in rec.removals] == [("destroy", 300)]
+
+
+def test_no_machine_at_all_with_tasks_queued_launches_an_emergency_machine() -> None:
+    rec = recommend(signal(NOW, pending=8, rate_per_h=0), snapshot(NOW, []), NOW)
+    assert rec.launch_count == 1
+    assert rec.launches[0].launch_priority == "emergency"
+    assert rec.launches[0].reason is LaunchReason.BACKLOG
+
+
+def test_gpu_preferences_rank_by_measured_dollars_per_task() -> None:
+    fleet = producing(2, NOW, gpu_model="RTX 4090", price_usd_per_h=0.50) + producing(
+        2, NOW, first_id=300, gpu_model="RTX 5090", price_usd_per_h=0.43
+    )
+    demand = signal(NOW, pending=10, rate_per_h=1200, above_capacity_for_s=3600)
+    rec = recommend(demand, snapshot(NOW, fleet), NOW)
+    assert rec.launches[0].gpu_models == ("RTX 5090", "RTX 4090")
+    preferred = PredictivePolicy(PolicyConfig(preferred_gpu_models=("H100",)))
+    assert preferred.recommend(demand, snapshot(NOW, fleet), NOW).launches[0].gpu_models == ("H100",)
+
+
+def test_startup_time_is_learned_from_the_fleet() -> None:
+    quick = producing(3, NOW, created_ago_s=3 * HOUR_S, state_for_s=2.5 * HOUR_S)  # 30 min from launch
+    assert learned_startup_s(quick, default_s=5400, min_samples=3, min_s=600, max_s=21600) == 1800
+    assert learned_startup_s(quick[:2], default_s=5400, min_samples=3, min_s=600, max_s=21600) == 5400
+    demand = signal(NOW, pending=8, rate_per_h=600, producing_workers=3, above_capacity_for_s=1800)
+    rec = recommend(demand, snapshot(NOW, quick), NOW)
+    assert rec.figures.startup_s == 1800
+
+
+def test_fluid_backlog_counts_machines_as_they_arrive() -> None:
+    # 100 tasks, 120/h arriving, one machine now and one in 30 min, each 120/h
+    left = backlog_after(3600, backlog_tasks=100, arrival_per_h=120, machines_now=1, ready_offsets=[1800],
+                         throughput_per_h=120)  # fmt: skip
+    assert left == 40  # flat for 30 min, then draining at 120/h for 30 min
+    assert backlog_after(3600, backlog_tasks=0, arrival_per_h=0, machines_now=0, ready_offsets=[],
+                         throughput_per_h=120) == 0  # fmt: skip
