@@ -1,0 +1,82 @@
+"""demand's tunables (environment prefix `FLEETPILOT_DEMAND_`), with the numbers behind each default."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+HOUR_S = 3600
+
+
+class DemandSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FLEETPILOT_DEMAND_", env_file=None, extra="ignore")
+
+    # Windows: 15 min sees a change quickly, 1 h smooths minute noise, 6 h covers a machine's whole startup.
+    windows_s: tuple[int, ...] = (900, 3600, 21600)
+    bucket_s: int = Field(default=60, gt=0, description="width of one counting bucket")
+    # A machine takes 1-2 h to arrive, so only demand that has outrun the fleet for half an hour is worth one.
+    sustain_s: int = Field(default=1800, gt=0)
+    trend_window_s: int = Field(default=3600, gt=0)
+    throughput_window_s: int = Field(default=3600, gt=0)
+    # Trend hysteresis: arrivals must change by half over the trend window to call it, and fall back under a
+    # fifth to drop it (minute counts at ~2 tasks/min are noisy; without it the trend would flicker).
+    trend_enter_ratio: float = Field(default=0.5, gt=0)
+    trend_leave_ratio: float = Field(default=0.2, ge=0)
+    trend_min_arrivals: int = Field(default=20, ge=0)
+    # One machine finishes a task every ~30 s pipelined (~4 min each): 15 min with work waiting and no
+    # completion is several missed tasks on every worker.
+    stall_after_s: float = Field(default=900, gt=0)
+    default_worker_throughput_tasks_per_h: float = Field(default=120.0, gt=0)
+    # Gaps between a worker's completions longer than this are idle time (no work), not slow work.
+    busy_gap_cap_s: float = Field(default=600, gt=0)
+    # a late completion is placed among its worker's last few; older than those, its gap is unknown
+    worker_timeline_len: int = Field(default=16, ge=2, description="recent completions kept per worker")
+    # Backlog worth a machine: more than the producing fleet can clear within a machine's startup time.
+    max_backlog_drain_h: float = Field(default=1.5, gt=0)
+    # Over-provisioned when one machine fewer would still have this much headroom over recent demand.
+    over_provisioned_headroom: float = Field(default=1.5, ge=1)
+    over_provisioned_lookback_s: int = Field(default=3600, gt=0)
+    over_provisioned_max_drain_h: float = Field(default=0.25, ge=0, description="backlog one machine fewer clears")
+    fleet_snapshot_stale_s: float = Field(default=600, gt=0)
+    # A rate over the first few minutes of observation overstates; never divide by less than this.
+    min_rate_span_s: float = Field(default=300, gt=0)
+    max_task_types: int = Field(default=64, ge=1)
+    seen_event_ids: int = Field(default=50_000, ge=100, description="event ids remembered for de-duplication")
+
+    # publication (the service, not the core's arithmetic)
+    evaluate_interval_s: float = Field(default=15, gt=0)
+    publish_interval_s: float = Field(default=60, gt=0)
+    material_pending_change: int = Field(default=10, ge=1)
+    material_pending_ratio: float = Field(default=0.25, gt=0)
+    material_capacity_ratio: float = Field(default=0.25, gt=0)
+
+    # ingestion: acks wait for the state holding the event to be in Redis
+    batch_size: int = Field(default=500, ge=1)
+    batch_wait_s: float = Field(default=0.2, gt=0, description="wall time a pull waits to fill a batch")
+    checkpoint_every_events: int = Field(default=4000, ge=1)
+
+    @model_validator(mode="after")
+    def _windows_fit_buckets(self) -> DemandSettings:
+        if not self.windows_s:
+            raise ValueError("windows_s must name at least one window")
+        for name, value in [("windows_s", w) for w in self.windows_s] + [
+            ("sustain_s", self.sustain_s),
+            ("trend_window_s", self.trend_window_s),
+            ("throughput_window_s", self.throughput_window_s),
+            ("over_provisioned_lookback_s", self.over_provisioned_lookback_s),
+        ]:
+            if value <= 0 or value % self.bucket_s:
+                raise ValueError(f"{name}={value} must be a positive multiple of bucket_s={self.bucket_s}")
+        if list(self.windows_s) != sorted(set(self.windows_s)):
+            raise ValueError(f"windows_s={self.windows_s} must be distinct and ascending")
+        return self
+
+    @property
+    def tracked_windows_s(self) -> tuple[int, ...]:
+        """Published windows plus those the state rules need (sustain, trend, throughput, look-back)."""
+        extra = {self.sustain_s, self.trend_window_s, self.throughput_window_s, self.over_provisioned_lookback_s}
+        return tuple(sorted(set(self.windows_s) | extra))
+
+    @property
+    def longest_window_s(self) -> int:
+        return max(self.tracked_windows_s)

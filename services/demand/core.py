@@ -1,0 +1,705 @@
+"""demand's pure core: task events and queue/fleet snapshots in, a DemandSignal out; time is always an argument.
+
+Feed it with `ingest(event, now)` (or `ingest_counts` for aggregated minutes), `observe_queue`, `observe_fleet`,
+and ask `evaluate(now)`. No I/O and no clock reads: a week of events replays in seconds, deterministically.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from services.demand.config import HOUR_S, DemandSettings
+from services.demand.rules import Measurement, classify, next_trend
+from services.demand.windows import (
+    ARRIVALS,
+    BUSY_COMPLETIONS,
+    BUSY_S,
+    COMPLETIONS,
+    DURATION_SUM_S,
+    DURATIONS,
+    FAILURES,
+    STARTED,
+    BucketSeries,
+)
+from shared.contract import (
+    DemandSignal,
+    DemandState,
+    DemandTrend,
+    FleetSnapshot,
+    InstanceState,
+    QueueSnapshot,
+    TaskEvent,
+    TaskTypeDemand,
+    TriggerPriority,
+    TriggerReason,
+    WindowStats,
+)
+
+SOURCE = "demand"
+STATE_VERSION = 1
+OTHER_TASK_TYPE = "other"  # task types beyond max_task_types are pooled here: memory stays bounded
+
+
+class IngestOutcome(StrEnum):
+    APPLIED = "applied"
+    DUPLICATE = "duplicate"
+    TOO_LATE = "too_late"  # older than the longest window: counted, not applied
+
+
+@dataclass(frozen=True)
+class TriggerIntent:
+    priority: TriggerPriority
+    reason: TriggerReason
+    detail: str
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    signal: DemandSignal
+    publish: bool
+    triggers: tuple[TriggerIntent, ...]
+
+
+@dataclass(frozen=True)
+class TaskCounts:
+    """Aggregated task steps of one moment (a simulator's minute), for feeding the core without one event each."""
+
+    at: datetime
+    task_type: str = "default"
+    submitted: int = 0
+    started: int = 0
+    completed: int = 0
+    failed: int = 0
+    duration_sum_s: float = 0.0
+    durations: int = 0
+    busy_completions: int = 0  # completions that followed the same worker's previous one while it had work
+    busy_s: float = 0.0  # the worker time those completions took
+    gpu_model: str | None = None
+    worker_ids: tuple[str, ...] = ()  # workers that completed a task in this moment
+
+
+class SeenIds:
+    """Bounded memory of processed event ids; new ids are journalled so the adapter can persist them cheaply."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._journal: deque[str] = deque(maxlen=capacity)
+
+    def first_time(self, event_id: str) -> bool:
+        if event_id in self._ids:
+            return False
+        self._ids[event_id] = None
+        self._journal.append(event_id)
+        if len(self._ids) > self.capacity:
+            self._ids.popitem(last=False)
+        return True
+
+    def take_journal(self) -> list[str]:
+        ids = list(self._journal)
+        self._journal.clear()
+        return ids
+
+    def restore_journal(self, ids: list[str]) -> None:
+        """Put back ids whose checkpoint failed, ahead of those journalled since."""
+        self._journal.extendleft(reversed(ids))
+
+    def load(self, ids: Iterable[str]) -> None:
+        for event_id in ids:
+            self._ids[event_id] = None
+            if len(self._ids) > self.capacity:
+                self._ids.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+# one completion of a worker: (occurred_at_s, task_type, gpu_model, whether tasks were waiting then)
+TimelineEntry = tuple[float, str, str | None, bool]
+
+
+@dataclass
+class WorkerRecord:
+    timeline: list[TimelineEntry] = field(default_factory=list)  # recent completions, oldest first
+    gpu_model: str | None = None
+    instance_id: int | None = None
+    last_seen_s: float = 0.0
+
+
+@dataclass
+class QueueView:
+    at_s: float
+    pending: dict[str, int]
+    running: dict[str, int]
+
+
+@dataclass
+class FleetView:
+    at_s: float
+    producing: int
+    ready: int  # registered or benchmarked: about to produce
+    gpu_by_instance: dict[int, str]
+
+
+@dataclass
+class PublishedMark:
+    at_s: float
+    state: DemandState
+    trend: DemandTrend
+    pending: int
+    capacity_tasks_per_h: float
+
+
+class DemandCore:
+    def __init__(self, config: DemandSettings | None = None) -> None:
+        self.config = config or DemandSettings()
+        c = self.config
+        self.bucket_s = c.bucket_s
+        self.tracked_s = c.tracked_windows_s
+        self.window_buckets = tuple(w // c.bucket_s for w in self.tracked_s)
+        self._index = {w: i for i, w in enumerate(self.tracked_s)}
+        self.overall = BucketSeries(self.window_buckets)
+        self.by_type: dict[str, BucketSeries] = {}
+        self.by_gpu: dict[str, BucketSeries] = {}
+        self.seen = SeenIds(c.seen_event_ids)
+        self.workers: OrderedDict[str, WorkerRecord] = OrderedDict()  # by last activity, oldest first
+        self.recent_producers: OrderedDict[str, float] = OrderedDict()  # by last completion, oldest first
+        self.types_with_started: set[str] = set()
+        self.queue: QueueView | None = None
+        self.fleet: FleetView | None = None
+        self.observing_since_s: float | None = None
+        self.last_completion_s: float | None = None
+        self.too_late_events = 0
+        # tasks waiting right now, kept per event (O(1)) from the last queue snapshot: says whether a
+        # completion happened while workers were saturated
+        self.pending_estimate = 0
+        # what evaluate() carries from one call to the next
+        self.state: DemandState | None = None
+        self.trend = DemandTrend.STEADY
+        self.above_capacity_since_s: float | None = None
+        self.waiting_since_s: float | None = None
+        self.last_published: PublishedMark | None = None
+        self.signal_seq = 0
+
+    # ---- inputs -------------------------------------------------------------------------------------------
+    def ingest(self, event: TaskEvent, now: datetime) -> IngestOutcome:
+        """Apply one task event once; duplicates (same event_id) and events beyond the longest window are not."""
+        if not self.seen.first_time(event.event_id):
+            return IngestOutcome.DUPLICATE
+        now_s = now.timestamp()
+        # a producer's clock running ahead must not open buckets in the future
+        at_s = min(event.occurred_at.timestamp(), now_s)
+        bucket = int(at_s // self.bucket_s)
+        if not self.overall.accepts(bucket):
+            self.too_late_events += 1
+            return IngestOutcome.TOO_LATE
+        self._observed(at_s)
+        task_type = self._task_type(event.task_type)
+        kind = event.kind
+        series = self._type_series(task_type)
+        worker = self._worker(event, at_s) if event.worker_id else None
+        if kind == "started":
+            self.types_with_started.add(task_type)
+        self._track_pending(kind, task_type, at_s)
+        if kind == "submitted":
+            self._count(series, None, bucket, ARRIVALS, 1)
+        elif kind == "started":
+            self._count(series, None, bucket, STARTED, 1)
+        elif kind == "completed":
+            self._count(series, None, bucket, COMPLETIONS, 1)
+            if event.duration_s is not None:
+                self._count(series, None, bucket, DURATION_SUM_S, event.duration_s)
+                self._count(series, None, bucket, DURATIONS, 1)
+            if self.last_completion_s is None or at_s > self.last_completion_s:
+                self.last_completion_s = at_s
+            if worker is not None and event.worker_id is not None:
+                self._producer(event.worker_id, at_s)
+                self._busy(worker, at_s, task_type)
+        else:
+            self._count(series, None, bucket, FAILURES, 1)
+        return IngestOutcome.APPLIED
+
+    def ingest_counts(self, counts: TaskCounts, now: datetime) -> IngestOutcome:
+        """Apply aggregated steps (no event ids: the caller guarantees each is fed once)."""
+        at_s = min(counts.at.timestamp(), now.timestamp())
+        bucket = int(at_s // self.bucket_s)
+        if not self.overall.accepts(bucket):
+            self.too_late_events += 1
+            return IngestOutcome.TOO_LATE
+        self._observed(at_s)
+        task_type = self._task_type(counts.task_type)
+        series = self._type_series(task_type)
+        gpu = self._gpu_series(counts.gpu_model) if counts.gpu_model else None
+        if counts.started:
+            self.types_with_started.add(task_type)
+        for field_index, amount in (
+            (ARRIVALS, counts.submitted),
+            (STARTED, counts.started),
+            (COMPLETIONS, counts.completed),
+            (FAILURES, counts.failed),
+            (DURATION_SUM_S, counts.duration_sum_s),
+            (DURATIONS, counts.durations),
+        ):
+            if amount:
+                self._count(series, None, bucket, field_index, amount)
+        if counts.busy_completions:
+            self._count(series, gpu, bucket, BUSY_COMPLETIONS, counts.busy_completions)
+            self._count(series, gpu, bucket, BUSY_S, counts.busy_s)
+        if counts.completed and (self.last_completion_s is None or at_s > self.last_completion_s):
+            self.last_completion_s = at_s
+        for worker_id in counts.worker_ids:
+            self._producer(worker_id, at_s)
+        return IngestOutcome.APPLIED
+
+    def observe_queue(self, snapshot: QueueSnapshot, now: datetime) -> IngestOutcome:
+        """The job system's queue: the base that later task events adjust. An older snapshot changes nothing."""
+        if not self.seen.first_time(snapshot.event_id):
+            return IngestOutcome.DUPLICATE
+        at_s = min(snapshot.occurred_at.timestamp(), now.timestamp())
+        if self.queue is not None and at_s < self.queue.at_s:
+            return IngestOutcome.TOO_LATE
+        self._observed(at_s)
+        pending: dict[str, int] = {}
+        running: dict[str, int] = {}
+        for depth in snapshot.queues:
+            task_type = self._task_type(depth.task_type)
+            pending[task_type] = pending.get(task_type, 0) + depth.pending
+            running[task_type] = running.get(task_type, 0) + depth.running
+        self.queue = QueueView(at_s, pending, running)
+        self.pending_estimate = sum(pending.values())
+        return IngestOutcome.APPLIED
+
+    def observe_fleet(self, snapshot: FleetSnapshot, now: datetime) -> IngestOutcome:
+        """fleet's view: how many instances produce or are about to, and each instance's GPU model."""
+        at_s = min(snapshot.occurred_at.timestamp(), now.timestamp())
+        if self.fleet is not None and at_s < self.fleet.at_s:
+            return IngestOutcome.TOO_LATE
+        counts = snapshot.counts_by_state
+        ready = counts.get(InstanceState.REGISTERED, 0) + counts.get(InstanceState.BENCHMARKED, 0)
+        gpus = {line.instance_id: line.gpu_model for line in snapshot.instances if line.gpu_model}
+        self.fleet = FleetView(at_s, snapshot.producing_instances, ready, gpus)
+        return IngestOutcome.APPLIED
+
+    # ---- the verdict --------------------------------------------------------------------------------------
+    def evaluate(self, now: datetime) -> Evaluation:
+        """The signal at `now`; whether it is worth publishing (material change or cadence); the triggers due."""
+        c = self.config
+        now_s = now.timestamp()
+        self._observed(now_s)
+        m = self.measure(now_s)
+
+        work_waiting = m.pending > 0 or m.short_arrivals > 0
+        if work_waiting:
+            self.waiting_since_s = self.waiting_since_s if self.waiting_since_s is not None else now_s
+        else:
+            self.waiting_since_s = None
+        above = m.short_arrivals > 0 and m.short_arrival_rate_per_h > m.capacity_tasks_per_h
+        if above:
+            self.above_capacity_since_s = self.above_capacity_since_s if self.above_capacity_since_s else now_s
+        else:
+            self.above_capacity_since_s = None
+        m.above_capacity_for_s = now_s - self.above_capacity_since_s if self.above_capacity_since_s else 0.0
+        reference_s = max(self.last_completion_s or -1e18, self.waiting_since_s or -1e18)
+        m.without_completion_s = now_s - reference_s if work_waiting else 0.0
+
+        state, explanation = classify(m, c)
+        trend = next_trend(self.trend, m.trend_relative_change, m.trend_arrivals, c)
+
+        triggers: list[TriggerIntent] = []
+        if state != self.state:
+            if state == DemandState.WORKERS_STALLED:
+                triggers.append(TriggerIntent("p0", TriggerReason.WORKERS_STALLED, explanation))
+            elif self.state is not None:
+                triggers.append(
+                    TriggerIntent("p1", TriggerReason.DEMAND_STATE_CHANGE, f"{self.state.value} -> {state.value}")
+                )
+        if trend != self.trend:
+            triggers.append(
+                TriggerIntent("p1", TriggerReason.DEMAND_TREND_CHANGE, f"{self.trend.value} -> {trend.value}")
+            )
+        self.state, self.trend = state, trend
+
+        publish = self._worth_publishing(now_s, state, trend, m)
+        if publish:
+            self.signal_seq += 1
+            self.last_published = PublishedMark(now_s, state, trend, m.pending, m.capacity_tasks_per_h)
+        return Evaluation(self._signal(now, m, state, trend, explanation), publish, tuple(triggers))
+
+    def measure(self, now_s: float) -> Measurement:
+        """Every number the state rules read, at `now_s` (advances the windows to now; changes no verdict)."""
+        c = self.config
+        head = int(now_s // self.bucket_s)
+        for series in self._all_series():
+            series.advance(head)
+        self._forget_idle_workers(now_s)
+        short_s = self.tracked_s[0]
+        while self.recent_producers and next(iter(self.recent_producers.values())) < now_s - short_s:
+            self.recent_producers.popitem(last=False)
+
+        short_i = 0
+        short_arrivals = self.overall.window_sum(short_i, ARRIVALS)
+        short_rate = short_arrivals * HOUR_S / self._covered_s(short_s, now_s)
+        sustain_rate = self._rate(self.overall, c.sustain_s, ARRIVALS, now_s)
+        peak_rate = max(
+            self._rate(self.overall, w, ARRIVALS, now_s) for w in self.tracked_s if w <= c.over_provisioned_lookback_s
+        )
+        per_worker = self._throughput(self.overall)
+        per_worker_used = per_worker if per_worker is not None else c.default_worker_throughput_tasks_per_h
+        fleet = self._fresh_fleet(now_s)
+        producing_workers = len(self.recent_producers)
+        # workers outside fleet's view (or draining ones) still count while they complete tasks
+        capacity_workers = max(producing_workers, fleet.producing if fleet else 0)
+        pending, running, by_type_queue = self._queue_counts()
+        longest_s = self.config.longest_window_s
+        completed_lately = self.last_completion_s is not None and now_s - self.last_completion_s <= longest_s
+        trend_i = self._index[c.trend_window_s]
+        trend_arrivals = self.overall.complete_arrivals[trend_i]
+        trend_rate = self._rate(self.overall, c.trend_window_s, ARRIVALS, now_s)
+        slope_per_h2 = self._slope_per_h2(self.overall, trend_i, now_s)
+        relative = slope_per_h2 * (c.trend_window_s / HOUR_S) / max(trend_rate, 1.0)
+        return Measurement(
+            pending=pending,
+            running=running,
+            by_type_queue=by_type_queue,
+            short_window_s=short_s,
+            short_arrivals=int(short_arrivals),
+            short_arrival_rate_per_h=short_rate,
+            sustained_arrival_rate_per_h=min(short_rate, sustain_rate),
+            peak_arrival_rate_per_h=peak_rate,
+            producing_workers=producing_workers,
+            fleet_producing=fleet.producing if fleet else None,
+            fleet_ready=fleet.ready if fleet else None,
+            capacity_workers=capacity_workers,
+            per_worker_throughput_tasks_per_h=per_worker,
+            capacity_tasks_per_h=capacity_workers * per_worker_used,
+            backlog_worker_hours=pending / per_worker_used,
+            workers_expected=bool(fleet and fleet.producing + fleet.ready > 0) or completed_lately,
+            trend_relative_change=relative,
+            trend_arrivals=trend_arrivals,
+            trend_slope_per_h2=slope_per_h2,
+        )
+
+    # ---- persistence (JSON-able; the adapter stores it) -----------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "overall": self.overall.to_state(),
+            "by_type": {name: s.to_state() for name, s in self.by_type.items()},
+            "by_gpu": {name: s.to_state() for name, s in self.by_gpu.items()},
+            "workers": [
+                [wid, w.gpu_model, w.instance_id, w.last_seen_s, [list(p) for p in w.timeline]]
+                for wid, w in self.workers.items()
+            ],
+            "recent_producers": list(self.recent_producers.items()),
+            "types_with_started": sorted(self.types_with_started),
+            "queue": None if self.queue is None else [self.queue.at_s, self.queue.pending, self.queue.running],
+            "fleet": None
+            if self.fleet is None
+            else [
+                self.fleet.at_s,
+                self.fleet.producing,
+                self.fleet.ready,
+                [[k, v] for k, v in self.fleet.gpu_by_instance.items()],
+            ],
+            "observing_since_s": self.observing_since_s,
+            "last_completion_s": self.last_completion_s,
+            "too_late_events": self.too_late_events,
+            "pending_estimate": self.pending_estimate,
+            "state": self.state.value if self.state else None,
+            "trend": self.trend.value,
+            "above_capacity_since_s": self.above_capacity_since_s,
+            "waiting_since_s": self.waiting_since_s,
+            "last_published": None
+            if self.last_published is None
+            else [
+                self.last_published.at_s,
+                self.last_published.state.value,
+                self.last_published.trend.value,
+                self.last_published.pending,
+                self.last_published.capacity_tasks_per_h,
+            ],
+            "signal_seq": self.signal_seq,
+        }
+
+    @classmethod
+    def from_state(
+        cls, state: dict[str, Any], config: DemandSettings | None = None, seen_ids: Iterable[str] = ()
+    ) -> DemandCore:
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"demand state version {state.get('version')!r} is not {STATE_VERSION}")
+        core = cls(config)
+        wb = core.window_buckets
+        core.overall = BucketSeries.from_state(wb, state["overall"])
+        core.by_type = {name: BucketSeries.from_state(wb, s) for name, s in state["by_type"].items()}
+        core.by_gpu = {name: BucketSeries.from_state(wb, s) for name, s in state["by_gpu"].items()}
+        for wid, gpu, instance_id, last_seen_s, timeline in state["workers"]:
+            core.workers[wid] = WorkerRecord([(t, tt, g, c) for t, tt, g, c in timeline], gpu, instance_id, last_seen_s)
+        core.recent_producers = OrderedDict((wid, t) for wid, t in state["recent_producers"])
+        core.types_with_started = set(state["types_with_started"])
+        if state["queue"] is not None:
+            at_s, pending, running = state["queue"]
+            core.queue = QueueView(at_s, dict(pending), dict(running))
+        if state["fleet"] is not None:
+            at_s, producing, ready, gpus = state["fleet"]
+            core.fleet = FleetView(at_s, producing, ready, {int(k): v for k, v in gpus})
+        core.observing_since_s = state["observing_since_s"]
+        core.last_completion_s = state["last_completion_s"]
+        core.too_late_events = state["too_late_events"]
+        core.pending_estimate = state["pending_estimate"]
+        core.state = DemandState(state["state"]) if state["state"] else None
+        core.trend = DemandTrend(state["trend"])
+        core.above_capacity_since_s = state["above_capacity_since_s"]
+        core.waiting_since_s = state["waiting_since_s"]
+        if state["last_published"] is not None:
+            at_s, st, tr, pending, capacity = state["last_published"]
+            core.last_published = PublishedMark(at_s, DemandState(st), DemandTrend(tr), pending, capacity)
+        core.signal_seq = state["signal_seq"]
+        core.seen.load(seen_ids)
+        return core
+
+    # ---- internals ----------------------------------------------------------------------------------------
+    def _observed(self, at_s: float) -> None:
+        if self.observing_since_s is None or at_s < self.observing_since_s:
+            self.observing_since_s = at_s
+
+    def _track_pending(self, kind: str, task_type: str, at_s: float) -> None:
+        if self.queue is not None and at_s <= self.queue.at_s:
+            return  # the snapshot already counts it
+        if kind == "submitted":
+            self.pending_estimate += 1
+        elif kind == "started" or task_type not in self.types_with_started:
+            self.pending_estimate = max(0, self.pending_estimate - 1)
+
+    def _task_type(self, task_type: str) -> str:
+        if task_type in self.by_type or len(self.by_type) < self.config.max_task_types:
+            return task_type
+        return OTHER_TASK_TYPE
+
+    def _type_series(self, task_type: str) -> BucketSeries:
+        series = self.by_type.get(task_type)
+        if series is None:
+            series = self.by_type[task_type] = BucketSeries(self.window_buckets)
+        return series
+
+    def _gpu_series(self, gpu_model: str) -> BucketSeries:
+        series = self.by_gpu.get(gpu_model)
+        if series is None:
+            series = self.by_gpu[gpu_model] = BucketSeries(self.window_buckets)
+        return series
+
+    def _all_series(self) -> Iterable[BucketSeries]:
+        yield self.overall
+        yield from self.by_type.values()
+        yield from self.by_gpu.values()
+
+    def _count(
+        self, series: BucketSeries, gpu: BucketSeries | None, bucket: int, field_index: int, amount: float
+    ) -> None:
+        self.overall.add(bucket, field_index, amount)
+        series.add(bucket, field_index, amount)
+        if gpu is not None:
+            gpu.add(bucket, field_index, amount)
+
+    def _worker(self, event: TaskEvent, at_s: float) -> WorkerRecord:
+        worker_id = event.worker_id or ""
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            worker = self.workers[worker_id] = WorkerRecord()
+        if event.instance_id is not None:
+            worker.instance_id = event.instance_id
+        if event.gpu_model:
+            worker.gpu_model = event.gpu_model
+        elif worker.gpu_model is None and worker.instance_id is not None and self.fleet is not None:
+            worker.gpu_model = self.fleet.gpu_by_instance.get(worker.instance_id)
+        if at_s >= worker.last_seen_s:
+            worker.last_seen_s = at_s
+            self.workers.move_to_end(worker_id)
+        return worker
+
+    def _producer(self, worker_id: str, at_s: float) -> None:
+        last = self.recent_producers.get(worker_id)
+        if last is None or at_s > last:
+            self.recent_producers[worker_id] = at_s
+            self.recent_producers.move_to_end(worker_id)
+
+    def _busy(self, worker: WorkerRecord, at_s: float, task_type: str) -> None:
+        """Per-worker throughput counts only the time a worker was saturated: a gap between two of its
+        completions counts when tasks were waiting at both ends. An underloaded worker completes as fast as
+        tasks arrive, and that pace would read as its capacity (capacity would then always equal arrivals).
+
+        Completions are kept in time order per worker, so the same events in any arrival order give the same
+        busy time: a late one splits the gap it falls into, and that gap's contribution is taken back.
+        """
+        timeline = worker.timeline
+        keep = self.config.worker_timeline_len
+        if len(timeline) >= keep and at_s < timeline[0][0]:
+            return  # older than everything this worker still remembers: its gap is unknown
+        entry = (at_s, task_type, worker.gpu_model, self.pending_estimate > 0)
+        index = len(timeline)
+        while index > 0 and timeline[index - 1][0] > at_s:
+            index -= 1
+        before = timeline[index - 1] if index > 0 else None
+        after = timeline[index] if index < len(timeline) else None
+        if before is not None and after is not None:
+            self._gap(before, after, -1)
+        if before is not None:
+            self._gap(before, entry, 1)
+        if after is not None:
+            self._gap(entry, after, 1)
+        timeline.insert(index, entry)
+        if len(timeline) > keep:
+            del timeline[0]
+
+    def _gap(self, start: TimelineEntry, end: TimelineEntry, sign: int) -> None:
+        """Count (or take back) the busy gap between two completions of one worker, at the later one."""
+        start_s, _, _, start_saturated = start
+        end_s, task_type, gpu_model, end_saturated = end
+        gap_s = end_s - start_s
+        if not (start_saturated and end_saturated) or gap_s > self.config.busy_gap_cap_s:
+            return  # the worker may have been idle (no work), not slow
+        bucket = int(end_s // self.bucket_s)
+        if not self.overall.accepts(bucket):
+            return
+        series = self._type_series(task_type)
+        gpu = self._gpu_series(gpu_model) if gpu_model else None
+        self._count(series, gpu, bucket, BUSY_COMPLETIONS, sign)
+        self._count(series, gpu, bucket, BUSY_S, sign * gap_s)
+
+    def _forget_idle_workers(self, now_s: float) -> None:
+        horizon_s = now_s - self.config.longest_window_s
+        while self.workers and next(iter(self.workers.values())).last_seen_s < horizon_s:
+            self.workers.popitem(last=False)
+
+    def _covered_s(self, window_s: int, now_s: float) -> float:
+        """The time window `window_s` really spans at `now_s`: the newest bucket counts for what has elapsed."""
+        head_start_s = int(now_s // self.bucket_s) * self.bucket_s
+        span_s = window_s - self.bucket_s + (now_s - head_start_s)
+        if self.observing_since_s is not None:
+            span_s = min(span_s, now_s - self.observing_since_s)
+        return max(span_s, min(self.config.min_rate_span_s, float(window_s)), 1.0)
+
+    def _rate(self, series: BucketSeries, window_s: int, field_index: int, now_s: float) -> float:
+        return series.window_sum(self._index[window_s], field_index) * HOUR_S / self._covered_s(window_s, now_s)
+
+    def _slope_per_h2(self, series: BucketSeries, index: int, now_s: float) -> float:
+        first_bucket = int((self.observing_since_s or now_s) // self.bucket_s)
+        per_bucket2 = series.arrival_slope_per_bucket2(index, first_bucket)
+        return per_bucket2 * (HOUR_S / self.bucket_s) ** 2
+
+    def _throughput(self, series: BucketSeries) -> float | None:
+        """Tasks/h of one worker while it has work, over the throughput window, else the longest window."""
+        for window_s in (self.config.throughput_window_s, self.config.longest_window_s):
+            i = self._index[window_s]
+            busy_s = series.window_sum(i, BUSY_S)
+            busy_n = series.window_sum(i, BUSY_COMPLETIONS)
+            if busy_s > 0 and busy_n > 0:
+                return busy_n * HOUR_S / busy_s
+        return None
+
+    def _fresh_fleet(self, now_s: float) -> FleetView | None:
+        if self.fleet is None or now_s - self.fleet.at_s > self.config.fleet_snapshot_stale_s:
+            return None
+        return self.fleet
+
+    def _queue_counts(self) -> tuple[int, int, dict[str, tuple[int, int]]]:
+        """Pending and running per task type: the last queue snapshot adjusted by the events after its bucket."""
+        queue = self.queue
+        after_bucket = int(queue.at_s // self.bucket_s) if queue else -1
+        types = set(self.by_type) | (set(queue.pending) | set(queue.running) if queue else set())
+        by_type: dict[str, tuple[int, int]] = {}
+        for task_type in types:
+            pending = queue.pending.get(task_type, 0) if queue else 0
+            running = queue.running.get(task_type, 0) if queue else 0
+            series = self.by_type.get(task_type)
+            if series is not None:
+                arrived = series.sum_after(after_bucket, ARRIVALS)
+                started = series.sum_after(after_bucket, STARTED)
+                finished = series.sum_after(after_bucket, COMPLETIONS) + series.sum_after(after_bucket, FAILURES)
+                if task_type in self.types_with_started:
+                    pending += int(arrived - started)
+                    running += int(started - finished)
+                else:  # a job system that never reports `started`: a task leaves the queue when it finishes
+                    pending += int(arrived - finished)
+            by_type[task_type] = (max(0, pending), max(0, running))
+        return (
+            sum(p for p, _ in by_type.values()),
+            sum(r for _, r in by_type.values()),
+            by_type,
+        )
+
+    def _worth_publishing(self, now_s: float, state: DemandState, trend: DemandTrend, m: Measurement) -> bool:
+        c = self.config
+        last = self.last_published
+        if last is None or now_s - last.at_s >= c.publish_interval_s or now_s < last.at_s:
+            return True
+        if state != last.state or trend != last.trend:
+            return True
+        if abs(m.pending - last.pending) >= max(c.material_pending_change, c.material_pending_ratio * last.pending):
+            return True
+        base = max(last.capacity_tasks_per_h, 1.0)
+        return abs(m.capacity_tasks_per_h - last.capacity_tasks_per_h) / base >= c.material_capacity_ratio
+
+    def _window_stats(self, series: BucketSeries, now_s: float) -> list[WindowStats]:
+        stats = []
+        for window_s in self.config.windows_s:
+            i = self._index[window_s]
+            per_h = HOUR_S / self._covered_s(window_s, now_s)
+            durations = series.window_sum(i, DURATIONS)
+            stats.append(
+                WindowStats(
+                    window_s=window_s,
+                    arrival_rate_per_h=series.window_sum(i, ARRIVALS) * per_h,
+                    completion_rate_per_h=series.window_sum(i, COMPLETIONS) * per_h,
+                    failure_rate_per_h=series.window_sum(i, FAILURES) * per_h,
+                    mean_task_duration_s=series.window_sum(i, DURATION_SUM_S) / durations if durations else None,
+                    arrival_trend_per_h2=self._slope_per_h2(series, i, now_s),
+                )
+            )
+        return stats
+
+    def _signal(
+        self, now: datetime, m: Measurement, state: DemandState, trend: DemandTrend, explanation: str
+    ) -> DemandSignal:
+        now_s = now.timestamp()
+        by_type = [
+            TaskTypeDemand(
+                task_type=task_type,
+                pending_tasks=m.by_type_queue.get(task_type, (0, 0))[0],
+                running_tasks=m.by_type_queue.get(task_type, (0, 0))[1],
+                windows=self._window_stats(series, now_s),
+            )
+            for task_type, series in sorted(self.by_type.items())
+        ]
+        by_gpu = {}
+        for gpu_model, series in sorted(self.by_gpu.items()):
+            throughput = self._throughput(series)
+            if throughput is not None:
+                by_gpu[gpu_model] = throughput
+        last_completion = (
+            None if self.last_completion_s is None else datetime.fromtimestamp(self.last_completion_s, UTC)
+        )
+        return DemandSignal(
+            occurred_at=now,
+            source=SOURCE,
+            state=state,
+            explanation=explanation[:500],
+            trend=trend,
+            pending_tasks=m.pending,
+            running_tasks=m.running,
+            windows=self._window_stats(self.overall, now_s),
+            by_task_type=by_type,
+            sustained_arrival_rate_per_h=m.sustained_arrival_rate_per_h,
+            producing_workers=m.producing_workers,
+            per_worker_throughput_tasks_per_h=m.per_worker_throughput_tasks_per_h,
+            throughput_by_gpu_model_tasks_per_h=by_gpu,
+            fleet_capacity_tasks_per_h=m.capacity_tasks_per_h,
+            backlog_worker_hours=m.backlog_worker_hours,
+            above_capacity_for_s=m.above_capacity_for_s,
+            last_completion_at=last_completion,
+            signal_seq=self.signal_seq,
+        )

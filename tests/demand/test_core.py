@@ -1,0 +1,304 @@
+"""demand's pure core on plain values and simulated time: the states the decider relies on."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from services.demand.config import DemandSettings
+from services.demand.core import DemandCore, Evaluation, IngestOutcome, TaskCounts
+from shared.contract import (
+    DemandState,
+    DemandTrend,
+    FleetSnapshot,
+    InstanceState,
+    QueueDepth,
+    QueueSnapshot,
+    TaskEvent,
+    TriggerReason,
+)
+from tests.demand.jobs import Jobs, run
+
+T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+
+
+@dataclass
+class Harness:
+    """Feeds a core from a job system and evaluates it once a minute, keeping every evaluation."""
+
+    core: DemandCore = field(default_factory=DemandCore)
+    jobs: Jobs = field(default_factory=lambda: Jobs(now=T0))
+    evaluations: list[tuple[datetime, Evaluation]] = field(default_factory=list)
+
+    def feed(self, events: list[TaskEvent], snapshot: QueueSnapshot | None, now: datetime) -> None:
+        for event in events:
+            self.core.ingest(event, now)
+        if snapshot is not None:
+            self.core.observe_queue(snapshot, now)
+            self.evaluations.append((now, self.core.evaluate(now)))
+
+    def run(self, minutes: float, arrivals_per_h: float) -> list[tuple[datetime, Evaluation]]:
+        start = len(self.evaluations)
+        run(self.jobs, minutes, arrivals_per_h, self.feed)
+        return self.evaluations[start:]
+
+    @property
+    def last(self) -> Evaluation:
+        return self.evaluations[-1][1]
+
+
+def states(evaluations: list[tuple[datetime, Evaluation]]) -> list[DemandState]:
+    return [e.signal.state for _, e in evaluations]
+
+
+def test_no_arrivals_and_an_empty_queue_is_idle() -> None:
+    core = DemandCore()
+    core.observe_queue(QueueSnapshot(occurred_at=T0, source="jobs", queues=[]), T0)
+    evaluation = core.evaluate(T0 + timedelta(minutes=1))
+    assert evaluation.signal.state == DemandState.IDLE
+    assert evaluation.signal.pending_tasks == 0
+
+
+def test_a_fleet_that_finished_its_work_goes_idle_once_arrivals_stop() -> None:
+    h = Harness()
+    h.jobs.add_worker("w1")
+    h.run(60, arrivals_per_h=60)
+    assert h.last.signal.state == DemandState.SERVED
+    after = h.run(30, arrivals_per_h=0)
+    assert after[-1][1].signal.state == DemandState.IDLE
+    assert DemandState.WORKERS_STALLED not in states(after)
+
+
+def test_a_burst_of_8_pending_on_a_served_fleet_stays_served() -> None:
+    h = Harness()
+    h.jobs.add_worker("w1")
+    h.run(120, arrivals_per_h=90)
+    assert h.last.signal.state == DemandState.SERVED
+    # the burst: ten tasks at once, of which the worker's two free slots take two
+    h.feed(h.jobs.submit(10, h.jobs.now), None, h.jobs.now)
+    after = h.run(30, arrivals_per_h=90)
+    assert max(e.signal.pending_tasks for _, e in after) >= 8
+    assert set(states(after)) == {DemandState.SERVED}
+
+
+def test_arrivals_above_capacity_for_30_minutes_flip_to_under_provisioned_and_not_before() -> None:
+    h = Harness()
+    h.jobs.add_worker("w1")  # 120 tasks/h
+    h.run(60, arrivals_per_h=90)
+    assert h.last.signal.state == DemandState.SERVED
+    surge = h.run(60, arrivals_per_h=240)
+    previous_above_s = 0.0
+    for _, evaluation in surge:
+        signal = evaluation.signal
+        if signal.above_capacity_for_s > 0:  # one unbroken stretch above capacity, minute by minute
+            assert signal.above_capacity_for_s == previous_above_s + 60
+        previous_above_s = signal.above_capacity_for_s
+        assert (signal.state == DemandState.UNDER_PROVISIONED) == (signal.above_capacity_for_s >= 1800)
+    assert h.last.signal.state == DemandState.UNDER_PROVISIONED
+    assert h.last.signal.per_worker_throughput_tasks_per_h == pytest.approx(120, rel=0.02)
+    assert h.last.signal.sustained_arrival_rate_per_h == pytest.approx(240, rel=0.1)
+    # the backlog alone (about an hour of one worker) would not have justified it
+    assert h.last.signal.backlog_worker_hours < 1.5
+
+
+def test_all_workers_silent_with_59_queued_is_stalled_with_one_p0_never_idle() -> None:
+    h = Harness()
+    for i in range(3):
+        h.jobs.add_worker(f"w{i}")
+    h.run(60, arrivals_per_h=300)
+    for worker in h.jobs.workers.values():
+        worker.alive = False
+    h.feed(h.jobs.submit(59, h.jobs.now), None, h.jobs.now)
+    after = h.run(40, arrivals_per_h=0)
+    assert DemandState.IDLE not in states(after)
+    assert after[-1][1].signal.state == DemandState.WORKERS_STALLED
+    assert after[-1][1].signal.pending_tasks == 59
+    stalled_at = next(at for at, e in after if e.signal.state == DemandState.WORKERS_STALLED)
+    last_completion = after[-1][1].signal.last_completion_at
+    assert last_completion is not None and stalled_at - last_completion >= timedelta(minutes=15)
+    p0 = [t for _, e in after for t in e.triggers if t.priority == "p0"]
+    assert [t.reason for t in p0] == [TriggerReason.WORKERS_STALLED]
+    assert "59 tasks pending" in p0[0].detail
+
+
+def test_stalled_while_the_fleet_says_workers_are_there_even_long_after_the_last_completion() -> None:
+    core = DemandCore()
+    core.observe_fleet(fleet_snapshot(T0, producing=2), T0)
+    core.observe_queue(QueueSnapshot(occurred_at=T0, source="jobs", queues=[queue("prove", 59)]), T0)
+    assert core.evaluate(T0).signal.state == DemandState.SERVED  # two producers: the backlog is theirs
+    later = T0 + timedelta(minutes=16)
+    core.observe_fleet(fleet_snapshot(later, producing=2), later)
+    assert core.evaluate(later).signal.state == DemandState.WORKERS_STALLED
+
+
+def test_duplicate_and_out_of_order_events_do_not_change_rates() -> None:
+    jobs = Jobs(now=T0)
+    jobs.add_worker("w1", gpu_model="RTX 4090")
+    jobs.add_worker("w2", gpu_model="RTX 5090", task_s=180.0)  # 160 tasks/h
+    first = jobs.submit(400, T0)  # a standing queue: both workers stay saturated
+    trace: list[TaskEvent] = []
+    snapshots: list[QueueSnapshot] = []
+    run(jobs, 90, 200, lambda events, snapshot, now: (trace.extend(events), snapshot and snapshots.append(snapshot)))
+    end = jobs.now
+
+    in_order = DemandCore()
+    in_order.observe_queue(snapshots[0], T0)
+    for event in first + trace:
+        in_order.ingest(event, event.occurred_at)
+
+    shuffled = DemandCore()
+    shuffled.observe_queue(snapshots[0], T0)
+    rng = random.Random(7)
+    noisy = first + trace + rng.sample(trace, len(trace) // 3)  # a third delivered twice
+    # reordered within 3-minute spans, as a lagging producer or a redelivery would
+    noisy.sort(key=lambda e: (e.occurred_at.timestamp() // 180, rng.random()))
+    latest = T0
+    outcomes = []
+    for event in noisy:
+        latest = max(latest, event.occurred_at)
+        outcomes.append(shuffled.ingest(event, latest))
+    assert outcomes.count(IngestOutcome.DUPLICATE) == len(trace) // 3
+
+    a, b = in_order.evaluate(end).signal, shuffled.evaluate(end).signal
+    assert a.windows == b.windows
+    assert a.by_task_type == b.by_task_type
+    assert a.per_worker_throughput_tasks_per_h == pytest.approx(b.per_worker_throughput_tasks_per_h)
+    assert a.throughput_by_gpu_model_tasks_per_h == pytest.approx(b.throughput_by_gpu_model_tasks_per_h)
+    assert a.throughput_by_gpu_model_tasks_per_h == pytest.approx({"RTX 4090": 120, "RTX 5090": 160}, rel=0.02)
+    assert a.windows[0].completion_rate_per_h == pytest.approx(280, rel=0.05)
+
+
+def test_an_event_older_than_the_longest_window_is_counted_and_ignored() -> None:
+    core = DemandCore()
+    now = T0 + timedelta(hours=8)
+    core.ingest(task("submitted", T0, "first"), T0)
+    core.ingest(task("submitted", now), now)
+    late = task("submitted", now - timedelta(hours=6, minutes=2))
+    assert core.ingest(late, now) == IngestOutcome.TOO_LATE
+    assert core.too_late_events == 1
+    assert core.evaluate(now).signal.windows[-1].arrival_rate_per_h == pytest.approx(1 / 6, rel=0.01)
+
+
+def test_a_backlog_the_fleet_cannot_clear_within_a_startup_time_is_under_provisioned() -> None:
+    h = Harness()
+    h.jobs.add_worker("w1")
+    h.run(30, arrivals_per_h=60)
+    h.feed(h.jobs.submit(300, h.jobs.now), None, h.jobs.now)
+    after = h.run(2, arrivals_per_h=60)
+    signal = after[-1][1].signal
+    assert signal.state == DemandState.UNDER_PROVISIONED
+    assert signal.backlog_worker_hours > 1.5
+    assert "backlog" in signal.explanation
+
+
+def test_many_workers_for_a_trickle_is_over_provisioned() -> None:
+    h = Harness()
+    for i in range(4):
+        h.jobs.add_worker(f"w{i}")
+    h.run(89, arrivals_per_h=60)
+    # idle workers complete nothing: only fleet's view shows that four machines are producing
+    h.core.observe_fleet(fleet_snapshot(h.jobs.now, producing=4), h.jobs.now)
+    h.run(1, arrivals_per_h=60)
+    assert h.last.signal.state == DemandState.OVER_PROVISIONED
+    assert h.last.signal.fleet_capacity_tasks_per_h == 480
+
+
+def test_a_ramp_reads_rising_then_a_fall_reads_falling_with_p1_triggers() -> None:
+    h = Harness()
+    for i in range(6):
+        h.jobs.add_worker(f"w{i}")
+    h.run(60, arrivals_per_h=100)
+    assert h.last.signal.trend == DemandTrend.STEADY
+    for rate in (150, 200, 300, 400):
+        h.run(15, arrivals_per_h=rate)
+    assert h.last.signal.trend == DemandTrend.RISING
+    h.run(60, arrivals_per_h=400)
+    for rate in (250, 150, 80, 40):
+        h.run(15, arrivals_per_h=rate)
+    assert h.last.signal.trend == DemandTrend.FALLING
+    changes = [t.detail for _, e in h.evaluations for t in e.triggers if t.reason == TriggerReason.DEMAND_TREND_CHANGE]
+    assert "steady -> rising" in changes
+    assert changes[-1].endswith("-> falling")
+    assert all(t.priority == "p1" for _, e in h.evaluations for t in e.triggers if t.reason != "workers_stalled")
+
+
+def test_publishes_on_cadence_and_on_material_change_only() -> None:
+    core = DemandCore(DemandSettings(publish_interval_s=60))
+    core.observe_queue(QueueSnapshot(occurred_at=T0, source="jobs", queues=[]), T0)
+    assert core.evaluate(T0).publish
+    assert not core.evaluate(T0 + timedelta(seconds=15)).publish
+    assert core.evaluate(T0 + timedelta(seconds=60)).publish
+    moment = T0 + timedelta(seconds=70)
+    core.observe_queue(QueueSnapshot(occurred_at=moment, source="jobs", queues=[queue("prove", 40)]), moment)
+    changed = core.evaluate(moment)
+    assert changed.publish and changed.signal.state == DemandState.UNDER_PROVISIONED
+    assert changed.signal.signal_seq == 3
+    assert [t.reason for t in changed.triggers] == [TriggerReason.DEMAND_STATE_CHANGE]
+
+
+def test_state_round_trip_gives_the_same_signal_and_the_same_future() -> None:
+    h = Harness()
+    for i in range(2):
+        h.jobs.add_worker(f"w{i}", gpu_model="RTX 4090")
+    h.jobs.submit(50, T0)
+    h.run(100, arrivals_per_h=200)
+    restored = DemandCore.from_state(json.loads(json.dumps(h.core.to_state())), seen_ids=[])
+    now = h.jobs.now + timedelta(seconds=20)
+    a, b = h.core.evaluate(now), restored.evaluate(now)
+    assert a.signal.model_dump(exclude={"event_id"}) == b.signal.model_dump(exclude={"event_id"})
+    events = h.jobs.step(30, 200)
+    for core in (h.core, restored):
+        for event in events:
+            core.ingest(event, h.jobs.now)
+    later = h.jobs.now + timedelta(minutes=1)
+    assert h.core.evaluate(later).signal.model_dump(exclude={"event_id"}) == restored.evaluate(later).signal.model_dump(
+        exclude={"event_id"}
+    )
+
+
+def test_remembered_ids_survive_the_round_trip() -> None:
+    core = DemandCore()
+    event = task("submitted", T0)
+    core.ingest(event, T0)
+    restored = DemandCore.from_state(core.to_state(), seen_ids=core.seen.take_journal())
+    assert restored.ingest(event, T0) == IngestOutcome.DUPLICATE
+
+
+def test_aggregated_counts_give_the_same_rates_as_events() -> None:
+    by_event, by_count = DemandCore(), DemandCore()
+    now = T0 + timedelta(hours=1)
+    for minute in range(60):
+        at = T0 + timedelta(minutes=minute)
+        for i in range(3):
+            by_event.ingest(task("submitted", at, f"{minute}-{i}"), at)
+        by_count.ingest_counts(TaskCounts(at=at, task_type="prove", submitted=3), at)
+    assert by_event.evaluate(now).signal.windows == by_count.evaluate(now).signal.windows
+
+
+def test_settings_reject_a_window_that_is_not_a_whole_number_of_buckets() -> None:
+    with pytest.raises(ValueError, match="windows_s=1000 must be a positive multiple of bucket_s=60"):
+        DemandSettings(windows_s=(1000, 3600))
+
+
+def task(kind: str, at: datetime, task_id: str = "t") -> TaskEvent:
+    return TaskEvent(occurred_at=at, source="jobs", kind=kind, task_id=task_id, task_type="prove")  # type: ignore[arg-type]
+
+
+def queue(task_type: str, pending: int, running: int = 0) -> QueueDepth:
+    return QueueDepth(task_type=task_type, pending=pending, running=running)
+
+
+def fleet_snapshot(at: datetime, producing: int) -> FleetSnapshot:
+    return FleetSnapshot(
+        occurred_at=at,
+        source="fleet",
+        instances=[],
+        counts_by_state={InstanceState.PRODUCING: producing},
+        spend_usd_per_h=0.5 * producing,
+        producing_instances=producing,
+        arriving_instances=0,
+    )
