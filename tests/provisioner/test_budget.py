@@ -1,0 +1,134 @@
+"""The budget core: whole launches fit or are refused, single rents are checked, and a property over sequences."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.provisioner.budget import (
+    BudgetLimits,
+    Commitment,
+    Refusal,
+    commitment_of,
+    fits,
+    pick_next,
+    plan_launch,
+)
+from services.provisioner.ranking import RankedOffer
+from services.provisioner.vast_models import VastOffer
+from shared.contract import InstanceState, RefusalRule
+
+LIMITS = BudgetLimits(
+    budget_usd_per_h=2.0,
+    max_instances=4,
+    normal_max_price_usd_per_h=0.8,
+    emergency_max_price_usd_per_h=1.2,
+    price_margin=0.0,
+)
+
+
+def ranked(*prices: float) -> list[RankedOffer]:
+    """Offers in rank order (the rank is given, not computed, so the budget is tested alone)."""
+    return [
+        RankedOffer(VastOffer(id=i + 1, gpu_name="RTX 4090", dph_total=p), 120.0, 1.0, p / 120.0)
+        for i, p in enumerate(prices)
+    ]
+
+
+def test_price_cap_depends_on_priority_and_a_command_can_only_lower_it() -> None:
+    assert LIMITS.price_cap("normal") == 0.8
+    assert LIMITS.price_cap("emergency") == 1.2
+    assert LIMITS.price_cap("emergency", 0.5) == 0.5
+    assert LIMITS.price_cap("normal", 3.0) == 0.8
+
+
+def test_commitment_counts_every_instance_that_is_not_gone() -> None:
+    states = [(0.5, InstanceState.RUNNING), (0.4, InstanceState.FAILED), (0.3, InstanceState.DRAINING)]
+    assert commitment_of([*states, (9.0, InstanceState.GONE)]) == Commitment(1.2, 3)
+
+
+def test_a_launch_that_fits_is_planned_in_rank_order() -> None:
+    plan = plan_launch(LIMITS, Commitment(0.5, 1), ranked(0.6, 0.5, 0.7), 2)
+    assert not isinstance(plan, Refusal)
+    assert [r.offer.id for r in plan] == [1, 2]
+
+
+def test_too_many_instances_is_refused_whole() -> None:
+    plan = plan_launch(LIMITS, Commitment(0.3, 3), ranked(0.1, 0.1), 2)
+    assert isinstance(plan, Refusal) and plan.rule is RefusalRule.MAX_INSTANCES
+
+
+def test_over_budget_is_refused_whole_even_when_part_would_fit() -> None:
+    plan = plan_launch(LIMITS, Commitment(1.0, 1), ranked(0.6, 0.6), 2)
+    assert isinstance(plan, Refusal) and plan.rule is RefusalRule.BUDGET_USD_PER_H
+    assert "1.00" in plan.detail and "2.00" in plan.detail
+
+
+def test_not_enough_offers_is_refused() -> None:
+    plan = plan_launch(LIMITS, Commitment(), ranked(0.3), 2)
+    assert isinstance(plan, Refusal) and plan.rule is RefusalRule.NO_OFFER
+
+
+def test_greedy_by_rank_never_paints_itself_into_a_corner() -> None:
+    # the best-ranked offer (1.2) plus any other would not fit 1.5; the cheaper pair does
+    plan = plan_launch(LIMITS, Commitment(0.5, 0), ranked(1.2, 0.5, 0.4), 2)
+    assert not isinstance(plan, Refusal)
+    assert [r.offer.id for r in plan] == [2, 3]
+
+
+def test_the_price_margin_is_reserved() -> None:
+    with_margin = BudgetLimits(2.0, 4, 0.8, 1.2, price_margin=0.1)
+    assert fits(with_margin, Commitment(1.0, 0), 0.9)
+    assert not fits(with_margin, Commitment(1.1, 0), 0.9)  # 1.1 + 0.99 > 2.0
+    assert pick_next(with_margin, Commitment(1.1, 0), ranked(0.9), 1) is None
+
+
+@st.composite
+def commands(draw: st.DrawFn) -> list[tuple[str, int]]:
+    return draw(
+        st.lists(
+            st.tuples(st.sampled_from(["launch", "stop", "destroy"]), st.integers(min_value=1, max_value=5)),
+            max_size=12,
+        )
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    budget_usd_per_h=st.floats(min_value=0.2, max_value=5.0),
+    max_instances=st.integers(min_value=0, max_value=6),
+    margin=st.sampled_from([0.0, 0.05]),
+    markets=st.lists(st.lists(st.floats(min_value=0.05, max_value=1.5), max_size=8), min_size=1, max_size=4),
+    sequence=commands(),
+)
+def test_no_sequence_of_commands_and_market_states_exceeds_the_budget(
+    budget_usd_per_h: float,
+    max_instances: int,
+    margin: float,
+    markets: list[list[float]],
+    sequence: list[tuple[str, int]],
+) -> None:
+    """Launches through plan_launch and pick_next, stops (still billed) and destroys (freed), on changing markets."""
+    limits = BudgetLimits(budget_usd_per_h, max_instances, 0.8, 1.2, price_margin=margin)
+    fleet: list[tuple[float, InstanceState]] = []
+    for step, (verb, n) in enumerate(sequence):
+        market = markets[step % len(markets)]
+        if verb == "launch":
+            offers = ranked(*market)
+            plan = plan_launch(limits, commitment_of(fleet), offers, n)
+            if isinstance(plan, Refusal):
+                continue
+            left = list(offers)
+            for still_needed in range(n, 0, -1):
+                choice = pick_next(limits, commitment_of(fleet), left, still_needed)
+                if choice is None or not fits(limits, commitment_of(fleet), choice.price_usd_per_h):
+                    break
+                left.remove(choice)
+                fleet.append((choice.price_usd_per_h * (1 + margin), InstanceState.REQUESTED))
+        elif fleet:
+            index = n % len(fleet)
+            price, _ = fleet[index]
+            fleet[index] = (price, InstanceState.DRAINING if verb == "stop" else InstanceState.GONE)
+        committed = commitment_of(fleet)
+        assert committed.instances <= max_instances
+        assert committed.usd_per_h <= budget_usd_per_h + 1e-6

@@ -1,0 +1,120 @@
+"""Ranking by expected cost per task, with this fleet's history of hosts fading over days."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from services.provisioner.host_history import HALF_LIFE_S, HostHistory, Incident, IncidentKind, bench_ratio
+from services.provisioner.ranking import OfferConstraints, ThroughputKnowledge, acceptable, rank, search_query
+from services.provisioner.vast_models import VastOffer
+
+NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+ANY = OfferConstraints(allowed_gpu_models=("RTX 4090", "RTX 5090", "RTX 3090"), max_price_usd_per_h=1.0)
+
+
+def offer(
+    offer_id: int, gpu: str, price: float, *, machine: int | None = None, host: int | None = None, **kw: object
+) -> VastOffer:
+    return VastOffer(
+        id=offer_id,
+        gpu_name=gpu,
+        dph_total=price,
+        machine_id=machine or offer_id,
+        host_id=host or offer_id,
+        reliability2=kw.pop("reliability", 1.0),
+        verified=kw.pop("verified", True),
+        cuda_max_good=12.8,
+        disk_space=500,
+        **kw,
+    )
+
+
+def test_cheapest_per_task_wins_not_cheapest_per_hour() -> None:
+    offers = [offer(1, "RTX 3090", 0.30), offer(2, "RTX 4090", 0.50), offer(3, "RTX 5090", 0.43)]
+    ordered = rank(offers, ANY, ThroughputKnowledge(), HostHistory(), NOW)
+    # 5090: 0.43/162 < 4090: 0.50/120 < 3090: 0.30/66
+    assert [r.offer.id for r in ordered] == [3, 2, 1]
+    assert ordered[0].expected_usd_per_task == pytest.approx(0.43 / 162.0)
+
+
+def test_reliability_discounts_the_expected_throughput() -> None:
+    offers = [offer(1, "RTX 4090", 0.50, reliability=0.80), offer(2, "RTX 4090", 0.55, reliability=0.99)]
+    assert [r.offer.id for r in rank(offers, ANY, ThroughputKnowledge(), HostHistory(), NOW)] == [2, 1]
+
+
+def test_observed_throughput_replaces_the_reference() -> None:
+    offers = [offer(1, "RTX 4090", 0.50), offer(2, "RTX 5090", 0.43)]
+    knowledge = ThroughputKnowledge({"RTX 5090": 80.0})  # this fleet's 5090s do worse than the table says
+    assert [r.offer.id for r in rank(offers, ANY, knowledge, HostHistory(), NOW)] == [1, 2]
+
+
+def test_a_failure_penalises_machine_then_host_and_fades_over_days() -> None:
+    history = HostHistory()
+    history.record(Incident(at=NOW, kind=IncidentKind.STUCK_LOADING, instance_id=9, host_id=50, machine_id=500))
+    assert history.penalty(50, 500, NOW) == pytest.approx(1.0)
+    assert history.penalty(50, 501, NOW) == pytest.approx(0.5)  # same host, another machine
+    assert history.penalty(51, 510, NOW) == 0.0
+    assert history.penalty(50, 500, NOW + timedelta(seconds=HALF_LIFE_S)) == pytest.approx(0.5)
+    assert history.penalty(50, 500, NOW + timedelta(days=14)) < 0.01
+    history.record(Incident(at=NOW, kind=IncidentKind.STUCK_LOADING, instance_id=9, host_id=50, machine_id=500))
+    assert len(history.incidents) == 1  # one failure seen twice is one failure
+    history.forget_old(NOW + timedelta(days=30))
+    assert history.incidents == []
+
+
+def test_ranking_changes_after_a_hosts_machine_fails_and_recovers_later() -> None:
+    offers = [offer(1, "RTX 4090", 0.48, machine=500, host=50), offer(2, "RTX 4090", 0.52, machine=600, host=60)]
+    history = HostHistory()
+    assert rank(offers, ANY, ThroughputKnowledge(), history, NOW)[0].offer.id == 1
+    history.record(Incident(at=NOW, kind=IncidentKind.VAST_ERROR, instance_id=7, host_id=50, machine_id=501))
+    assert rank(offers, ANY, ThroughputKnowledge(), history, NOW)[0].offer.id == 2
+    assert rank(offers, ANY, ThroughputKnowledge(), history, NOW + timedelta(days=10))[0].offer.id == 1
+
+
+def test_a_degraded_but_cheap_machine_is_still_the_best_buy_per_unit_of_measured_throughput() -> None:
+    offers = [offer(1, "RTX 4090", 0.25, machine=500), offer(2, "RTX 4090", 0.50, machine=600)]
+    history = HostHistory()
+    history.record_measure(500, 0.7, NOW)  # degraded: 70% of the reference
+    ordered = rank(offers, ANY, ThroughputKnowledge(), history, NOW)
+    assert [r.offer.id for r in ordered] == [1, 2]
+    assert ordered[0].expected_tasks_per_h == pytest.approx(84.0)
+    history.record_measure(500, 0.3, NOW)
+    assert rank(offers, ANY, ThroughputKnowledge(), history, NOW)[0].offer.id == 2
+
+
+def test_constraints_filter_and_commands_only_narrow_them() -> None:
+    constraints = OfferConstraints(
+        allowed_gpu_models=("RTX 4090", "RTX 5090"),
+        max_price_usd_per_h=0.8,
+        min_reliability=0.95,
+        min_cuda=12.4,
+        min_disk_gb=100,
+        excluded_host_ids=frozenset({66}),
+    )
+    assert acceptable(offer(1, "RTX 4090", 0.5), constraints)
+    assert not acceptable(offer(2, "RTX 3090", 0.2), constraints)
+    assert not acceptable(offer(3, "RTX 4090", 0.9), constraints)
+    assert not acceptable(offer(4, "RTX 4090", 0.5, reliability=0.9), constraints)
+    assert not acceptable(offer(5, "RTX 4090", 0.5, verified=False), constraints)
+    assert not acceptable(offer(6, "RTX 4090", 0.5, host=66), constraints)
+    narrowed = constraints.narrowed_to(["rtx_5090", "H100 SXM"], 2.0)
+    assert narrowed.allowed_gpu_models == ("RTX 5090",) and narrowed.max_price_usd_per_h == 0.8
+    assert constraints.narrowed_to([], 0.6).allowed_gpu_models == ("RTX 4090", "RTX 5090")
+    query = search_query(constraints, limit=32, disk_gb=60)
+    assert query["gpu_name"] == {"in": ["RTX 4090", "RTX 5090"]} and query["dph_total"] == {"lte": 0.8}
+    assert query["host_id"] == {"notin": [66]} and query["verified"] == {"eq": True}
+    assert query["disk_space"] == {"gte": 100} and query["allocated_storage"] == 60
+
+
+def test_unknown_gpu_models_are_left_out() -> None:
+    constraints = OfferConstraints(allowed_gpu_models=("Mystery GPU",), max_price_usd_per_h=1.0)
+    assert rank([offer(1, "Mystery GPU", 0.1)], constraints, ThroughputKnowledge(), HostHistory(), NOW) == []
+
+
+def test_bench_ratio_prefers_the_task_rate() -> None:
+    assert bench_ratio({"tasks_per_h": 0.8, "memory_bw": 0.5}, {}, 120.0) == 0.8
+    assert bench_ratio({"fp32": 0.9, "memory_bw": 0.6}, {}, 120.0) == 0.6
+    assert bench_ratio({}, {"tasks_per_h": 60.0}, 120.0) == 0.5
+    assert bench_ratio({}, {}, 120.0) is None

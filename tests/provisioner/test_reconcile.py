@@ -1,0 +1,110 @@
+"""Reconciliation: vast's raw status onto the lifecycle, adoption by label, foreign instances, gone."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from services.provisioner.reconcile import (
+    KnownInstance,
+    launch_label,
+    observed_state,
+    parse_label,
+    reconcile,
+    vast_status_label,
+)
+from services.provisioner.vast_models import VastInstance
+from shared.contract import FailureReason, InstanceState
+
+NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+
+
+def row(
+    instance_id: int, label: str | None, actual: str | None = "loading", msg: str = "", price: float = 0.5
+) -> VastInstance:
+    return VastInstance(
+        id=instance_id, label=label, actual_status=actual, intended_status="running", status_msg=msg,
+        dph_total=price, host_id=5, machine_id=50, gpu_name="RTX 4090", start_date=NOW.timestamp(),
+    )  # fmt: skip
+
+
+def known(instance_id: int, label: str, state: InstanceState = InstanceState.REQUESTED) -> KnownInstance:
+    return KnownInstance(
+        instance_id=instance_id, label=label, idempotency_key=parse_label(label)[0] if parse_label(label) else None,
+        price_usd_per_h=0.5, state=state, created_at=NOW, state_since=NOW, host_id=5, machine_id=50,
+    )  # fmt: skip
+
+
+def test_labels_round_trip_and_other_labels_are_not_ours() -> None:
+    assert parse_label(launch_label("cmd-123", 2)) == ("cmd-123", 2)
+    for other in (None, "", "my-notebook", "fleetpilot:x", "fleetpilot::1", "fleetpilot:k:one", "other:k:1"):
+        assert parse_label(other) is None
+
+
+@pytest.mark.parametrize(
+    ("actual", "intended", "msg", "expected"),
+    [
+        (None, "running", "", (InstanceState.REQUESTED, None)),
+        ("created", "running", "", (InstanceState.REQUESTED, None)),
+        ("loading", "running", "Pulling image", (InstanceState.LOADING, None)),
+        ("running", "running", "success", (InstanceState.RUNNING, None)),
+        ("exited", "running", "oops", (InstanceState.FAILED, FailureReason.VAST_ERROR)),
+        (
+            "loading",
+            "running",
+            "Error response from daemon: pull failed",
+            (InstanceState.FAILED, FailureReason.VAST_ERROR),
+        ),
+        ("offline", "running", "", (InstanceState.FAILED, FailureReason.DEAD)),
+        ("stopped", "stopped", "", (InstanceState.DRAINING, None)),
+        ("unknown", "running", "", (InstanceState.LOADING, None)),  # no verdict from one poll: keep the previous
+    ],
+)
+def test_vast_status_maps_onto_the_lifecycle(actual: str | None, intended: str, msg: str, expected: tuple) -> None:
+    assert observed_state(actual, intended, msg, InstanceState.LOADING) == expected
+
+
+def test_status_labels_for_the_gauge() -> None:
+    assert [vast_status_label(s) for s in (None, "loading", "frozen")] == ["provisioning", "loading", "other"]
+
+
+def test_unknown_labelled_instances_are_adopted_and_foreign_ones_only_reported() -> None:
+    outcome = reconcile(
+        {}, [row(1, launch_label("k1", 0)), row(2, "someone's notebook")], NOW, gone_after_missing_lists=2
+    )
+    assert [i.instance_id for i in outcome.adopted] == [1]
+    assert outcome.adopted[0].adopted and outcome.adopted[0].idempotency_key == "k1"
+    assert [r.id for r in outcome.foreign] == [2]
+    assert set(outcome.known) == {1}
+
+
+def test_changes_are_published_once_and_failures_become_incidents_once() -> None:
+    before = {1: known(1, launch_label("k", 0), InstanceState.LOADING)}
+    failed = reconcile(
+        before, [row(1, launch_label("k", 0), "exited", "Error: no space", price=0.52)], NOW, gone_after_missing_lists=2
+    )
+    assert [i.state for i in failed.changed] == [InstanceState.FAILED]
+    assert failed.known[1].price_usd_per_h == 0.52  # vast's price is the truth
+    assert [(i.kind.value, i.machine_id) for i in failed.incidents] == [("vast_error", 50)]
+    again = reconcile(
+        failed.known,
+        [row(1, launch_label("k", 0), "exited", "Error: no space", price=0.52)],
+        NOW + timedelta(minutes=1),
+        gone_after_missing_lists=2,
+    )
+    assert again.changed == [] and again.incidents == []
+
+
+def test_an_instance_vast_stops_listing_is_gone_only_after_consecutive_misses() -> None:
+    before = {1: known(1, launch_label("k", 0), InstanceState.RUNNING)}
+    first = reconcile(before, [], NOW, gone_after_missing_lists=2)
+    assert first.gone == [] and first.known[1].missing_lists == 1
+    back = reconcile(first.known, [row(1, launch_label("k", 0), "running")], NOW, gone_after_missing_lists=2)
+    assert back.known[1].missing_lists == 0
+    second = reconcile(
+        reconcile(back.known, [], NOW, gone_after_missing_lists=2).known, [], NOW, gone_after_missing_lists=2
+    )
+    assert [i.instance_id for i in second.gone] == [1] and second.known[1].state is InstanceState.GONE
+    third = reconcile(second.known, [], NOW, gone_after_missing_lists=2)
+    assert third.gone == []  # reported once
