@@ -82,3 +82,43 @@ def sim_vast(
     else:
         clock = settings.make_clock()
     serve_forever(VastSimulator(world, api_key, clock), host=host, port=port, log_level=log_level)
+
+
+@sim_app.command("evaluate")
+def sim_evaluate(
+    trace: str = typer.Option(..., help="CSV trace with header minute,arrivals (see sim/traces/)"),
+    policy: str = typer.Option(..., help="predictive, reactive, target-tracking or clairvoyant (the lower bound)"),
+    scenario: str = typer.Option(None, help="a scenario file (.yaml/.yml/.json), the one sim vast serves"),
+    seed: int = typer.Option(None, help="overrides the scenario's seed (market prices and every machine's fate)"),
+    json_output: bool = typer.Option(False, "--json", help="print exactly one JSON object"),
+    plot: str = typer.Option(None, help="also draw queue, fleet by state and spend over time to this PNG"),
+    grace_min: float = typer.Option(None, help="waiting charged only beyond this many minutes (default 15)"),
+    delay_usd_per_task_h: float = typer.Option(None, help="charge per task-hour beyond the grace (default 0.10)"),
+    initial_machines: int = typer.Option(None, help="machines producing at t=0 (default: sized to the first hour)"),
+) -> None:
+    """Replay a trace against a simulated fleet under one policy and score it: cost + delay cost."""
+    import json
+    import sys
+
+    from pydantic import ValidationError
+
+    from sim.world.cli import EvaluateRequest, run_evaluate
+
+    try:
+        request = EvaluateRequest(trace, policy, scenario, seed, grace_min, delay_usd_per_task_h, initial_machines)
+        evaluation = run_evaluate(request)
+    except (ValueError, ValidationError, OSError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    if plot:
+        from sim.world.report import plot as draw
+
+        draw(evaluation, plot)
+    if json_output:
+        sys.stdout.write(json.dumps(evaluation.as_dict()) + "\n")
+    else:
+        from sim.world.report import table
+
+        table(evaluation)
+        if plot:
+            typer.echo(f"plot: {plot}")

@@ -1,0 +1,501 @@
+"""The discrete-event loop: one heap of events on simulated time, the fluid queue between them, the fleet's ledger.
+
+Events are minute boundaries of the trace (the arrival rate changes), machine milestones (running, producing,
+exited, offline, drained), policy decisions and plot samples. Each costs O(log n) on the heap plus the queue
+segments it consumes, so a run is a few events per simulated minute whatever the fleet size.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import math
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sim.vast.scenario import Fate, Scenario
+from sim.world.fluid import FluidQueue, ServicePiece
+from sim.world.model import (
+    Action,
+    FleetEvent,
+    Launch,
+    LaunchDraws,
+    Machine,
+    MachineState,
+    MachineView,
+    Market,
+    Offer,
+    Remove,
+    WorldConfig,
+    WorldView,
+    initial_fleet_size,
+    offers_from_scenario,
+)
+from sim.world.objective import ObjectiveConfig, WaitStats
+from sim.world.trace import Trace
+
+INF = math.inf
+# event kinds, in the order they are handled when they fall on the same moment
+MINUTE, RUNNING, READY, EXIT, OFFLINE, GONE, DECIDE, SAMPLE, END = range(9)
+TARGET_SAMPLES = 1500
+
+
+class WorldPolicy(Protocol):
+    """A scaling policy as the world drives it: asked every `decision_interval_s`, answers with actions."""
+
+    name: str
+    decision_interval_s: float
+
+    def decide(self, view: WorldView) -> Sequence[Action]: ...
+
+
+@dataclass
+class Sample:
+    at_s: float
+    queue_tasks: float
+    loading: int
+    producing: int
+    draining: int
+    failed: int  # offline (billed) or exited
+    spend_usd_per_h: float
+    cost_usd: float
+
+
+@dataclass
+class RunResult:
+    policy: str
+    trace: str
+    seed: int
+    tasks_submitted: int
+    tasks_started: float
+    tasks_completed: float
+    tasks_unserved: float
+    cost_usd: float
+    delay_cost_usd: float
+    wait_p50_s: float
+    wait_p95_s: float
+    wait_max_s: float
+    machine_hours: float
+    producing_machine_hours: float
+    idle_machine_hours: float
+    launches: int
+    launches_refused: int
+    wasted_launches: int
+    peak_instances: int
+    end_s: float
+    decisions: int
+    decision_wall_s: list[float]
+    samples: list[Sample]
+    sim_wall_s: float = 0.0
+    waits: WaitStats | None = None
+
+    @property
+    def objective_usd(self) -> float:
+        return self.cost_usd + self.delay_cost_usd
+
+
+class _LastBusy:
+    """When did the task rate last exceed a level? Machines are filled in order, so a machine with capacity
+    `ahead` in front of it last had work when the rate was last above `ahead`. A stack of (rate, until) with
+    rates strictly falling towards the top answers in O(log n)."""
+
+    def __init__(self) -> None:
+        self._neg_rates: list[float] = []
+        self._until_s: list[float] = []
+
+    def record(self, rate_per_s: float, until_s: float) -> None:
+        while self._neg_rates and -self._neg_rates[-1] <= rate_per_s:
+            self._neg_rates.pop()
+            self._until_s.pop()
+        self._neg_rates.append(-rate_per_s)
+        self._until_s.append(until_s)
+
+    def last_above(self, ahead_per_s: float) -> float | None:
+        # entries with rate > ahead form the bottom of the stack; the topmost of them is the latest
+        n = bisect.bisect_left(self._neg_rates, -ahead_per_s - 1e-12)
+        return self._until_s[n - 1] if n else None
+
+
+@dataclass
+class _Ledger:
+    cost_usd: float = 0.0
+    billed_machine_s: float = 0.0
+    producing_machine_s: float = 0.0
+    idle_machine_s: float = 0.0
+
+
+@dataclass
+class Engine:
+    trace: Trace
+    policy: WorldPolicy
+    scenario: Scenario = field(default_factory=Scenario)
+    seed: int = 0
+    world: WorldConfig = field(default_factory=WorldConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+
+    def __post_init__(self) -> None:
+        self.now_s = 0.0
+        self.trace_end_s = self.trace.minutes * 60.0
+        self.horizon_s = self.trace_end_s + self.world.drain_max_s
+        self.market = Market(offers_from_scenario(self.scenario))
+        self.draws = LaunchDraws(self.scenario, self.seed)
+        self.queue = FluidQueue(WaitStats(self.objective.grace_s))
+        self.machines: dict[int, Machine] = {}
+        self.producing_order: list[Machine] = []  # the job system fills these first to last
+        self.arrival_per_s = 0.0
+        self.service_per_s = 0.0
+        self.spend_usd_per_h = 0.0
+        self.billed = 0
+        self.non_gone = 0
+        self.peak_instances = 0
+        self.ledger = _Ledger()
+        self.launches = 0
+        self.launches_refused = 0
+        self.wasted: set[int] = set()
+        self._events: list[tuple[float, int, int, int]] = []
+        self._seq = itertools.count()
+        self._ids = itertools.count(1)
+        self._launch_index = 0
+        self._order = itertools.count()
+        self._fleet_events: list[FleetEvent] = []
+        self._last_busy = _LastBusy()
+        self._started_checkpoints: deque[tuple[float, float]] = deque([(0.0, 0.0)])
+        self._last_view_s = 0.0
+        self._started_at_last_view = 0.0
+        self._decision_wall_s: list[float] = []
+        self._samples: list[Sample] = []
+        self._end_scheduled = False
+        self._ended = False
+        span_s = self.trace_end_s + 3600.0
+        self.sample_s = self.world.sample_s or max(60.0, 60.0 * math.ceil(span_s / TARGET_SAMPLES / 60.0))
+
+    # --- the loop ------------------------------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        wall_start = time.perf_counter()
+        self._start_initial_fleet()
+        self._push(0.0, MINUTE, 0)
+        self._push(self.policy.decision_interval_s, DECIDE, 0)
+        self._push(0.0, SAMPLE, 0)
+        self._push(self.horizon_s, END, 0)
+        while self._events and not self._ended:
+            at_s, kind, _, arg = heapq.heappop(self._events)
+            if at_s > self.now_s:
+                self._advance(at_s)
+            self._handle(kind, arg)
+        return self._result(time.perf_counter() - wall_start)
+
+    def _push(self, at_s: float, kind: int, arg: int) -> None:
+        if at_s <= self.horizon_s:
+            heapq.heappush(self._events, (at_s, kind, next(self._seq), arg))
+
+    def _advance(self, to_s: float) -> None:
+        dt = to_s - self.now_s
+        self.ledger.cost_usd += self.spend_usd_per_h * dt / 3600.0
+        self.ledger.billed_machine_s += self.billed * dt
+        producing = len(self.producing_order)
+        self.ledger.producing_machine_s += producing * dt
+        pieces = self.queue.advance(self.now_s, to_s, self.arrival_per_s, self.service_per_s)
+        busy_s = sum((p.end_s - p.start_s) * p.rate_per_s for p in pieces) / self.service_per_s if pieces else 0.0
+        self.ledger.idle_machine_s += producing * (dt - busy_s) if self.service_per_s > 0 else 0.0
+        self._record_busy(pieces)
+        self.now_s = to_s
+        self._started_checkpoints.append((to_s, self.queue.started))
+        horizon_back = to_s - self.world.task_s
+        while len(self._started_checkpoints) > 2 and self._started_checkpoints[1][0] <= horizon_back:
+            self._started_checkpoints.popleft()
+        if (
+            not self._end_scheduled
+            and self.now_s >= self.trace_end_s
+            and self.queue.count <= 1e-9
+            and self.queue.last_empty_at_s is not None
+        ):
+            # the last tasks are running: the run ends when they finish
+            self._end_scheduled = True
+            self._push(max(self.queue.last_empty_at_s, self.trace_end_s) + self.world.task_s, END, 0)
+
+    def _record_busy(self, pieces: list[ServicePiece]) -> None:
+        for piece in pieces:
+            self._last_busy.record(piece.rate_per_s, piece.end_s)
+
+    def _handle(self, kind: int, arg: int) -> None:
+        if kind == MINUTE:
+            self._on_minute(arg)
+        elif kind == DECIDE:
+            self._decide()
+            self._push(self.now_s + self.policy.decision_interval_s, DECIDE, 0)
+        elif kind == SAMPLE:
+            self._sample()
+            self._push(self.now_s + self.sample_s, SAMPLE, 0)
+        elif kind == END:
+            self._end()
+        else:
+            machine = self.machines.get(arg)
+            if machine is not None:
+                self._on_machine(kind, machine)
+
+    def _on_minute(self, minute: int) -> None:
+        if minute < self.trace.minutes:
+            self.arrival_per_s = self.trace.arrivals_per_min[minute] / 60.0
+            self._push((minute + 1) * 60.0, MINUTE, minute + 1)
+        else:
+            self.arrival_per_s = 0.0
+            self._advance(self.now_s)  # lets an already-empty queue schedule the end
+
+    # --- machines --------------------------------------------------------------------------------------------
+
+    def _start_initial_fleet(self) -> None:
+        for _ in range(initial_fleet_size(self.market, self.trace.arrivals_per_min, self.world)):
+            offer = self.market.rent()
+            if offer is None:
+                break
+            machine = Machine(
+                next(self._ids), offer, Fate.HEALTHY, offer.reference_tasks_per_h, 0.0, 0.0, 0.0, INF, INF
+            )
+            self._add_machine(machine)
+            self._set_billed(machine, True)
+            self._set_state(machine, MachineState.PRODUCING)
+
+    def _launch(self, launch: Launch) -> None:
+        for _ in range(launch.count):
+            if self.non_gone >= self.world.max_instances:
+                self.launches_refused += 1
+                continue
+            offer = self.market.rent(launch.gpu_models)
+            if offer is None:
+                self.launches_refused += 1
+                continue
+            self._create(offer)
+
+    def _create(self, offer: Offer) -> None:
+        draw = self.draws[self._launch_index]
+        self._launch_index += 1
+        self.launches += 1
+        fate = offer.fate or draw.fate
+        now = self.now_s
+        running_s = ready_s = exit_s = offline_s = INF
+        rate = offer.reference_tasks_per_h
+        if fate is Fate.EXIT_ERROR:
+            exit_s = now + draw.startup_s
+        elif fate is not Fate.STUCK_LOADING:
+            running_s = now + draw.startup_s
+            ready_s = running_s + self.world.registration_s
+            if fate is Fate.OFFLINE_LATER:
+                offline_s = max(ready_s, running_s + draw.offline_after_s)
+            if fate is Fate.SLOW:
+                rate *= draw.slow_factor
+        machine = Machine(next(self._ids), offer, fate, rate, now, running_s, ready_s, exit_s, offline_s)
+        self._add_machine(machine)
+        self._fleet_events.append(FleetEvent(now, machine.instance_id, "created"))
+        if self.world.billed_from == "created":
+            self._set_billed(machine, True)
+        for at_s, kind in ((running_s, RUNNING), (ready_s, READY), (exit_s, EXIT), (offline_s, OFFLINE)):
+            if at_s < INF:
+                self._push(at_s, kind, machine.instance_id)
+
+    def _add_machine(self, machine: Machine) -> None:
+        machine.state_since_s = self.now_s
+        self.machines[machine.instance_id] = machine
+        self.non_gone += 1
+        self.peak_instances = max(self.peak_instances, self.non_gone)
+
+    def _set_billed(self, machine: Machine, billed: bool) -> None:
+        if (machine.billed_since_s is not None) == billed:
+            return
+        sign = 1 if billed else -1
+        self.billed += sign
+        self.spend_usd_per_h += sign * machine.price_usd_per_h
+        machine.billed_since_s = self.now_s if billed else None
+        if self.billed == 0:
+            self.spend_usd_per_h = 0.0  # no drift from float sums when nothing is billed
+
+    def _set_state(self, machine: Machine, state: MachineState) -> None:
+        was = machine.state
+        if was is MachineState.PRODUCING and state is not MachineState.PRODUCING:
+            self.producing_order.remove(machine)
+            self.service_per_s -= machine.tasks_per_h / 3600.0
+            if not self.producing_order:
+                self.service_per_s = 0.0
+        if state is MachineState.PRODUCING and was is not MachineState.PRODUCING:
+            machine.produced = True
+            machine.prefix_order = next(self._order)
+            self.producing_order.append(machine)
+            self.service_per_s += machine.tasks_per_h / 3600.0
+        machine.state = state
+        machine.state_since_s = self.now_s
+        if state is MachineState.GONE:
+            self.non_gone -= 1
+            self._set_billed(machine, False)
+            self.market.release(machine.offer)
+            self.machines.pop(machine.instance_id, None)
+        if state in (MachineState.GONE, MachineState.EXITED) and not machine.produced:
+            self.wasted.add(machine.instance_id)
+
+    def _on_machine(self, kind: int, machine: Machine) -> None:
+        loading = machine.state is MachineState.LOADING
+        if kind == RUNNING and loading:
+            if self.world.billed_from == "running":
+                self._set_billed(machine, True)
+            self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "running"))
+        elif kind == READY and loading:
+            self._set_state(machine, MachineState.PRODUCING)
+            self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "producing"))
+        elif kind == EXIT and loading:
+            self._set_billed(machine, False)
+            self._set_state(machine, MachineState.EXITED)
+            self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "exited"))
+        elif kind == OFFLINE and machine.state is MachineState.PRODUCING:
+            self._set_state(machine, MachineState.OFFLINE)
+            self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "offline"))
+        elif kind == GONE and machine.state is MachineState.DRAINING:
+            self._set_state(machine, MachineState.GONE)
+            self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "gone"))
+
+    def _remove(self, removal: Remove) -> None:
+        machine = self.machines.get(removal.instance_id)
+        if machine is None:
+            return
+        machine.removal_reason = removal.reason
+        if machine.state is MachineState.PRODUCING:
+            # no new task; the in-flight ones finish (billed) before the machine is given back
+            self._set_state(machine, MachineState.DRAINING)
+            self._push(self.now_s + self.world.task_s, GONE, machine.instance_id)
+        elif machine.state is MachineState.DRAINING and removal.verb == "drain":
+            return
+        else:
+            self._set_state(machine, MachineState.GONE)
+            self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "gone"))
+
+    # --- decisions -------------------------------------------------------------------------------------------
+
+    def completed_total(self) -> float:
+        """Tasks started at least one task duration ago (the started curve is piecewise linear)."""
+        at_s = self.now_s - self.world.task_s
+        points = self._started_checkpoints
+        if at_s <= points[0][0]:
+            return points[0][1] if at_s >= points[0][0] else 0.0
+        for (t0, s0), (t1, s1) in itertools.pairwise(points):
+            if t0 <= at_s <= t1:
+                return s0 + (s1 - s0) * (at_s - t0) / (t1 - t0) if t1 > t0 else s1
+        return points[-1][1]
+
+    def view(self) -> WorldView:
+        self._account_machine_tasks()
+        machines = [
+            MachineView(
+                instance_id=m.instance_id,
+                gpu_model=m.gpu_model,
+                price_usd_per_h=m.price_usd_per_h,
+                reference_tasks_per_h=m.offer.reference_tasks_per_h,
+                state=m.state,
+                created_s=m.created_s,
+                state_since_s=m.state_since_s,
+                running_s=m.running_s if m.running_s <= self.now_s else None,
+                last_task_s=m.last_task_s,
+                tasks_started=m.tasks_started,
+            )
+            for m in self.machines.values()
+        ]
+        completed = self.completed_total()
+        minute = min(self.trace.minutes, int(self.now_s // 60) + 1)
+        events, self._fleet_events = self._fleet_events, []
+        return WorldView(
+            now_s=self.now_s,
+            pending_tasks=self.queue.count,
+            running_tasks=max(0.0, self.queue.started - completed),
+            arrivals_total=self.queue.arrived,
+            started_total=self.queue.started,
+            completed_total=completed,
+            arrivals_by_minute=self.trace.arrivals_per_min[:minute],
+            machines=machines,
+            events=events,
+            task_s=self.world.task_s,
+        )
+
+    def _account_machine_tasks(self) -> None:
+        """Share the tasks started since the last view among producing machines, first in order first."""
+        dt = self.now_s - self._last_view_s
+        started = self.queue.started - self._started_at_last_view
+        self._last_view_s, self._started_at_last_view = self.now_s, self.queue.started
+        mean_rate = started / dt if dt > 0 else 0.0
+        ahead = 0.0
+        for machine in self.producing_order:
+            rate = machine.tasks_per_h / 3600.0
+            share = min(rate, max(0.0, mean_rate - ahead))
+            machine.tasks_started += share * dt
+            last = self._last_busy.last_above(ahead)
+            if last is not None and last >= machine.state_since_s:
+                machine.last_task_s = min(last, self.now_s)
+            ahead += rate
+
+    def _decide(self) -> None:
+        view = self.view()
+        wall_start = time.perf_counter()
+        actions = self.policy.decide(view)
+        self._decision_wall_s.append(time.perf_counter() - wall_start)
+        for action in actions:
+            if isinstance(action, Launch):
+                self._launch(action)
+            else:
+                self._remove(action)
+
+    def _sample(self) -> None:
+        counts = {state: 0 for state in MachineState}
+        for machine in self.machines.values():
+            counts[machine.state] += 1
+        self._samples.append(
+            Sample(
+                at_s=self.now_s,
+                queue_tasks=self.queue.count,
+                loading=counts[MachineState.LOADING],
+                producing=counts[MachineState.PRODUCING],
+                draining=counts[MachineState.DRAINING],
+                failed=counts[MachineState.OFFLINE] + counts[MachineState.EXITED],
+                spend_usd_per_h=self.spend_usd_per_h,
+                cost_usd=self.ledger.cost_usd,
+            )
+        )
+
+    def _end(self) -> None:
+        self._sample()
+        self._ended = True
+        for machine in list(self.machines.values()):
+            if not machine.produced:
+                self.wasted.add(machine.instance_id)
+
+    def _result(self, wall_s: float) -> RunResult:
+        unserved = self.queue.charge_unserved(self.now_s)
+        waits = self.queue.waits
+        delay_task_h = waits.excess_task_s / 3600.0
+        completed = self.completed_total() if unserved > 1e-6 else self.queue.started
+        return RunResult(
+            policy=self.policy.name,
+            trace=self.trace.name,
+            seed=self.seed,
+            tasks_submitted=self.trace.total_tasks,
+            tasks_started=self.queue.started,
+            tasks_completed=completed,
+            tasks_unserved=unserved,
+            cost_usd=self.ledger.cost_usd,
+            delay_cost_usd=delay_task_h * self.objective.delay_usd_per_task_h,
+            wait_p50_s=waits.percentile_s(0.50),
+            wait_p95_s=waits.percentile_s(0.95),
+            wait_max_s=waits.max_wait_s,
+            machine_hours=self.ledger.billed_machine_s / 3600.0,
+            producing_machine_hours=self.ledger.producing_machine_s / 3600.0,
+            idle_machine_hours=self.ledger.idle_machine_s / 3600.0,
+            launches=self.launches,
+            launches_refused=self.launches_refused,
+            wasted_launches=len(self.wasted),
+            peak_instances=self.peak_instances,
+            end_s=self.now_s,
+            decisions=len(self._decision_wall_s),
+            decision_wall_s=self._decision_wall_s,
+            samples=self._samples,
+            sim_wall_s=wall_s,
+            waits=waits,
+        )

@@ -1,0 +1,276 @@
+"""The world's things: its configuration, the market it rents from, machines and their fates, what policies see and do.
+
+One `sim.vast.scenario.Scenario` drives the market, the startup-time distribution and the failure shares, the
+same file the vast.ai simulator serves; `WorldConfig` holds what only the world needs (the workload, billing).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal
+
+import numpy as np
+
+from shared import gpu_models
+from sim.vast.scenario import Fate, Scenario
+
+# DESIGN.md: a proving task takes ~4 min of one machine; pipelined, a reference machine finishes one every ~30 s
+TASK_S = 240.0
+# sim/jobs: a running instance's worker registers ~10 min after vast says running (image start, registration)
+REGISTRATION_S = 600.0
+# after the trace ends, the fleet gets this long to clear its queue; tasks still queued then are charged to here
+DRAIN_MAX_S = 12 * 3600.0
+LAUNCH_DRAWS_BLOCK = 4096
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    task_s: float = TASK_S
+    registration_s: float = REGISTRATION_S
+    drain_max_s: float = DRAIN_MAX_S
+    # billing from creation: the issue's rule (startup time is paid). vast itself bills the GPU from running;
+    # "running" is there to measure what that difference does to a policy.
+    billed_from: Literal["created", "running"] = "created"
+    # machines at t=0, already producing; None sizes them for the trace's first hour
+    initial_machines: int | None = None
+    # the world's own cap on non-gone instances (the market is the other limit)
+    max_instances: int = 5000
+    sample_s: float | None = None  # time-series resolution for plots; None picks ~1500 points
+
+
+class MachineState(StrEnum):
+    LOADING = "loading"  # created, billed, not producing yet (startup + registration)
+    PRODUCING = "producing"
+    DRAINING = "draining"  # takes no new task, finishes its in-flight ones, then gone
+    OFFLINE = "offline"  # was producing, the host disconnected: billed until removed, no capacity
+    EXITED = "exited"  # failed at the end of loading with a docker error: not billed, no capacity
+    GONE = "gone"
+
+
+@dataclass(frozen=True)
+class Offer:
+    offer_id: int
+    gpu_model: str
+    price_usd_per_h: float
+    reference_tasks_per_h: float
+    fate: Fate | None = None  # forced by the scenario (OfferSpec.fate)
+
+    @property
+    def usd_per_task(self) -> float:
+        return self.price_usd_per_h / self.reference_tasks_per_h
+
+
+def offers_from_scenario(scenario: Scenario) -> list[Offer]:
+    """Every machine the scenario lists, priced once from its seed (the world's market does not drift)."""
+    rng = np.random.default_rng([scenario.seed, 17])
+    offers: list[Offer] = []
+    for segment in scenario.market:
+        model = gpu_models.find(segment.gpu_model)
+        rate = (model.reference_tasks_per_h if model else gpu_models.REFERENCE_TASKS_PER_H_RTX_4090) * segment.num_gpus
+        if segment.price_usd_per_h is not None:
+            low, high = segment.price_usd_per_h.min, segment.price_usd_per_h.max
+        else:
+            assert model is not None  # the scenario validates unknown models carry a price
+            typical = model.typical_price_usd_per_h * segment.num_gpus
+            low, high = typical * 0.85, typical * 1.15
+        for price in rng.uniform(low, high, segment.count):
+            offers.append(Offer(len(offers) + 1, segment.gpu_model, round(float(price), 4), rate))
+    for spec in scenario.offers:
+        model = gpu_models.find(spec.gpu_model)
+        rate = (model.reference_tasks_per_h if model else gpu_models.REFERENCE_TASKS_PER_H_RTX_4090) * spec.num_gpus
+        offers.append(Offer(len(offers) + 1, spec.gpu_model, spec.price_usd_per_h, rate, spec.fate))
+    return offers
+
+
+def _canonical(name: str) -> str:
+    model = gpu_models.find(name)
+    return model.name if model else name
+
+
+class Market:
+    """Offers not in use, best expected cost per task first (the provisioner's ranking without host history)."""
+
+    def __init__(self, offers: Sequence[Offer]) -> None:
+        self.offers = sorted(offers, key=lambda o: (o.usd_per_task, o.offer_id))
+        self._free = [True] * len(self.offers)
+        self._index = {offer.offer_id: i for i, offer in enumerate(self.offers)}
+        self._next = 0  # every offer before this index is in use
+
+    def rent(self, gpu_models_wanted: Sequence[str] = ()) -> Offer | None:
+        wanted = {_canonical(name) for name in gpu_models_wanted}
+        for i in range(self._next, len(self.offers)):
+            if self._free[i] and (not wanted or _canonical(self.offers[i].gpu_model) in wanted):
+                self._free[i] = False
+                while self._next < len(self.offers) and not self._free[self._next]:
+                    self._next += 1
+                return self.offers[i]
+        return None
+
+    def release(self, offer: Offer) -> None:
+        i = self._index[offer.offer_id]
+        self._free[i] = True
+        self._next = min(self._next, i)
+
+    @property
+    def total_tasks_per_h(self) -> float:
+        return sum(offer.reference_tasks_per_h for offer in self.offers)
+
+
+def initial_fleet_size(market: Market, arrivals_per_min: Sequence[int], world: WorldConfig) -> int:
+    """Machines producing at t=0: as configured, else the cheapest offers that cover the first hour's rate."""
+    if world.initial_machines is not None:
+        return min(world.initial_machines, len(market.offers))
+    first = arrivals_per_min[:60]
+    first_hour_per_h = sum(first) * 60.0 / max(1, len(first))
+    capacity, count = 0.0, 0
+    for offer in market.offers:
+        if capacity >= first_hour_per_h:
+            break
+        capacity += offer.reference_tasks_per_h
+        count += 1
+    return count
+
+
+@dataclass(frozen=True)
+class LaunchDraw:
+    """The random parts of one launch, fixed by (seed, launch index): every policy's k-th launch gets the same."""
+
+    fate: Fate
+    startup_s: float
+    offline_after_s: float
+    slow_factor: float
+
+
+class LaunchDraws:
+    def __init__(self, scenario: Scenario, seed: int) -> None:
+        self.scenario = scenario
+        self._rng = np.random.default_rng([seed, 29])
+        self._u: np.ndarray = np.empty((0, 4))
+
+    def __getitem__(self, index: int) -> LaunchDraw:
+        while index >= len(self._u):
+            self._u = np.vstack([self._u, self._rng.random((LAUNCH_DRAWS_BLOCK, 4))])
+        u_fate, u_startup, u_offline, u_slow = (float(x) for x in self._u[index])
+        shares = self.scenario.fates
+        fate = Fate.HEALTHY
+        edge = 0.0
+        for candidate, share in (
+            (Fate.STUCK_LOADING, shares.stuck_loading),
+            (Fate.EXIT_ERROR, shares.exit_error),
+            (Fate.OFFLINE_LATER, shares.offline_later),
+            (Fate.SLOW, shares.slow),
+        ):
+            edge += share
+            if u_fate < edge:
+                fate = candidate
+                break
+        startup = self.scenario.startup.startup_s
+        offline = shares.offline_after_s
+        slow = shares.slow_factor
+        return LaunchDraw(
+            fate=fate,
+            startup_s=startup.min + (startup.max - startup.min) * u_startup,
+            offline_after_s=offline.min + (offline.max - offline.min) * u_offline,
+            slow_factor=slow.min + (slow.max - slow.min) * u_slow,
+        )
+
+
+@dataclass
+class Machine:
+    instance_id: int
+    offer: Offer
+    fate: Fate
+    tasks_per_h: float  # what it really does (a slow machine less than its model's reference)
+    created_s: float
+    running_s: float  # vast says running (inf: never)
+    ready_s: float  # producing (inf: never)
+    exit_s: float  # exits with an error (inf: never)
+    offline_s: float  # host disconnects (inf: never)
+    state: MachineState = MachineState.LOADING
+    state_since_s: float = 0.0
+    billed_since_s: float | None = None
+    produced: bool = False
+    prefix_order: int = 0  # tasks go to producing machines in this order (the job system fills the oldest first)
+    tasks_started: float = 0.0
+    last_task_s: float | None = None
+    removal_reason: str = ""
+
+    @property
+    def gpu_model(self) -> str:
+        return self.offer.gpu_model
+
+    @property
+    def price_usd_per_h(self) -> float:
+        return self.offer.price_usd_per_h
+
+
+# --- what a policy sees and does ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MachineView:
+    instance_id: int
+    gpu_model: str
+    price_usd_per_h: float
+    reference_tasks_per_h: float
+    state: MachineState
+    created_s: float
+    state_since_s: float
+    running_s: float | None  # when vast reported it running, if it has
+    last_task_s: float | None
+    tasks_started: float
+
+
+@dataclass(frozen=True)
+class FleetEvent:
+    """Something the provisioner or the fleet service would notice about one machine."""
+
+    at_s: float
+    instance_id: int
+    kind: Literal["created", "running", "producing", "exited", "offline", "gone"]
+
+
+@dataclass(frozen=True)
+class WorldView:
+    """The world at a decision, as FleetPilot could observe it (no future, no fates)."""
+
+    now_s: float
+    pending_tasks: float
+    running_tasks: float
+    arrivals_total: float  # cumulative since t=0
+    started_total: float
+    completed_total: float
+    arrivals_by_minute: Sequence[int]  # the trace up to and including the current minute
+    machines: Sequence[MachineView]
+    events: Sequence[FleetEvent]  # since the previous decision
+    task_s: float
+
+
+@dataclass(frozen=True)
+class Launch:
+    count: int
+    gpu_models: tuple[str, ...] = ()
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Remove:
+    instance_id: int
+    verb: Literal["drain", "stop", "destroy"] = "drain"
+    reason: str = ""
+
+
+Action = Launch | Remove
+
+
+@dataclass
+class PolicyStats:
+    decisions: int = 0
+    decision_wall_s: list[float] = field(default_factory=list)
+
+
+def ceil_div(a: float, b: float) -> int:
+    return max(0, math.ceil(a / b - 1e-9)) if b > 0 else 0

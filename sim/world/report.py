@@ -1,0 +1,78 @@
+"""How an evaluation is shown: a readable table, and a plot of what the policy did over time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from sim.world.evaluate import Evaluation
+
+
+def table(evaluation: Evaluation, console: Console | None = None) -> None:
+    r = evaluation.as_dict()
+    title = f"{evaluation.policy} on {evaluation.trace} (seed {evaluation.seed})"
+    if evaluation.kind == "lower_bound":
+        title += ": a lower bound, not a run"
+    out = Table(title=title, show_header=False)
+    out.add_column("measure")
+    out.add_column("value", justify="right")
+    for label, value in (
+        ("objective", f"${r['objective_usd']:,.2f}"),
+        ("cost", f"${r['cost_usd']:,.2f}"),
+        ("delay cost", f"${r['delay_cost_usd']:,.2f}"),
+        ("tasks submitted / completed", f"{r['tasks_submitted']:,} / {r['tasks_completed']:,}"),
+        ("wait p50 / p95 / max", f"{r['wait_p50_min']:.1f} / {r['wait_p95_min']:.1f} / {r['wait_max_min']:.1f} min"),
+        ("machine-hours (idle)", f"{r['machine_hours']:,.1f} ({r['idle_machine_hours']:,.1f})"),
+        ("launches (wasted)", f"{r['launches']} ({r['wasted_launches']})"),
+        ("peak instances", f"{r['peak_instances']}"),
+        ("simulation wall time", f"{r['sim_wall_s']:.2f} s"),
+    ):
+        out.add_row(label, value)
+    objective = evaluation.objective
+    out.caption = (
+        f"delay charged at ${objective.delay_usd_per_task_h}/task-h beyond {objective.grace_min:g} min of waiting"
+    )
+    (console or Console()).print(out)
+
+
+def plot(evaluation: Evaluation, path: str | Path) -> Path:
+    """Queue length, fleet size by state and spend over time, one panel each (matplotlib, no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    samples = evaluation.samples
+    hours = [s.at_s / 3600 for s in samples]
+    figure, (queue_ax, fleet_ax, spend_ax) = plt.subplots(3, 1, figsize=(11, 8.5), sharex=True)
+    figure.suptitle(
+        f"{evaluation.policy} on {evaluation.trace}: objective ${evaluation.objective_usd:,.2f}"
+        f" (cost ${evaluation.cost_usd:,.2f} + delay ${evaluation.delay_cost_usd:,.2f})"
+    )
+    queue_ax.plot(hours, [s.queue_tasks for s in samples], color="tab:red", linewidth=1)
+    queue_ax.set_ylabel("queued tasks")
+    states = [
+        ("producing", [s.producing for s in samples], "tab:green"),
+        ("loading", [s.loading for s in samples], "tab:orange"),
+        ("draining", [s.draining for s in samples], "tab:blue"),
+        ("failed/offline", [s.failed for s in samples], "tab:gray"),
+    ]
+    fleet_ax.stackplot(hours, *[values for _, values, _ in states], labels=[name for name, _, _ in states],
+                       colors=[color for _, _, color in states], step="post")  # fmt: skip
+    fleet_ax.set_ylabel("instances")
+    fleet_ax.legend(loc="upper left", fontsize="small")
+    if evaluation.kind == "lower_bound":
+        fleet_ax.set_title("the bound's relaxed plan (fractional machines), not a run", fontsize="small")
+    spend_ax.plot(hours, [s.spend_usd_per_h for s in samples], color="tab:purple", linewidth=1, label="$/h")
+    spend_ax.set_ylabel("spend $/h")
+    cumulative = spend_ax.twinx()
+    cumulative.plot(hours, [s.cost_usd for s in samples], color="black", linewidth=1, linestyle="--")
+    cumulative.set_ylabel("cost so far $ (dashed)")
+    spend_ax.set_xlabel("simulated hours")
+    figure.tight_layout()
+    path = Path(path)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
