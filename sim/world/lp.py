@@ -150,7 +150,7 @@ def solve(lp: StagedLP, *, max_iterations: int = 80, tolerance: float = 1e-7) ->
     z = np.ones(n)
     w = np.where(bounded, 1.0, 0.0)
     y = np.zeros(len(lp.b))
-    norm_b, norm_c = 1.0 + np.linalg.norm(lp.b), 1.0 + np.linalg.norm(lp.c)
+    norm_b, norm_c = 1.0 + float(np.linalg.norm(lp.b)), 1.0 + float(np.linalg.norm(lp.c))
     pairs = max(1, int(np.sum(free)) + int(np.sum(bounded & free)))
     done, converged, gap, infeasibility = 0, False, float("inf"), float("inf")
     for iteration in range(1, max_iterations + 1):
