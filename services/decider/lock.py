@@ -140,8 +140,12 @@ class RedisSingleFlight:
         covered = frozenset(i for i, score in zip(ids, scores, strict=True) if score is not None)
         return SharedRunState(_dt(last) if last else None, covered)
 
-    async def record_run_start(self, lease: Lease, started_at: datetime, event_ids: Iterable[str]) -> bool:
-        """Tell the other replicas this run started and which triggers it sees (only while the lock is ours)."""
+    async def record_run(self, lease: Lease, started_at: datetime, event_ids: Iterable[str]) -> bool:
+        """Tell the other replicas a run that started then has finished and seen these triggers.
+
+        Written at the end, under the lock: a run that crashed midway covers nothing, so the replica that takes
+        the lock after it expires runs those triggers again.
+        """
         ids = sorted(set(event_ids)) or ["-"]
         ok = await self._call(
             _FENCED_ZADD, [self.lock_key, self.covered_key, self.last_run_key], [lease.value, _ts(started_at), *ids]

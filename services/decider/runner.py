@@ -287,12 +287,11 @@ class Decider:
                 self.scheduler.skip(batch, now, shared.last_run_started_at)
                 return None
             started_at = self.ctx.clock.now()
-            if not await self.single_flight.record_run_start(lease, started_at, batch.event_ids):
-                self.scheduler.abandon(now + timedelta(seconds=self.config.lock_retry_s))
-                return None
             self.scheduler.begin(batch, started_at)
             begun = True
-            return await self._run(lease, refs, started_at)
+            record = await self._run(lease, refs, started_at)
+            await self.single_flight.record_run(lease, started_at, batch.event_ids)
+            return record
         except LockUnavailable as error:
             self.alert("redis_unavailable", f"lost Redis during a run, holding: {error}")
             if not begun:

@@ -51,7 +51,7 @@ async def test_a_crashed_holder_expires_and_cannot_act_afterwards(pair) -> None:
     # the stale holder wakes up: the fence says no, and its fenced writes are refused
     assert not await a.holds(stale)
     assert stale.lost
-    assert not await a.record_run_start(stale, NOW, ["trigger-1"])
+    assert not await a.record_run(stale, NOW, ["trigger-1"])
     state = await b.shared_state(["trigger-1"], NOW)
     assert state.covered_event_ids == frozenset() and state.last_run_started_at is None
 
@@ -71,7 +71,7 @@ async def test_runs_share_what_they_saw(pair) -> None:  # type: ignore[no-untype
     a, b = pair
     lease = await a.acquire()
     assert lease is not None
-    assert await a.record_run_start(lease, NOW, ["t1", "t2"])
+    assert await a.record_run(lease, NOW, ["t1", "t2"])
     await a.add_wakeup(lease, NOW + timedelta(minutes=10))
     await a.record_launch(lease, SentLaunch("run-1-0", NOW, 3, 0.8))
     await a.release(lease)
