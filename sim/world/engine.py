@@ -256,6 +256,7 @@ class Engine:
             machine = Machine(
                 next(self._ids), offer, Fate.HEALTHY, offer.reference_tasks_per_h, 0.0, 0.0, 0.0, INF, INF
             )
+            machine.launched = False
             self._add_machine(machine)
             self._set_billed(machine, True)
             self._set_state(machine, MachineState.PRODUCING)
@@ -316,12 +317,13 @@ class Engine:
     def _set_state(self, machine: Machine, state: MachineState) -> None:
         was = machine.state
         if was is MachineState.PRODUCING and state is not MachineState.PRODUCING:
+            if not machine.worked:
+                self._note_work(machine)
             self.producing_order.remove(machine)
             self.service_per_s -= machine.tasks_per_h / 3600.0
             if not self.producing_order:
                 self.service_per_s = 0.0
         if state is MachineState.PRODUCING and was is not MachineState.PRODUCING:
-            machine.produced = True
             machine.prefix_order = next(self._order)
             self.producing_order.append(machine)
             self.service_per_s += machine.tasks_per_h / 3600.0
@@ -332,8 +334,18 @@ class Engine:
             self._set_billed(machine, False)
             self.market.release(machine.offer)
             self.machines.pop(machine.instance_id, None)
-        if state in (MachineState.GONE, MachineState.EXITED) and not machine.produced:
+        if state in (MachineState.GONE, MachineState.EXITED) and machine.launched and not machine.worked:
             self.wasted.add(machine.instance_id)
+
+    def _note_work(self, machine: Machine) -> None:
+        """Did this producer ever get a task? It did if the task rate ever exceeded the capacity ahead of it."""
+        ahead = 0.0
+        for other in self.producing_order:
+            if other is machine:
+                break
+            ahead += other.tasks_per_h / 3600.0
+        last = self._last_busy.last_above(ahead)
+        machine.worked = last is not None and last > machine.state_since_s
 
     def _on_machine(self, kind: int, machine: Machine) -> None:
         loading = machine.state is MachineState.LOADING
@@ -428,8 +440,9 @@ class Engine:
             share = min(rate, max(0.0, mean_rate - ahead))
             machine.tasks_started += share * dt
             last = self._last_busy.last_above(ahead)
-            if last is not None and last >= machine.state_since_s:
+            if last is not None and last > machine.state_since_s:
                 machine.last_task_s = min(last, self.now_s)
+                machine.worked = True
             ahead += rate
 
     def _decide(self) -> None:
@@ -463,8 +476,11 @@ class Engine:
     def _end(self) -> None:
         self._sample()
         self._ended = True
-        for machine in list(self.machines.values()):
-            if not machine.produced:
+        for machine in list(self.producing_order):
+            if not machine.worked:
+                self._note_work(machine)
+        for machine in self.machines.values():
+            if machine.launched and not machine.worked:
                 self.wasted.add(machine.instance_id)
 
     def _result(self, wall_s: float) -> RunResult:

@@ -192,7 +192,8 @@ class Machine:
     state: MachineState = MachineState.LOADING
     state_since_s: float = 0.0
     billed_since_s: float | None = None
-    produced: bool = False
+    launched: bool = True  # False for the initial fleet, which no policy paid to start
+    worked: bool = False  # started at least one task: a launch that never did is wasted
     prefix_order: int = 0  # tasks go to producing machines in this order (the job system fills the oldest first)
     tasks_started: float = 0.0
     last_task_s: float | None = None

@@ -1,0 +1,131 @@
+"""The event loop: billing from creation, machines' fates, draining, the instance cap, determinism."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.vast.scenario import Scenario
+from sim.world.engine import Engine
+from sim.world.evaluate import evaluate
+from sim.world.model import Launch, MachineState, Remove, WorldConfig
+from sim.world.trace import Trace
+from tests.world.conftest import quiet_scenario
+from tests.world.scripted import Hold, Scripted
+
+FIXED_HOUR = {"startup": {"startup_s": {"min": 3600, "max": 3600}}}
+QUIET_3H = Trace.of([0] * 180, "quiet")
+END_S = 180 * 60 + 240.0  # trace end + one task duration
+
+
+def launch_once(view):  # type: ignore[no-untyped-def]
+    return [Launch(1)] if view.now_s == 60.0 else []
+
+
+def run(trace: Trace, policy, scenario: Scenario | None = None, **world: object):  # type: ignore[no-untyped-def]
+    config = WorldConfig(**{"initial_machines": 0, **world})  # type: ignore[arg-type]
+    return Engine(trace, policy, scenario or quiet_scenario(**FIXED_HOUR), 0, config).run()
+
+
+def test_a_machine_is_billed_from_creation_and_produces_after_startup_and_registration() -> None:
+    policy = Scripted(launch_once)
+    result = run(QUIET_3H, policy)
+    assert result.end_s == pytest.approx(END_S)
+    assert result.launches == 1
+    assert result.cost_usd == pytest.approx(0.5 * (END_S - 60) / 3600)
+    assert result.machine_hours == pytest.approx((END_S - 60) / 3600)
+    producing_from = 60 + 3600 + 600
+    assert result.producing_machine_hours == pytest.approx((END_S - producing_from) / 3600)
+    assert result.idle_machine_hours == pytest.approx(result.producing_machine_hours)  # no task ever came
+    assert result.wasted_launches == 1  # a launch that never started a task
+    states = {v.now_s: v.machines[0].state for v in policy.views if v.machines}
+    assert states[producing_from - 60] is MachineState.LOADING
+    assert states[producing_from + 60] is MachineState.PRODUCING
+
+
+def test_billing_from_running_skips_the_startup() -> None:
+    result = run(QUIET_3H, Scripted(launch_once), billed_from="running")
+    assert result.cost_usd == pytest.approx(0.5 * (END_S - 60 - 3600) / 3600)
+
+
+def test_a_machine_given_back_before_producing_is_a_wasted_launch() -> None:
+    def script(view):  # type: ignore[no-untyped-def]
+        if view.now_s == 60.0:
+            return [Launch(1)]
+        if view.now_s == 1860.0:
+            return [Remove(view.machines[0].instance_id, "destroy")]
+        return []
+
+    result = run(QUIET_3H, Scripted(script))
+    assert result.wasted_launches == 1
+    assert result.cost_usd == pytest.approx(0.5 * 1800 / 3600)
+
+
+def test_a_drained_machine_finishes_its_tasks_before_it_stops_billing() -> None:
+    def script(view):  # type: ignore[no-untyped-def]
+        return [Remove(view.machines[0].instance_id, "drain")] if view.now_s == 600.0 else []
+
+    result = run(QUIET_3H, Scripted(script), initial_machines=1)
+    assert result.cost_usd == pytest.approx(0.5 * (600 + 240) / 3600)
+    assert result.wasted_launches == 0
+
+
+def test_launches_beyond_the_instance_cap_or_the_market_are_refused() -> None:
+    capped = run(QUIET_3H, Scripted(lambda v: [Launch(5)] if v.now_s == 60.0 else []), max_instances=3)
+    assert (capped.launches, capped.launches_refused, capped.peak_instances) == (3, 2, 3)
+    scenario = quiet_scenario(market=[{"gpu_model": "RTX 4090", "count": 2}], **FIXED_HOUR)
+    market = run(QUIET_3H, Scripted(lambda v: [Launch(5)] if v.now_s == 60.0 else []), scenario)
+    assert (market.launches, market.launches_refused) == (2, 3)
+
+
+@pytest.mark.parametrize(
+    ("fate", "billed_h", "wasted"),
+    [("stuck_loading", (END_S - 60) / 3600, 1), ("exit_error", 1.0, 1), ("offline_later", (END_S - 60) / 3600, 1)],
+)
+def test_fates_from_the_scenario(fate: str, billed_h: float, wasted: int) -> None:
+    shares = {"stuck_loading": 0.0, "exit_error": 0.0, "offline_later": 0.0, "slow": 0.0, fate: 1.0}
+    shares["offline_after_s"] = {"min": 1800, "max": 1800}  # type: ignore[assignment]
+    scenario = quiet_scenario(fates=shares, **FIXED_HOUR)
+    policy = Scripted(launch_once)
+    result = run(QUIET_3H, policy, scenario)
+    assert result.machine_hours == pytest.approx(billed_h)
+    assert result.wasted_launches == wasted
+    if fate == "offline_later":  # produced from 1h10m, offline 30 min after running: billed until the end
+        assert result.producing_machine_hours == pytest.approx((3600 + 1800 - 3600 - 600) / 3600)
+        assert any(e.kind == "offline" for v in policy.views for e in v.events)
+
+
+def test_tasks_go_to_the_oldest_machines_first_so_the_others_fall_idle() -> None:
+    trace = Trace.of([1] * 120, "light")  # 60 tasks/h: half of one RTX 4090
+    policy = Scripted(lambda v: [])
+    run(trace, policy, initial_machines=3)
+    last = next(v for v in policy.views if v.now_s == 3600.0)
+    first, *others = sorted(last.machines, key=lambda m: m.instance_id)
+    assert first.last_task_s == pytest.approx(last.now_s)
+    assert all(m.last_task_s is None for m in others)
+    assert first.tasks_started == pytest.approx(last.started_total, rel=1e-6)
+
+
+def test_the_same_seed_gives_the_same_result_and_another_seed_another() -> None:
+    scenario = quiet_scenario(fates={"stuck_loading": 0.2, "exit_error": 0.2, "offline_later": 0.2, "slow": 0.2})
+    trace = Trace.of([30 if 60 <= m < 150 else 5 for m in range(240)], "step")
+
+    def record(seed: int, policy: str) -> dict[str, object]:
+        s = scenario.model_copy(update={"seed": seed})
+        out = evaluate(trace, policy, s, seed).as_dict()
+        out.pop("sim_wall_s")
+        out.pop("policy_ms_per_decision_p50", None)
+        out.pop("policy_ms_per_decision_p99", None)
+        return out
+
+    for policy in ("reactive", "target-tracking"):
+        assert record(3, policy) == record(3, policy)
+    assert record(3, "reactive") != record(4, "reactive")
+
+
+def test_a_run_that_cannot_drain_stops_at_the_horizon_and_charges_the_queue() -> None:
+    trace = Trace.of([60] * 30, "flood")
+    result = run(trace, Hold(), drain_max_s=3600.0)
+    assert result.end_s == pytest.approx(30 * 60 + 3600)
+    assert result.tasks_unserved == pytest.approx(1800)
+    assert result.tasks_completed == 0
+    assert result.delay_cost_usd > 0
