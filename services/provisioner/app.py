@@ -59,6 +59,7 @@ class BusPublisher:
 class ProvisionerService:
     app: AsgiFastStream
     operations: Provisioner  # tests and tools reach the operations through it
+    context: ServiceContext
 
 
 def build(ctx: ServiceContext, config: ProvisionerSettings | None = None) -> AsgiFastStream:
@@ -133,7 +134,7 @@ def assemble(ctx: ServiceContext, config: ProvisionerSettings | None = None) -> 
     app = asgi_app(ctx)
     app.after_startup(start_reconciling)
     app.on_shutdown(stop_everything)
-    return ProvisionerService(app, provisioner)
+    return ProvisionerService(app, provisioner, ctx)
 
 
 def create_app(settings: Settings | None = None) -> AsgiFastStream:

@@ -158,7 +158,7 @@ class Provisioner:
         async with self._exclusive():
             try:
                 await self._refresh()
-            except FleetUnknown:
+            except (FleetUnknown, VastAuthError):
                 return False
             return True
 
@@ -168,13 +168,16 @@ class Provisioner:
         return await self.client.list_instances()
 
     async def _refresh(self) -> None:
-        """List, diff, save, publish. Raises FleetUnknown when the list fails: never treat that as zero."""
+        """List, diff, save, publish. A failed list raises (VastAuthError for a refused key, FleetUnknown for
+        anything else): never treat it as zero instances."""
         try:
             listed = await self._list_all()
         except VastError as error:
             self.fleet_known = False
             self.metrics.reconciliations.labels("failed").inc()
             log.warning("instance list failed, the fleet is unknown until the next good list: %s", error)
+            if isinstance(error, VastAuthError):
+                raise
             raise FleetUnknown(str(error)) from None
         now = self.clock.now()
         outcome = reconcile(self.known, listed, now, gone_after_missing_lists=self.config.gone_after_missing_lists)

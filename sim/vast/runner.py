@@ -25,7 +25,16 @@ class _InProcessServer(uvicorn.Server):
 async def serving(simulator: VastSimulator, *, host: str = "127.0.0.1", port: int | None = None) -> AsyncIterator[str]:
     """Serve `simulator` over real HTTP on this event loop; yields its base URL."""
     port = port or free_port()
-    config = uvicorn.Config(simulator.app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
+    # a scripted slow answer must not hold the test's teardown: in-flight requests get a second, then are cancelled
+    config = uvicorn.Config(
+        simulator.app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=1,
+    )
     server = _InProcessServer(config)
     task = asyncio.create_task(server.serve())
     try:

@@ -1,0 +1,412 @@
+"""The provisioner service end to end: commands over real NATS, state in real Redis, vast.ai simulated over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+
+from services.provisioner.app import ProvisionerService
+from services.provisioner.settings import ProvisionerSettings
+from shared.clock import SimulatedClock
+from shared.contract import (
+    BenchResult,
+    DeadLetter,
+    DestroyInstance,
+    InstanceState,
+    LaunchInstances,
+    LaunchReason,
+    OfferList,
+    OfferQuery,
+    RefusalRule,
+    RemovalReason,
+    StopInstance,
+)
+from shared.settings import Settings
+from shared.streams import COMMANDS
+from sim.vast.scenario import Endpoint, Fate, OfferSpec
+from sim.vast.server import ScriptedFault
+from sim.vast.world import CreateRequest
+from tests.helpers import eventually
+from tests.provisioner.service_harness import (
+    NOW,
+    OFFER_A,
+    OFFER_A2,
+    OFFER_B,
+    OFFER_C,
+    QUIET,
+    BusRecorder,
+    market_scenario,
+    running_provisioner,
+    send,
+)
+from tests.sim_vast.harness import StartVast
+
+
+def launch(key: str, count: int = 1, **fields: object) -> LaunchInstances:
+    return LaunchInstances(
+        occurred_at=NOW,
+        source="decider",
+        idempotency_key=key,
+        requested_by="policy",
+        count=count,
+        launch_priority=fields.pop("launch_priority", "normal"),  # type: ignore[arg-type]
+        reason=LaunchReason.BACKLOG,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def destroy(key: str, instance_id: int, reason: RemovalReason = RemovalReason.IDLE) -> DestroyInstance:
+    return DestroyInstance(
+        occurred_at=NOW, source="decider", idempotency_key=key, requested_by="policy", instance_id=instance_id,
+        reason=reason,
+    )  # fmt: skip
+
+
+def refusals(service: ProvisionerService, rule: str) -> float:
+    registry = service.context.metrics.registry
+    return registry.get_sample_value("fleetpilot_provisioner_launches_refused_total", {"rule": rule}) or 0.0
+
+
+async def ask_offers(nc: NatsClient, settings: Settings, **fields: object) -> OfferList:
+    query = OfferQuery(occurred_at=NOW, source="agent", **fields)  # type: ignore[arg-type]
+    reply = await nc.request(settings.subjects.provision_offers, query.model_dump_json().encode(), timeout=10)
+    return OfferList.model_validate_json(reply.data)
+
+
+async def test_launch_rents_the_best_offer_per_task_and_reports_it(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    simulator, url = await start_vast(market_scenario())
+    bus = BusRecorder(nc, settings)
+    await bus.start()
+    async with running_provisioner(settings, sim_clock, url):
+        offers = await ask_offers(nc, settings)
+        assert offers.error is None
+        assert [o.offer_id for o in offers.offers] == [OFFER_A, OFFER_A2, OFFER_B, OFFER_C]
+        await send(js, settings, "launch", launch("launch-001", 2))
+        result = await bus.result_for("launch-001")
+    assert result.outcome == "done" and result.command == "launch"
+    ledger = simulator.world.ledger(sim_clock.now())
+    assert {(e.offer_id, e.label) for e in ledger.entries} == {
+        (OFFER_A, "fleetpilot:launch-001:0"),
+        (OFFER_A2, "fleetpilot:launch-001:1"),
+    }
+    assert sorted(result.instance_ids) == sorted(e.instance_id for e in ledger.entries)
+    requested = [o for o in bus.observed if o.state is InstanceState.REQUESTED]
+    assert {o.instance_id for o in requested} == set(result.instance_ids)
+    assert {(o.idempotency_key, o.price_usd_per_h) for o in requested} == {("launch-001", 0.48), ("launch-001", 0.49)}
+    # the instance carries what the worker needs
+    view = simulator.world.sim_view(simulator.world.instances[result.instance_ids[0]], sim_clock.now())
+    assert view["container_env"]["FLEETPILOT_INSTANCE_LABEL"].startswith("fleetpilot:launch-001:")
+    assert view["container_env"]["CONTAINER_ID"] == str(result.instance_ids[0])
+    assert view["onstart"] == QUIET.onstart
+
+
+async def test_ranking_changes_after_a_hosts_machine_fails(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    simulator, url = await start_vast(market_scenario())
+    simulator.world.set_machine_fate(500, Fate.EXIT_ERROR)
+    bus = BusRecorder(nc, settings)
+    await bus.start()
+    async with running_provisioner(settings, sim_clock, url):
+        await send(js, settings, "launch", launch("launch-fail", 1))
+        [instance_id] = (await bus.result_for("launch-fail")).instance_ids
+        before = [o.offer_id for o in (await ask_offers(nc, settings)).offers]
+        assert before == [OFFER_A2, OFFER_B, OFFER_C]  # A is rented; its host's sibling A2 leads
+        # an hour later the scheduled reconciliation sees the machine exited with an error
+        sim_clock.advance(QUIET.reconcile_interval_s)
+        failed = await eventually(
+            lambda: [o for o in bus.observed_of(instance_id) if o.state is InstanceState.FAILED], timeout_s=15
+        )
+        assert failed[0].vast_actual_status == "exited" and "Error" in (failed[0].vast_status_msg or "")
+        after = [o.offer_id for o in (await ask_offers(nc, settings)).offers]
+    assert after == [OFFER_B, OFFER_C, OFFER_A2]  # host 50 is penalised now, below even the 3090
+
+
+async def test_an_offer_taken_between_search_and_rent_gives_the_next_best(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    simulator, url = await start_vast(market_scenario())
+    simulator.faults.append(ScriptedFault(endpoint=Endpoint.SEARCH, kind="take_offers", offer_ids=[OFFER_A]))
+    bus = BusRecorder(nc, settings)
+    await bus.start()
+    async with running_provisioner(settings, sim_clock, url):
+        await send(js, settings, "launch", launch("launch-race", 1))
+        result = await bus.result_for("launch-race")
+    assert result.outcome == "done"
+    assert [c.status for c in simulator.calls_to(Endpoint.CREATE)] == [410, 200]
+    [entry] = simulator.world.ledger(sim_clock.now()).entries
+    assert entry.offer_id == OFFER_A2 and result.instance_ids == [entry.instance_id]
+
+
+async def test_a_timeout_after_the_create_yields_exactly_one_instance_found_by_label(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    simulator, url = await start_vast(market_scenario())
+    simulator.faults.append(ScriptedFault(endpoint=Endpoint.CREATE, kind="slow", delay_wall_s=1.5))
+    bus = BusRecorder(nc, settings)
+    await bus.start()
+    config = QUIET.model_copy(update={"request_timeout_s": 0.4})
+    async with running_provisioner(settings, sim_clock, url, config):
+        await send(js, settings, "launch", launch("launch-slow", 1))
+        result = await bus.result_for("launch-slow")
+        await eventually(lambda: len(simulator.calls_to(Endpoint.CREATE)) == 1)  # the slow answer went out
+    [entry] = simulator.world.ledger(sim_clock.now()).entries
+    assert result.outcome == "done" and result.instance_ids == [entry.instance_id]
+    assert entry.label == "fleetpilot:launch-slow:0"
+    label_lookups = [c for c in simulator.calls_to(Endpoint.LIST_V1) if c.at >= entry.created_at]
+    assert label_lookups, "the provisioner looked for the label before anything else"
+    [observed] = bus.observed_of(entry.instance_id)
+    assert observed.adopted and observed.state is InstanceState.REQUESTED
+
+
+async def test_a_create_answered_503_is_checked_by_label_then_retried_once(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    simulator, url = await start_vast(market_scenario())
+    simulator.faults.append(ScriptedFault(endpoint=Endpoint.CREATE, kind="error", status=503))
+    bus = BusRecorder(nc, settings)
+    await bus.start()
+    async with running_provisioner(settings, sim_clock, url):
+        await send(js, settings, "launch", launch("launch-503", 1))
+        result = await bus.result_for("launch-503")
+    assert result.outcome == "done"
+    assert [c.status for c in simulator.calls_to(Endpoint.CREATE)] == [503, 200]
+    assert len(simulator.world.ledger(sim_clock.now()).entries) == 1
+
+
+async def test_a_v0_list_answering_410_never_leads_to_a_launch(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    simulator, url = await start_vast(market_scenario())
+    bus = BusRecorder(nc, settings)
+    await bus.start()
+    config = QUIET.model_copy(update={"instance_list_api": "v0"})
+    async with running_provisioner(settings, sim_clock, url, config) as service:
+        await send(js, settings, "launch", launch("launch-v0", 1))
+        result = await bus.result_for("launch-v0")
+        assert not service.operations.fleet_known
+    assert result.outcome == "refused" and result.refusal_rule is RefusalRule.UNKNOWN_FLEET
+    assert "410" in result.detail
+    assert simulator.calls_to(Endpoint.CREATE) == [] and simulator.calls_to(Endpoint.SEARCH) == []
+    assert simulator.world.ledger(sim_clock.now()).entries == []
+
+
+async def test_a_failing_v1_list_never_leads_to_a_launch(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    simulator, url = await start_vast(market_scenario())
+    bus = BusRecorder(nc, settings)
+    await bus.start()
+    async with running_provisioner(settings, sim_clock, url) as service:
+        await eventually(lambda: service.operations.fleet_known)  # the start-up reconciliation went fine
+        simulator.faults.append(ScriptedFault(endpoint=Endpoint.LIST_V1, kind="error", status=502, count=1000))
+        await send(js, settings, "launch", launch("launch-v1-down", 1))
+        result = await bus.result_for("launch-v1-down")
+        refused = refusals(service, "unknown_fleet")
+    assert result.outcome == "refused" and result.refusal_rule is RefusalRule.UNKNOWN_FLEET
+    assert simulator.calls_to(Endpoint.CREATE) == []
+    assert len([c for c in simulator.calls_to(Endpoint.LIST_V1) if c.status == 502]) == QUIET.max_attempts
+    assert refused == 1
+
+
+async def test_a_bad_key_answered_404_is_a_clear_auth_failure_without_a_retry_loop(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    simulator, url = await start_vast(market_scenario(), api_key="the-real-key")
+    bus = BusRecorder(nc, settings)
+    await bus.start()
+    async with running_provisioner(settings, sim_clock, url):
+        await eventually(lambda: len(simulator.calls) == 1)  # the start-up reconciliation, refused
+        await send(js, settings, "launch", launch("launch-badkey", 1))
+        result = await bus.result_for("launch-badkey")
+        await asyncio.sleep(0.5)  # room for a retry loop to show itself, were there one
+        consumer = await js.consumer_info(COMMANDS.name(settings.subjects), "provisioner-launch")
+    assert result.outcome == "failed" and result.refusal_rule is RefusalRule.AUTH
+    assert "refused" in result.detail and "404" in result.detail
+    assert [(c.endpoint, c.status) for c in simulator.calls] == [(Endpoint.LIST_V1, 404), (Endpoint.LIST_V1, 404)]
+    assert consumer.num_ack_pending == 0 and consumer.num_redelivered == 0  # answered and acknowledged, once
+
+
+async def test_the_budget_refuses_whole_commands_and_the_ledger_never_exceeds_it(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    cheap = [OfferSpec(offer_id=300 + i, gpu_model="RTX 4090", price_usd_per_h=0.45) for i in range(6)]
+    simulator, url = await start_vast(market_scenario(offers=cheap))
+    bus = BusRecorder(nc, settings)
+    await bus.start()
+    async with running_provisioner(settings, sim_clock, url, budget_usd_per_h=1.0, max_instances=3) as service:
+        await send(js, settings, "launch", launch("launch-three", 3))
+        too_much = await bus.result_for("launch-three")
+        await send(js, settings, "launch", launch("launch-two", 2))
+        fits = await bus.result_for("launch-two")
+        await send(js, settings, "launch", launch("launch-one-more", 1))
+        over = await bus.result_for("launch-one-more")
+        refused = refusals(service, "budget_usd_per_h")
+        spend = service.context.metrics.registry.get_sample_value("fleetpilot_spend_usd_per_hour")
+    assert too_much.outcome == "refused" and too_much.refusal_rule is RefusalRule.BUDGET_USD_PER_H
+    assert fits.outcome == "done" and len(fits.instance_ids) == 2
+    assert over.outcome == "refused" and over.refusal_rule is RefusalRule.BUDGET_USD_PER_H
+    ledger = simulator.world.ledger(sim_clock.now())
+    assert ledger.peak_instances == 2 and ledger.peak_committed_usd_per_h <= 1.0
+    assert len(simulator.calls_to(Endpoint.CREATE)) == 2  # refused commands never reached vast
+    assert refused == 2 and spend == 0.9
+
+
+async def test_emergency_launches_may_pay_more_but_normal_ones_may_not(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    dear = [OfferSpec(offer_id=400, gpu_model="RTX 5090", price_usd_per_h=1.0)]
+    simulator, url = await start_vast(market_scenario(offers=dear))
+    bus = BusRecorder(nc, settings)
+    await bus.start()
+    async with running_provisioner(settings, sim_clock, url):
+        await send(js, settings, "launch", launch("launch-normal", 1))
+        normal = await bus.result_for("launch-normal")
+        await send(js, settings, "launch", launch("launch-emergency", 1, launch_priority="emergency"))
+        emergency = await bus.result_for("launch-emergency")
+    assert normal.outcome == "refused" and normal.refusal_rule is RefusalRule.NO_OFFER
+    assert emergency.outcome == "done"
+    assert [e.offer_id for e in simulator.world.ledger(sim_clock.now()).entries] == [400]
+
+
+async def test_stop_and_destroy_act_on_ours_only_and_teach_the_host_history(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    simulator, url = await start_vast(market_scenario())
+    foreign = simulator.world.create(OFFER_C, CreateRequest(image="x", disk=20, label="my-notebook"), sim_clock.now())
+    bus = BusRecorder(nc, settings)
+    await bus.start()
+    async with running_provisioner(settings, sim_clock, url):
+        await send(js, settings, "launch", launch("launch-sd", 1))
+        [instance_id] = (await bus.result_for("launch-sd")).instance_ids
+        stop = StopInstance(
+            occurred_at=NOW, source="decider", idempotency_key="stop-0001", requested_by="policy",
+            instance_id=instance_id, reason=RemovalReason.IDLE,
+        )  # fmt: skip
+        await send(js, settings, "stop", stop)
+        assert (await bus.result_for("stop-0001")).outcome == "done"
+        await send(js, settings, "destroy", destroy("destroy-001", instance_id, RemovalReason.STUCK_LOADING))
+        assert (await bus.result_for("destroy-001")).outcome == "done"
+        await send(js, settings, "destroy", destroy("destroy-foreign", foreign.instance_id))
+        refused = await bus.result_for("destroy-foreign")
+        await send(js, settings, "destroy", destroy("destroy-001", instance_id))  # the same command again
+        await asyncio.sleep(0.3)
+        offers = [o.offer_id for o in (await ask_offers(nc, settings)).offers]
+    states = [o.state for o in bus.observed_of(instance_id)]
+    assert states == [InstanceState.REQUESTED, InstanceState.DRAINING, InstanceState.GONE]
+    assert refused.outcome == "refused" and refused.refusal_rule is RefusalRule.UNKNOWN_INSTANCE
+    ledger = {e.instance_id: e for e in simulator.world.ledger(sim_clock.now()).entries}
+    assert ledger[instance_id].destroyed_at is not None
+    assert ledger[foreign.instance_id].destroyed_at is None  # never touched
+    assert len(simulator.calls_to(Endpoint.DESTROY)) == 1  # the repeated command was answered, not re-acted
+    assert len([r for r in bus.results if r.idempotency_key == "destroy-001"]) == 2
+    # destroyed for being stuck: its machine (500, the best offer before) now ranks below B
+    assert offers.index(OFFER_A) > offers.index(OFFER_B)
+
+
+async def test_reconciliation_adopts_ours_reports_foreign_and_marks_gone(
+    settings: Settings, nc: NatsClient, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    simulator, url = await start_vast(market_scenario())
+    ours = simulator.world.create(OFFER_B, CreateRequest(image="x", disk=20, label="fleetpilot:old-cmd:0"), NOW)
+    simulator.world.create(OFFER_C, CreateRequest(image="x", disk=20, label="my-notebook"), NOW)
+    bus = BusRecorder(nc, settings)
+    await bus.start()
+    async with running_provisioner(settings, sim_clock, url) as service:
+        [adopted] = await eventually(lambda: bus.observed_of(ours.instance_id))
+        assert adopted.adopted and adopted.idempotency_key == "old-cmd" and adopted.label == "fleetpilot:old-cmd:0"
+        registry = service.context.metrics.registry
+        assert registry.get_sample_value("fleetpilot_provisioner_foreign_instances") == 1
+        simulator.world.destroy(ours.instance_id, sim_clock.now())  # destroyed behind our back
+        for _ in range(QUIET.gone_after_missing_lists):
+            sim_clock.advance(QUIET.reconcile_interval_s)
+            await asyncio.sleep(0.3)
+        gone = await eventually(
+            lambda: [o for o in bus.observed_of(ours.instance_id) if o.state is InstanceState.GONE], timeout_s=10
+        )
+    assert len(gone) == 1
+    assert all(o.instance_id == ours.instance_id for o in bus.observed)  # the notebook was never reported as ours
+
+
+async def test_bench_verdicts_teach_the_ranking(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    simulator, url = await start_vast(market_scenario())
+    bus = BusRecorder(nc, settings)
+    await bus.start()
+    async with running_provisioner(settings, sim_clock, url):
+        await send(js, settings, "launch", launch("launch-bench", 2))  # A (machine 500) and A2 (machine 501)
+        ids = (await bus.result_for("launch-bench")).instance_ids
+        by_machine = {simulator.world.instances[i].offer.machine_id: i for i in ids}
+        for machine_id, verdict, ratio in ((500, "fail", 0.1), (501, "degraded", 0.5)):
+            result = BenchResult(
+                occurred_at=NOW, source="bench", instance_id=by_machine[machine_id], kind="gpu", device="cuda",
+                gpu_model="RTX 4090", verdict=verdict, ratios_to_reference={"tasks_per_h": ratio},
+            )  # fmt: skip
+            await js.publish(settings.subjects.bench_result, result.model_dump_json().encode())
+        for instance_id in ids:  # free both machines: their offers come back to the market
+            await send(js, settings, "destroy", destroy(f"destroy-{instance_id}", instance_id))
+            await bus.result_for(f"destroy-{instance_id}")
+
+        async def ranked() -> list[int]:
+            return [o.offer_id for o in (await ask_offers(nc, settings)).offers]
+
+        # A failed its bench (machine and host penalised), A2 measured at half its reference: B leads now
+        order = await eventually(lambda: _first_is(ranked, OFFER_B), timeout_s=10)
+    assert order.index(OFFER_B) < order.index(OFFER_A) and order.index(OFFER_B) < order.index(OFFER_A2)
+
+
+async def _first_is(ranked, offer_id: int) -> list[int] | None:  # type: ignore[no-untyped-def]
+    order = await ranked()
+    return order if order and order[0] == offer_id else None
+
+
+async def test_a_malformed_command_is_dead_lettered_and_the_next_is_handled(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    _, url = await start_vast(market_scenario())
+    letters: list[DeadLetter] = []
+
+    async def collect(msg) -> None:  # type: ignore[no-untyped-def]
+        letters.append(DeadLetter.model_validate_json(msg.data))
+
+    await nc.subscribe(settings.subjects.dead_letter("provisioner"), cb=collect)
+    bus = BusRecorder(nc, settings)
+    await bus.start()
+    async with running_provisioner(settings, sim_clock, url):
+        bad = launch("launch-bad1", 1).model_dump(mode="json") | {"count": 0}
+        await js.publish(
+            settings.subjects.provision_command("launch"),
+            json.dumps(bad).encode(),
+            stream=COMMANDS.name(settings.subjects),
+        )
+        await send(js, settings, "launch", launch("launch-good", 1))
+        assert (await bus.result_for("launch-good")).outcome == "done"
+        await eventually(lambda: letters)
+    assert letters[0].reason == "invalid_message" and "count" in letters[0].error
+
+
+async def test_offer_query_reports_a_failed_search_as_unknown_not_empty(
+    settings: Settings, nc: NatsClient, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    simulator, url = await start_vast(market_scenario())
+    async with running_provisioner(settings, sim_clock, url, QUIET.model_copy(update={"max_attempts": 1})):
+        simulator.faults.append(ScriptedFault(endpoint=Endpoint.SEARCH, kind="error", status=500))
+        failed = await ask_offers(nc, settings)
+        narrowed = await ask_offers(nc, settings, gpu_models=["RTX 3090"], limit=1)
+    assert failed.offers == [] and failed.error and "500" in failed.error
+    assert [o.offer_id for o in narrowed.offers] == [OFFER_C] and narrowed.error is None
+
+
+def test_settings_come_from_the_environment(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("FLEETPILOT_PROVISIONER_ALLOWED_GPU_MODELS", '["RTX 5090"]')
+    monkeypatch.setenv("FLEETPILOT_PROVISIONER_ONSTART", "bash /opt/bench.sh")
+    monkeypatch.setenv("FLEETPILOT_PROVISIONER_EXCLUDED_HOST_IDS", "[7, 8]")
+    config = ProvisionerSettings()
+    assert config.allowed_gpu_models == ["RTX 5090"] and config.onstart == "bash /opt/bench.sh"
+    assert config.excluded_host_ids == [7, 8]
