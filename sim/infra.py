@@ -69,6 +69,7 @@ class LocalServer:
         self.port = port or free_port()
         self._owns_dir = data_dir is None
         self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix=f"fleetpilot-{self.name}-"))
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir / f"{self.name}.log"
 

@@ -11,6 +11,7 @@ import uvicorn
 from services.cli.ask import ask
 from services.cli.asyncapi import asyncapi
 from services.cli.bench import bench_app
+from services.cli.demo import demo
 from services.cli.sim import sim_app
 from shared.settings import Settings
 
@@ -26,6 +27,7 @@ SERVICES = {
     "bench": "services.bench.app",
     "decider": "services.decider.app",
     "demand": "services.demand.app",
+    "fleet": "services.fleet.app",
     "provisioner": "services.provisioner.app",
 }
 
@@ -56,6 +58,7 @@ def run_service(
 app.add_typer(bench_app, name="bench")
 app.add_typer(sim_app, name="sim")
 app.command("asyncapi")(asyncapi)
+app.command("demo")(demo)
 app.command("ask")(ask)
 
 

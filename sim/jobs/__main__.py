@@ -10,7 +10,8 @@ from pathlib import Path
 import typer
 
 from shared.settings import Settings
-from sim.jobs.runner import JobRunConfig, JobRunner, load_trace
+from sim.jobs.runner import JobRunConfig, JobRunner, window_of
+from sim.world.trace import load_trace
 
 
 def main(
@@ -18,11 +19,17 @@ def main(
     summary: Path = typer.Option(None, help="write the final summary JSON here"),
     worker_boot_s: float = typer.Option(600.0, help="simulated seconds from vast 'running' to a working worker"),
     drain_limit_s: float = typer.Option(4 * 3600.0, help="simulated seconds to wait for the queue after the trace"),
+    start_minute: int = typer.Option(0, help="start this many minutes into the trace"),
+    minutes: int = typer.Option(None, help="replay only this many minutes"),
+    scale: float = typer.Option(1.0, help="multiply arrivals by this factor"),
 ) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings()
     config = JobRunConfig(
-        trace=load_trace(trace), worker_boot_s=worker_boot_s, drain_limit_s=drain_limit_s, summary_path=summary
+        trace=window_of(list(load_trace(trace).arrivals_per_min), start_minute, minutes, scale),
+        worker_boot_s=worker_boot_s,
+        drain_limit_s=drain_limit_s,
+        summary_path=summary,
     )
     result = asyncio.run(JobRunner(settings, settings.make_clock(), config).run())
     typer.echo(json.dumps(result))

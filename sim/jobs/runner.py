@@ -42,24 +42,15 @@ class JobRunConfig:
     summary_path: Path | None = None
 
 
-def load_trace(path: Path) -> list[int]:
-    """CSV `minute,arrivals`, one row per minute."""
-    arrivals: list[int] = []
-    lines = path.read_text().splitlines()
-    if not lines or lines[0].strip().replace(" ", "") != "minute,arrivals":
-        raise ValueError(f"{path}:1: expected the header 'minute,arrivals'")
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        try:
-            minute_text, count_text = line.split(",")
-            minute, count = int(minute_text), int(count_text)
-        except ValueError:
-            raise ValueError(f"{path}:{number}: expected 'minute,arrivals' as two integers, got {line!r}") from None
-        if minute != len(arrivals) or count < 0:
-            raise ValueError(f"{path}:{number}: minute {minute} out of order or negative arrivals {count}")
-        arrivals.append(count)
-    return arrivals
+def window_of(arrivals: list[int], start_minute: int, minutes: int | None, scale: float) -> list[int]:
+    """A slice of a trace, scaled (rounding carried forward, so the total is scaled exactly)."""
+    chosen = arrivals[start_minute : start_minute + minutes if minutes else None]
+    scaled, carry = [], 0.0
+    for count in chosen:
+        exact = count * scale + carry
+        scaled.append(int(exact))
+        carry = exact - int(exact)
+    return scaled
 
 
 async def running_instances(client: httpx.AsyncClient) -> list[dict[str, Any]] | None:
@@ -81,6 +72,17 @@ async def running_instances(client: httpx.AsyncClient) -> list[dict[str, Any]] |
                 return instances
     except httpx.HTTPError:
         return None
+
+
+async def throughput_factors(client: httpx.AsyncClient) -> dict[int, float]:
+    """The simulator's truth about slow machines (its ledger); a real vast.ai has no such route."""
+    try:
+        response = await client.get("/_sim/ledger")
+        if response.status_code != 200:
+            return {}
+        return {int(e["instance_id"]): float(e["throughput_factor"]) for e in response.json()["entries"]}
+    except (httpx.HTTPError, KeyError, ValueError):
+        return {}
 
 
 def to_event(step: TaskStep) -> TaskEvent:
@@ -144,6 +146,7 @@ class JobRunner:
         listed = await running_instances(vast)
         if listed is None:
             return  # unknown: keep the workers we had rather than pretend every machine vanished
+        factors = await throughput_factors(vast)
         up: dict[int, tuple[str, float]] = {}
         for instance in listed:
             instance_id = int(instance["id"])
@@ -155,7 +158,7 @@ class JobRunner:
                 continue
             gpu_model = str(instance.get("gpu_name") or "unknown")
             per_gpu = reference_tasks_per_h(gpu_model) or REFERENCE_TASKS_PER_H
-            speed = float(instance.get("sim_speed_factor", 1.0))  # the simulator's truth; real vast has no such field
+            speed = factors.get(instance_id, 1.0)
             up[instance_id] = (gpu_model, per_gpu * int(instance.get("num_gpus") or 1) * speed)
         self.world.set_workers(up)
 

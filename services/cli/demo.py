@@ -1,0 +1,421 @@
+"""`fleetpilot demo`: the whole system on one machine, at an accelerated simulated clock.
+
+It starts a private nats-server (JetStream) and redis-server, the vast.ai simulator, the Ollama stand-in, the
+job system stand-in and every service as its own process (`fleetpilot run <service>`, the production entry
+point), replays a bundled diurnal trace, shows a live view and ends with a summary. `--fast` runs a short
+version whose summary is checked (work done, budget held, no dead letters, metrics exported): CI runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import nats
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+
+from shared.contract import DeadLetter, DecisionRecord, DemandSignal, FleetSnapshot, InstanceTransitioned
+from shared.settings import Settings
+from shared.streams import DLQ
+from sim.infra import NatsServer, RedisServer, free_port, wait_for_port
+
+SERVICES = ("demand", "fleet", "provisioner", "decider", "bench")
+TRACES_DIR = Path(__file__).resolve().parents[2] / "sim" / "traces"
+DEMO_API_KEY = "demo-key-not-a-secret"
+AGENT_FACTORY = "services.decider.agent.agent:create_agent"
+
+# Metrics each service must export (checked at the end of the demo, and by the end-to-end test).
+REQUIRED_METRICS: dict[str, tuple[str, ...]] = {
+    "demand": (
+        "fleetpilot_demand_arrival_rate_per_hour",
+        "fleetpilot_demand_backlog_worker_hours",
+        "fleetpilot_dead_letters_total",
+    ),
+    "fleet": ("fleetpilot_fleet_instances", "fleetpilot_spend_usd_per_hour", "fleetpilot_dead_letters_total"),
+    "provisioner": (
+        "fleetpilot_vast_api_calls_total",
+        "fleetpilot_vast_rate_limited_total",
+        "fleetpilot_vast_api_latency_seconds",
+        "fleetpilot_spend_usd_per_hour",
+        "fleetpilot_dead_letters_total",
+    ),
+    "decider": (
+        "fleetpilot_decider_runs_total",
+        "fleetpilot_decider_run_duration_seconds",
+        "fleetpilot_guardrail_refusals_total",
+        "fleetpilot_agent_prompt_tokens",
+        "fleetpilot_dead_letters_total",
+    ),
+    "bench": ("fleetpilot_dead_letters_total",),
+}
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    """What to replay and how fast: the full demo is a simulated day in a few minutes."""
+
+    trace: Path
+    start_minute: int
+    minutes: int
+    scale: float
+    speed: float
+    drain_limit_s: float
+    budget_usd_per_h: float
+    max_instances: int
+
+    @classmethod
+    def full(cls) -> DemoPlan:
+        # one day of the bundled diurnal trace at 30% of its volume (about 2 to 10 machines), 24 h in ~4 min
+        return cls(TRACES_DIR / "diurnal.csv", 0, 24 * 60, 0.3, 360.0, 2 * 3600.0, 20.0, 40)
+
+    @classmethod
+    def fast(cls) -> DemoPlan:
+        # the diurnal morning climb, 06:00-12:00, at 15% volume: 6 h plus draining in well under two minutes
+        return cls(TRACES_DIR / "diurnal.csv", 6 * 60, 6 * 60, 0.15, 720.0, 2 * 3600.0, 10.0, 20)
+
+
+@dataclass
+class LiveState:
+    signal: DemandSignal | None = None
+    snapshot: FleetSnapshot | None = None
+    decisions: deque[DecisionRecord] = field(default_factory=lambda: deque(maxlen=6))
+    decision_outcomes: Counter[str] = field(default_factory=Counter)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    producing_ids: set[int] = field(default_factory=set)
+    seen_ids: set[int] = field(default_factory=set)
+
+
+class DemoStack:
+    """Every process of the demo; `close` stops them all (and is safe to call twice)."""
+
+    def __init__(self, plan: DemoPlan, workdir: Path) -> None:
+        self.plan = plan
+        self.workdir = workdir
+        self.nats = NatsServer(data_dir=workdir / "nats")
+        self.redis = RedisServer(data_dir=workdir / "redis")
+        self.ports = {name: free_port() for name in (*SERVICES, "vast", "ollama")}
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.sim_epoch = datetime(2026, 3, 2, tzinfo=UTC) + timedelta(minutes=plan.start_minute)
+        self.wall_epoch_s = 0.0
+        self.job_summary_path = workdir / "jobs-summary.json"
+
+    def env(self, http_port: int | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPILOT_")}
+        env.update(
+            {
+                "FLEETPILOT_NATS_URL": self.nats.url,
+                "FLEETPILOT_REDIS_URL": self.redis.url,
+                "FLEETPILOT_SUBJECT_PREFIX": "fp",
+                "FLEETPILOT_VAST_API_URL": f"http://127.0.0.1:{self.ports['vast']}",
+                "FLEETPILOT_VAST_API_KEY": DEMO_API_KEY,
+                "FLEETPILOT_OLLAMA_HOST": f"http://127.0.0.1:{self.ports['ollama']}",
+                "FLEETPILOT_BUDGET_USD_PER_H": str(self.plan.budget_usd_per_h),
+                "FLEETPILOT_MAX_INSTANCES": str(self.plan.max_instances),
+                "FLEETPILOT_CLOCK_SPEED": str(self.plan.speed),
+                "FLEETPILOT_CLOCK_SIM_EPOCH": self.sim_epoch.isoformat(),
+                "FLEETPILOT_CLOCK_WALL_EPOCH_S": repr(self.wall_epoch_s),
+                "FLEETPILOT_HTTP_HOST": "127.0.0.1",
+                "FLEETPILOT_DECIDER_ADVISOR": AGENT_FACTORY,
+            }
+        )
+        if http_port is not None:
+            env["FLEETPILOT_HTTP_PORT"] = str(http_port)
+        return env
+
+    def spawn(self, name: str, args: list[str], http_port: int | None = None) -> None:
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it until it exits
+        self.processes[name] = subprocess.Popen(
+            [sys.executable, *args], env=self.env(http_port), stdout=log, stderr=subprocess.STDOUT
+        )
+
+    def start(self) -> None:
+        self.nats.start()
+        self.redis.start()
+        self.wall_epoch_s = time.time()
+        cli = ["-m", "services.cli.main"]
+        self.spawn("vast", [*cli, "sim", "vast", "--port", str(self.ports["vast"]), "--speed", str(self.plan.speed)])
+        self.spawn("ollama", [*cli, "sim", "ollama", "--port", str(self.ports["ollama"]), "--behaviour", "follow"])
+        wait_for_port(self.ports["vast"], 30)
+        wait_for_port(self.ports["ollama"], 30)
+        for name in SERVICES:
+            self.spawn(name, [*cli, "run", name, "--log-level", "warning"], http_port=self.ports[name])
+        for name in SERVICES:
+            wait_for_port(self.ports[name], 60)
+
+    def start_jobs(self) -> None:
+        self.spawn(
+            "jobs",
+            [
+                "-m", "sim.jobs",
+                "--trace", str(self.plan.trace),
+                "--start-minute", str(self.plan.start_minute),
+                "--minutes", str(self.plan.minutes),
+                "--scale", str(self.plan.scale),
+                "--drain-limit-s", str(self.plan.drain_limit_s),
+                "--summary", str(self.job_summary_path),
+            ],
+        )  # fmt: skip
+
+    def crashed(self) -> list[str]:
+        return [name for name, p in self.processes.items() if p.poll() is not None and name != "jobs"]
+
+    def close(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        deadline = time.monotonic() + 15
+        for process in self.processes.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            if process.poll() is None:
+                process.kill()
+        self.processes.clear()
+        self.redis.stop()
+        self.nats.stop()
+
+    def now(self) -> datetime:
+        return self.sim_epoch + timedelta(seconds=(time.time() - self.wall_epoch_s) * self.plan.speed)
+
+
+def render(stack: DemoStack, state: LiveState) -> Group:
+    header = f"simulated {stack.now():%a %H:%M}  ·  x{stack.plan.speed:.0f}  ·  trace {stack.plan.trace.name}"
+    demand = Table.grid(padding=(0, 2))
+    if state.signal:
+        s = state.signal
+        rate_1h = next((w.arrival_rate_per_h for w in s.windows if w.window_s == 3600), s.sustained_arrival_rate_per_h)
+        demand.add_row("state", f"[bold]{s.state.value}[/]  ({s.trend.value})")
+        demand.add_row("arrivals", f"{rate_1h:.0f} tasks/h (1 h), sustained {s.sustained_arrival_rate_per_h:.0f}")
+        demand.add_row("capacity", f"{s.fleet_capacity_tasks_per_h:.0f} tasks/h, {s.producing_workers} producing")
+        demand.add_row("queue", f"{s.pending_tasks} pending, {s.running_tasks} running")
+        demand.add_row("backlog", f"{s.backlog_worker_hours:.2f} worker-hours")
+    else:
+        demand.add_row("waiting for the first demand signal…")
+    fleet = Table(show_header=False, box=None, padding=(0, 1))
+    if state.snapshot:
+        snap = state.snapshot
+        counts = ", ".join(f"{state_.value} {n}" for state_, n in sorted(snap.counts_by_state.items()) if n)
+        fleet.add_row(f"[bold]{counts or 'no instances'}[/]  ·  ${snap.spend_usd_per_h:.2f}/h")
+        for line in snap.instances[:12]:
+            fleet.add_row(line.line)
+        if len(snap.instances) > 12:
+            fleet.add_row(f"… and {len(snap.instances) - 12} more")
+    decisions = Table(show_header=False, box=None, padding=(0, 1))
+    for record in list(state.decisions)[::-1]:
+        decisions.add_row(f"{record.started_at:%H:%M}", record.outcome, record.recommendation[:110])
+    return Group(
+        Panel(header, style="cyan"),
+        Panel(demand, title="demand"),
+        Panel(fleet, title="fleet"),
+        Panel(decisions, title=f"decisions ({sum(state.decision_outcomes.values())})"),
+    )
+
+
+async def follow(nc: Any, state: LiveState) -> None:
+    async def on_signal(msg: Any) -> None:
+        state.signal = DemandSignal.model_validate_json(msg.data)
+
+    async def on_snapshot(msg: Any) -> None:
+        state.snapshot = FleetSnapshot.model_validate_json(msg.data)
+
+    async def on_decision(msg: Any) -> None:
+        record = DecisionRecord.model_validate_json(msg.data)
+        state.decisions.append(record)
+        state.decision_outcomes[record.outcome] += 1
+
+    async def on_dead_letter(msg: Any) -> None:
+        state.dead_letters.append(DeadLetter.model_validate_json(msg.data))
+
+    async def on_transition(msg: Any) -> None:
+        event = InstanceTransitioned.model_validate_json(msg.data)
+        state.seen_ids.add(event.instance_id)
+        if event.to_state.value == "producing":
+            state.producing_ids.add(event.instance_id)
+
+    subjects = Settings(subject_prefix="fp").subjects
+    await nc.subscribe(subjects.demand_signal, cb=on_signal)
+    await nc.subscribe(subjects.fleet_snapshot_published, cb=on_snapshot)
+    await nc.subscribe(subjects.decision_audit, cb=on_decision)
+    await nc.subscribe(subjects.dead_letters_all, cb=on_dead_letter)
+    await nc.subscribe(subjects.fleet_instance_all, cb=on_transition)
+
+
+async def scrape_metrics(stack: DemoStack) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {}
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        for name, required in REQUIRED_METRICS.items():
+            url = f"http://127.0.0.1:{stack.ports[name]}/metrics"
+            try:
+                text = (await client.get(url)).text
+            except httpx.HTTPError as error:
+                found[name] = {"url": url, "error": str(error), "missing": list(required)}
+                continue
+            exported = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+            found[name] = {"url": url, "missing": [m for m in required if m not in exported]}
+    return found
+
+
+def wasted_launches(ledger: dict[str, Any], state: LiveState) -> int:
+    """Launched machines that were given back or failed before ever producing."""
+    return sum(
+        1
+        for entry in ledger.get("entries", [])
+        if entry.get("destroyed_at") and int(entry["instance_id"]) not in state.producing_ids
+    )
+
+
+def summarise(stack: DemoStack, state: LiveState, ledger: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
+    jobs = json.loads(stack.job_summary_path.read_text()) if stack.job_summary_path.exists() else {}
+    return {
+        **jobs,
+        "cost_usd": round(float(ledger.get("total_cost_usd", 0.0)), 2),
+        "peak_spend_usd_per_h": round(float(ledger.get("peak_committed_usd_per_h", 0.0)), 2),
+        "budget_usd_per_h": stack.plan.budget_usd_per_h,
+        "peak_instances": int(ledger.get("peak_instances", 0)),
+        "max_instances": stack.plan.max_instances,
+        "launches": len(ledger.get("entries", [])),
+        "wasted_launches": wasted_launches(ledger, state),
+        "decisions": dict(state.decision_outcomes),
+        "dead_letters": len(state.dead_letters),
+        "metrics": metrics,
+        "crashed_processes": stack.crashed(),
+    }
+
+
+def check(summary: dict[str, Any]) -> list[str]:
+    """The sanity the fast demo asserts: each line is a failure."""
+    problems = []
+    submitted, completed = summary.get("tasks_submitted", 0), summary.get("tasks_completed", 0)
+    if submitted == 0:
+        problems.append("the job system submitted no task")
+    if completed < 0.9 * submitted:
+        problems.append(f"only {completed} of {submitted} tasks completed")
+    if summary["launches"] == 0:
+        problems.append("no machine was launched")
+    if summary["peak_spend_usd_per_h"] > summary["budget_usd_per_h"] + 1e-9:
+        problems.append(f"spend peaked at ${summary['peak_spend_usd_per_h']}/h over the budget")
+    if summary["peak_instances"] > summary["max_instances"]:
+        problems.append(f"{summary['peak_instances']} instances at once, over the maximum")
+    if summary["dead_letters"]:
+        problems.append(f"{summary['dead_letters']} dead letters")
+    if not summary["decisions"]:
+        problems.append("the decider recorded no decision")
+    for service, found in summary["metrics"].items():
+        if found.get("missing"):
+            problems.append(f"{service} does not export {', '.join(found['missing'])}")
+    if summary["crashed_processes"]:
+        problems.append(f"processes exited early: {', '.join(summary['crashed_processes'])}")
+    return problems
+
+
+async def run_demo(plan: DemoPlan, console: Console, live_view: bool, timeout_s: float) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="fleetpilot-demo-"))
+    stack = DemoStack(plan, workdir)
+    state = LiveState()
+    try:
+        await asyncio.to_thread(stack.start)
+        console.print(f"[dim]logs in {workdir}[/]")
+        for name in SERVICES:
+            console.print(f"  {name:<12} http://127.0.0.1:{stack.ports[name]}/metrics")
+        nc = await nats.connect(stack.nats.url)
+        await follow(nc, state)
+        stack.start_jobs()
+        deadline = time.monotonic() + timeout_s
+        jobs = stack.processes["jobs"]
+        if live_view:
+            with Live(render(stack, state), console=console, refresh_per_second=2) as live:
+                while jobs.poll() is None and time.monotonic() < deadline and not stack.crashed():
+                    live.update(render(stack, state))
+                    await asyncio.sleep(0.5)
+        else:
+            last_print = 0.0
+            while jobs.poll() is None and time.monotonic() < deadline and not stack.crashed():
+                if time.monotonic() - last_print > 10:
+                    last_print = time.monotonic()
+                    s, snap = state.signal, state.snapshot
+                    console.print(
+                        f"{stack.now():%H:%M} demand={s.state.value if s else '-'} "
+                        f"pending={s.pending_tasks if s else '-'} "
+                        f"fleet={dict((k.value, v) for k, v in snap.counts_by_state.items()) if snap else '-'} "
+                        f"decisions={sum(state.decision_outcomes.values())}"
+                    )
+                await asyncio.sleep(0.5)
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            ledger = (await client.get(f"http://127.0.0.1:{stack.ports['vast']}/_sim/ledger")).json()
+        metrics = await scrape_metrics(stack)
+        js = nc.jetstream()
+        with contextlib.suppress(Exception):
+            state_ = (await js.stream_info(DLQ.name(Settings(subject_prefix="fp").subjects))).state
+            if state_.messages > len(state.dead_letters):
+                console.print(f"[yellow]{state_.messages} dead letters in the DLQ stream[/]")
+        await nc.close()
+        summary = summarise(stack, state, ledger, metrics)
+        if jobs.poll() is None:
+            summary["timed_out"] = True
+        return summary
+    finally:
+        await asyncio.to_thread(stack.close)
+
+
+def print_summary(console: Console, summary: dict[str, Any]) -> None:
+    table = Table(title="FleetPilot demo summary", show_header=False)
+    rows = [
+        ("tasks served", f"{summary.get('tasks_completed', 0)} of {summary.get('tasks_submitted', 0)}"),
+        ("wait p50 / p95 / max", f"{summary.get('wait_p50_min', 0)} / {summary.get('wait_p95_min', 0)} / "
+                                 f"{summary.get('wait_max_min', 0)} min"),
+        ("cost", f"${summary['cost_usd']:.2f}"),
+        ("peak spend", f"${summary['peak_spend_usd_per_h']:.2f}/h (budget ${summary['budget_usd_per_h']:.2f}/h)"),
+        ("launches / wasted", f"{summary['launches']} / {summary['wasted_launches']}"),
+        ("peak instances", f"{summary['peak_instances']} (max {summary['max_instances']})"),
+        ("decisions", ", ".join(f"{k} {v}" for k, v in sorted(summary["decisions"].items())) or "none"),
+        ("dead letters", str(summary["dead_letters"])),
+    ]  # fmt: skip
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+
+
+def demo(
+    fast: bool = typer.Option(False, "--fast", help="a short run whose summary is checked (CI uses it)"),
+    summary_json: Path = typer.Option(None, help="also write the summary as JSON here"),
+    live: bool = typer.Option(None, help="live terminal view (default: when the output is a terminal)"),
+    timeout_s: float = typer.Option(None, help="wall-clock limit for the replay (default 600, fast 240)"),
+) -> None:
+    """Run the whole system on simulated vast.ai and Ollama: a day of demand in a few minutes."""
+    console = Console()
+    plan = DemoPlan.fast() if fast else DemoPlan.full()
+    live_view = console.is_terminal if live is None else live
+    limit = timeout_s or (240.0 if fast else 600.0)
+    console.print(
+        f"FleetPilot demo: {plan.minutes / 60:.0f} simulated hours of {plan.trace.name} "
+        f"at x{plan.speed:.0f}, budget ${plan.budget_usd_per_h:.0f}/h"
+    )
+    summary = asyncio.run(run_demo(plan, console, live_view, limit))
+    print_summary(console, summary)
+    if summary_json:
+        summary_json.write_text(json.dumps(summary, indent=2) + "\n")
+    problems = check(summary)
+    if summary.get("timed_out"):
+        problems.append(f"the replay did not finish within {limit:.0f} s of wall time")
+    if problems:
+        for problem in problems:
+            console.print(f"[red]✗ {problem}[/]")
+        if fast:
+            raise typer.Exit(1)
+    else:
+        console.print("[green]✓ work done, budget held, no dead letters, every service exports its metrics[/]")
