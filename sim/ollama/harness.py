@@ -48,6 +48,8 @@ class OverlapRecorder:
     active: int = 0
     max_active: int = 0
     intervals: list[tuple[float, float]] = field(default_factory=list)
+    prompt_tokens: list[int] = field(default_factory=list)  # the agent's own (conservative) count, per run
+    statuses: list[str] = field(default_factory=list)
 
     @property
     def overlapping_pairs(self) -> int:
@@ -71,7 +73,10 @@ class RecordedAdvisor:
         self.recorder.max_active = max(self.recorder.max_active, self.recorder.active)
         started = time.monotonic()
         try:
-            return await self.agent.advise(inputs, ports)
+            outcome = await self.agent.advise(inputs, ports)
+            self.recorder.prompt_tokens.append(outcome.trace.prompt_tokens)
+            self.recorder.statuses.append(outcome.trace.status)
+            return outcome
         finally:
             self.recorder.active -= 1
             self.recorder.intervals.append((started, time.monotonic()))

@@ -25,7 +25,8 @@ class AgentConfig(BaseSettings):
     reply_reserve_tokens: int = Field(default=2_048, ge=256)
     keep_recent_messages: int = Field(default=5, ge=1)
     tool_output_cap_chars: int = Field(default=2_400, ge=200)
-    history_messages_max: int = Field(default=60, ge=0, description="turns of earlier runs kept in Redis")
+    # the anchor, memories and plan carry what matters across runs; raw history is only recent context
+    history_messages_max: int = Field(default=30, ge=0, description="turns of earlier runs kept in Redis")
 
     # the observation stays bounded at 1000 machines: individual lines up to this, then a summary
     max_instance_lines: int = Field(default=40, ge=1)
