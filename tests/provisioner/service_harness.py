@@ -55,7 +55,7 @@ def market_scenario(**overrides: object) -> Scenario:
         "startup": {"startup_s": {"min": 600, "max": 600}},
         "billing": {"storage_usd_per_gb_month": 0.0},
     }
-    return Scenario.quiet(**{**base, **overrides})  # type: ignore[arg-type]
+    return Scenario.quiet(**{**base, **overrides})
 
 
 class BusRecorder:

@@ -30,8 +30,9 @@ def row(
 
 
 def known(instance_id: int, label: str, state: InstanceState = InstanceState.REQUESTED) -> KnownInstance:
+    parsed = parse_label(label)
     return KnownInstance(
-        instance_id=instance_id, label=label, idempotency_key=parse_label(label)[0] if parse_label(label) else None,
+        instance_id=instance_id, label=label, idempotency_key=parsed[0] if parsed else None,
         price_usd_per_h=0.5, state=state, created_at=NOW, state_since=NOW, host_id=5, machine_id=50,
     )  # fmt: skip
 

@@ -52,9 +52,9 @@ def launch(key: str, count: int = 1, **fields: object) -> LaunchInstances:
         idempotency_key=key,
         requested_by="policy",
         count=count,
-        launch_priority=fields.pop("launch_priority", "normal"),  # type: ignore[arg-type]
+        launch_priority=fields.pop("launch_priority", "normal"),
         reason=LaunchReason.BACKLOG,
-        **fields,  # type: ignore[arg-type]
+        **fields,
     )
 
 
@@ -71,7 +71,7 @@ def refusals(service: ProvisionerService, rule: str) -> float:
 
 
 async def ask_offers(nc: NatsClient, settings: Settings, **fields: object) -> OfferList:
-    query = OfferQuery(occurred_at=NOW, source="agent", **fields)  # type: ignore[arg-type]
+    query = OfferQuery(occurred_at=NOW, source="agent", **fields)
     reply = await nc.request(settings.subjects.provision_offers, query.model_dump_json().encode(), timeout=10)
     return OfferList.model_validate_json(reply.data)
 
@@ -361,7 +361,7 @@ async def test_bench_verdicts_teach_the_ranking(
     assert order.index(OFFER_B) < order.index(OFFER_A) and order.index(OFFER_B) < order.index(OFFER_A2)
 
 
-async def _first_is(ranked, offer_id: int) -> list[int] | None:  # type: ignore[no-untyped-def]
+async def _first_is(ranked, offer_id: int) -> list[int] | None:
     order = await ranked()
     return order if order and order[0] == offer_id else None
 
@@ -372,7 +372,7 @@ async def test_a_malformed_command_is_dead_lettered_and_the_next_is_handled(
     _, url = await start_vast(market_scenario())
     letters: list[DeadLetter] = []
 
-    async def collect(msg) -> None:  # type: ignore[no-untyped-def]
+    async def collect(msg) -> None:
         letters.append(DeadLetter.model_validate_json(msg.data))
 
     await nc.subscribe(settings.subjects.dead_letter("provisioner"), cb=collect)
@@ -403,7 +403,7 @@ async def test_offer_query_reports_a_failed_search_as_unknown_not_empty(
     assert [o.offer_id for o in narrowed.offers] == [OFFER_C] and narrowed.error is None
 
 
-def test_settings_come_from_the_environment(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_settings_come_from_the_environment(monkeypatch) -> None:
     monkeypatch.setenv("FLEETPILOT_PROVISIONER_ALLOWED_GPU_MODELS", '["RTX 5090"]')
     monkeypatch.setenv("FLEETPILOT_PROVISIONER_ONSTART", "bash /opt/bench.sh")
     monkeypatch.setenv("FLEETPILOT_PROVISIONER_EXCLUDED_HOST_IDS", "[7, 8]")

@@ -20,16 +20,16 @@ def at(seconds: float) -> datetime:
 
 
 def world_with(*specs: OfferSpec, **overrides: object) -> VastWorld:
-    scenario = Scenario.quiet(offers=list(specs), **overrides)  # type: ignore[arg-type]
+    scenario = Scenario.quiet(offers=list(specs), **overrides)
     return VastWorld(scenario, T0)
 
 
 def spec(offer_id: int, price: float, *, gpu: str = "RTX 4090", fate: Fate | None = None, **kw: object) -> OfferSpec:
-    return OfferSpec(offer_id=offer_id, gpu_model=gpu, price_usd_per_h=price, fate=fate, **kw)  # type: ignore[arg-type]
+    return OfferSpec(offer_id=offer_id, gpu_model=gpu, price_usd_per_h=price, fate=fate, **kw)
 
 
 def request(label: str = "fleetpilot:k:0", **kw: object) -> CreateRequest:
-    return CreateRequest(image="worker:1", disk=20, label=label, **kw)  # type: ignore[arg-type]
+    return CreateRequest(image="worker:1", disk=20, label=label, **kw)
 
 
 FIXED_HOUR = {"startup_s": {"min": 3600, "max": 3600}}
@@ -150,7 +150,7 @@ def test_instance_row_carries_label_env_onstart_and_ports_once_running() -> None
 def test_market_moves_in_ticks_deterministically_and_drift_stays_bounded() -> None:
     scenario = Scenario(
         seed=11,
-        market=[{"gpu_model": "RTX 4090", "count": 40}],  # type: ignore[list-item]
+        market=[{"gpu_model": "RTX 4090", "count": 40}],
         dynamics={"price_drift_per_h": 0.5, "max_price_step": 0.01, "taken_by_others_per_h": 6, "new_offers_per_h": 6},
     )
     one, two = VastWorld(scenario, T0), VastWorld(scenario, T0)
