@@ -11,12 +11,13 @@ from redis.asyncio import Redis
 
 from services.decider.agent.agent import OllamaAgent
 from services.decider.agent.config import AgentConfig
+from services.decider.agent.dryrun import DryRunPorts
 from services.decider.agent.store import RedisAgentStore
 from shared.clock import SimulatedClock
 from shared.settings import Settings
 from sim.infra import RedisServer
 from sim.ollama.server import OllamaStandIn
-from tests.agent.ports import GuardedPorts
+from tests.agent.ports import guarded_ports
 
 AgentFactory = Callable[..., OllamaAgent]
 
@@ -40,9 +41,9 @@ def agent_settings(redis_server: RedisServer, ollama: OllamaStandIn) -> Settings
 
 
 @pytest.fixture
-def ports(agent_settings: Settings) -> GuardedPorts:
-    """For runs on the default `run_inputs()`; other inputs take `GuardedPorts.for_inputs`."""
-    return GuardedPorts.for_inputs(agent_settings)
+def ports(agent_settings: Settings) -> DryRunPorts:
+    """For runs on the default `run_inputs()`; other inputs take `guarded_ports(settings, inputs)`."""
+    return guarded_ports(agent_settings)
 
 
 @pytest.fixture

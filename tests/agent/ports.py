@@ -1,69 +1,18 @@
-"""A test double of the decider's `DeciderPorts` (not of NATS, Redis or Ollama).
-
-`act` applies the decider's real guardrails (`services.decider.guardrails.check`) to a ledger built from the
-run's inputs, as the decider's own port does, and records the verdict instead of publishing a command.
-"""
+"""The agent's tests act through `DryRunPorts`: a test double of the decider's port (not of NATS, Redis or
+Ollama) whose `act` runs the decider's real guardrails and records instead of publishing."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from services.decider.advisor import RunInputs
-from services.decider.agent import scenario
-from services.decider.guardrails import FleetLedger, GuardrailConfig, check, ledger_from
-from shared.contract import (
-    Action,
-    BenchRequest,
-    GuardrailVerdict,
-    OfferList,
-    OfferQuery,
-    OperatorReply,
-)
+from services.decider.agent.dryrun import DryRunPorts
 from shared.settings import Settings
-from tests.agent.builders import NOW, run_inputs
+from tests.agent.builders import run_inputs
 
 
-def guardrail_config(settings: Settings) -> GuardrailConfig:
-    return GuardrailConfig(
-        budget_usd_per_h=settings.budget_usd_per_h,
-        max_instances=settings.max_instances,
-        normal_max_price_usd_per_h=settings.normal_max_price_usd_per_h,
-        emergency_max_price_usd_per_h=settings.emergency_max_price_usd_per_h,
+def guarded_ports(
+    settings: Settings, inputs: RunInputs | None = None, *, offers_per_query: int = 8, offer_note: str = ""
+) -> DryRunPorts:
+    """For runs on `inputs` (default: `run_inputs()`)."""
+    return DryRunPorts.for_inputs(
+        settings, inputs or run_inputs(), offers_per_query=offers_per_query, offer_note=offer_note
     )
-
-
-@dataclass
-class GuardedPorts:
-    config: GuardrailConfig
-    ledger: FleetLedger
-    offers_per_query: int = 8
-    offer_note: str = ""
-    verdicts: list[GuardrailVerdict] = field(default_factory=list)
-    offer_queries: list[OfferQuery] = field(default_factory=list)
-    bench_requests: list[BenchRequest] = field(default_factory=list)
-    replies: list[OperatorReply] = field(default_factory=list)
-
-    @classmethod
-    def for_inputs(cls, settings: Settings, inputs: RunInputs | None = None, **options: object) -> GuardedPorts:
-        inputs = inputs or run_inputs()
-        ledger = ledger_from(inputs.snapshot, inputs.signal, [], inputs.now, stale=inputs.stale)
-        return cls(guardrail_config(settings), ledger, **options)  # type: ignore[arg-type]
-
-    @property
-    def allowed(self) -> list[Action]:
-        return [v.action for v in self.verdicts if v.verdict == "allowed"]
-
-    async def act(self, action: Action) -> GuardrailVerdict:
-        verdict, self.ledger = check(action, self.ledger, NOW, self.config)
-        self.verdicts.append(verdict)
-        return verdict
-
-    async def find_offers(self, query: OfferQuery) -> OfferList:
-        self.offer_queries.append(query)
-        return scenario.offer_list(NOW, self.offers_per_query, self.offer_note)
-
-    async def request_benchmark(self, request: BenchRequest) -> None:
-        self.bench_requests.append(request)
-
-    async def reply_to_operator(self, reply: OperatorReply) -> None:
-        self.replies.append(reply)

@@ -8,12 +8,12 @@ import json
 
 from redis.asyncio import Redis
 
+from services.decider.agent.dryrun import DryRunPorts
 from services.decider.agent.store import RedisAgentStore
 from sim.infra import RedisServer
 from sim.ollama.server import OllamaStandIn
 from tests.agent.builders import run_inputs
 from tests.agent.conftest import AgentFactory, metric
-from tests.agent.ports import GuardedPorts
 from tests.helpers import eventually
 
 
@@ -29,7 +29,7 @@ async def first_requests_of_runs(ollama: OllamaStandIn) -> list[dict[str, object
 
 
 async def test_memories_plan_and_anchor_carry_over_to_the_next_run(
-    make_agent: AgentFactory, ports: GuardedPorts, ollama: OllamaStandIn, store: RedisAgentStore
+    make_agent: AgentFactory, ports: DryRunPorts, ollama: OllamaStandIn, store: RedisAgentStore
 ) -> None:
     await ollama.set_behaviour("busy")
     agent = make_agent()
@@ -51,7 +51,7 @@ async def test_memories_plan_and_anchor_carry_over_to_the_next_run(
 
 
 async def test_deleting_the_session_mid_life_does_not_break_the_next_run(
-    make_agent: AgentFactory, ports: GuardedPorts, ollama: OllamaStandIn, store: RedisAgentStore, redis_client: Redis
+    make_agent: AgentFactory, ports: DryRunPorts, ollama: OllamaStandIn, store: RedisAgentStore, redis_client: Redis
 ) -> None:
     await ollama.set_behaviour("busy")
     agent = make_agent()
@@ -70,7 +70,7 @@ async def test_deleting_the_session_mid_life_does_not_break_the_next_run(
 
 
 async def test_garbage_in_every_saved_key_is_survived_and_replaced(
-    make_agent: AgentFactory, ports: GuardedPorts, ollama: OllamaStandIn, store: RedisAgentStore, redis_client: Redis
+    make_agent: AgentFactory, ports: DryRunPorts, ollama: OllamaStandIn, store: RedisAgentStore, redis_client: Redis
 ) -> None:
     await ollama.set_behaviour("busy")
     agent = make_agent()
@@ -89,7 +89,7 @@ async def test_garbage_in_every_saved_key_is_survived_and_replaced(
 
 
 async def test_a_wiped_redis_is_a_fresh_start_not_a_failure(
-    make_agent: AgentFactory, ports: GuardedPorts, ollama: OllamaStandIn, redis_client: Redis
+    make_agent: AgentFactory, ports: DryRunPorts, ollama: OllamaStandIn, redis_client: Redis
 ) -> None:
     agent = make_agent()
     await agent.advise(run_inputs("run-1"), ports)
@@ -101,7 +101,7 @@ async def test_a_wiped_redis_is_a_fresh_start_not_a_failure(
 
 
 async def test_redis_down_costs_the_memory_not_the_run(
-    make_agent: AgentFactory, ports: GuardedPorts, ollama: OllamaStandIn, redis_server: RedisServer
+    make_agent: AgentFactory, ports: DryRunPorts, ollama: OllamaStandIn, redis_server: RedisServer
 ) -> None:
     await ollama.set_behaviour("busy")
     agent = make_agent()
@@ -116,7 +116,7 @@ async def test_redis_down_costs_the_memory_not_the_run(
 
 
 async def test_a_second_run_while_one_is_active_is_refused_and_counted(
-    make_agent: AgentFactory, ports: GuardedPorts, ollama: OllamaStandIn
+    make_agent: AgentFactory, ports: DryRunPorts, ollama: OllamaStandIn
 ) -> None:
     await ollama.set_behaviour("slow", slow_s=0.5)
     agent = make_agent()
@@ -133,7 +133,7 @@ async def test_a_second_run_while_one_is_active_is_refused_and_counted(
 
 
 async def test_many_runs_keep_history_memories_and_prompt_bounded(
-    make_agent: AgentFactory, ports: GuardedPorts, ollama: OllamaStandIn, store: RedisAgentStore
+    make_agent: AgentFactory, ports: DryRunPorts, ollama: OllamaStandIn, store: RedisAgentStore
 ) -> None:
     await ollama.set_behaviour("busy")
     agent = make_agent(memories_max=10, history_messages_max=20, token_budget=9_000)

@@ -1,0 +1,65 @@
+"""`DeciderPorts` for a dry run: the decider's real guardrails decide, nothing is published.
+
+Used by the smoke run against a real Ollama and by the agent's tests: `act` applies
+`services.decider.guardrails.check` to a ledger built from the run's inputs, as the decider's own port does,
+and records the verdict instead of sending a command. Offers come from the scenario.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from services.decider.advisor import RunInputs
+from services.decider.agent import scenario
+from services.decider.guardrails import FleetLedger, GuardrailConfig, check, ledger_from
+from shared.contract import Action, BenchRequest, GuardrailVerdict, OfferList, OfferQuery, OperatorReply
+from shared.settings import Settings
+
+
+def guardrail_config(settings: Settings) -> GuardrailConfig:
+    return GuardrailConfig(
+        budget_usd_per_h=settings.budget_usd_per_h,
+        max_instances=settings.max_instances,
+        normal_max_price_usd_per_h=settings.normal_max_price_usd_per_h,
+        emergency_max_price_usd_per_h=settings.emergency_max_price_usd_per_h,
+    )
+
+
+@dataclass
+class DryRunPorts:
+    config: GuardrailConfig
+    ledger: FleetLedger
+    now: datetime
+    offers_per_query: int = 8
+    offer_note: str = ""
+    verdicts: list[GuardrailVerdict] = field(default_factory=list)
+    offer_queries: list[OfferQuery] = field(default_factory=list)
+    bench_requests: list[BenchRequest] = field(default_factory=list)
+    replies: list[OperatorReply] = field(default_factory=list)
+
+    @classmethod
+    def for_inputs(
+        cls, settings: Settings, inputs: RunInputs, *, offers_per_query: int = 8, offer_note: str = ""
+    ) -> DryRunPorts:
+        ledger = ledger_from(inputs.snapshot, inputs.signal, [], inputs.now, stale=inputs.stale)
+        return cls(guardrail_config(settings), ledger, inputs.now, offers_per_query, offer_note)
+
+    @property
+    def allowed(self) -> list[Action]:
+        return [v.action for v in self.verdicts if v.verdict == "allowed"]
+
+    async def act(self, action: Action) -> GuardrailVerdict:
+        verdict, self.ledger = check(action, self.ledger, self.now, self.config)
+        self.verdicts.append(verdict)
+        return verdict
+
+    async def find_offers(self, query: OfferQuery) -> OfferList:
+        self.offer_queries.append(query)
+        return scenario.offer_list(self.now, self.offers_per_query, self.offer_note)
+
+    async def request_benchmark(self, request: BenchRequest) -> None:
+        self.bench_requests.append(request)
+
+    async def reply_to_operator(self, reply: OperatorReply) -> None:
+        self.replies.append(reply)
