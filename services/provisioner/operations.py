@@ -262,7 +262,7 @@ class Provisioner:
             )
         try:
             await self._keep_alive(heartbeat)
-            ranked = await self._ranked_offers(constraints)
+            ranked = await self._ranked_offers(constraints, self.history)
         except VastAuthError as error:
             return self._result(command, "launch", "failed", RefusalRule.AUTH, str(error))
         except VastError as error:
@@ -291,10 +291,10 @@ class Provisioner:
             commitment = commitment.plus(self.limits.reserved_usd_per_h(instance.price_usd_per_h))
         return self._result(command, "launch", "done", None, f"launched {len(created)}", sorted(done_ids + created))
 
-    async def _ranked_offers(self, constraints: OfferConstraints) -> list[RankedOffer]:
+    async def _ranked_offers(self, constraints: OfferConstraints, history: HostHistory) -> list[RankedOffer]:
         query = search_query(constraints, limit=self.config.search_limit, disk_gb=self.config.disk_gb)
         offers = await self.client.search_offers(query)
-        return rank(offers, constraints, self.knowledge, self.history, self.clock.now())
+        return rank(offers, constraints, self.knowledge, history, self.clock.now())
 
     async def _launch_one(
         self,
@@ -494,10 +494,11 @@ class Provisioner:
         """Ranked offers within the configuration (the emergency cap at most); an error means unknown, not none."""
         now = self.clock.now()
         try:
-            self.history = await self.store.load_history()
+            # read-only, outside the fleet lease: its own copy of the history, never the operations' one
+            history = await self.store.load_history()
             cap = query.max_price_usd_per_h or self.settings.emergency_max_price_usd_per_h
             constraints = self.constraints.narrowed_to(query.gpu_models, cap)
-            ranked = await self._ranked_offers(constraints) if constraints.allowed_gpu_models else []
+            ranked = await self._ranked_offers(constraints, history) if constraints.allowed_gpu_models else []
         except VastError as error:
             return OfferList(occurred_at=now, source=SOURCE, error=str(error)[:1000])
         lines = [
@@ -521,12 +522,11 @@ class Provisioner:
         """A failed bench penalises the machine and its host; any verdict leaves a measured throughput ratio."""
         if result.instance_id is None:
             return
-        async with self._acting:
-            known = await self.store.load_instances()
-            instance = known.get(result.instance_id)
+        async with self._exclusive():
+            instance = self.known.get(result.instance_id)
             if instance is None:
                 return
-            history = await self.store.load_history()
+            history = self.history
             now = self.clock.now()
             if result.verdict == "fail":
                 history.record(
@@ -544,7 +544,6 @@ class Provisioner:
                 history.record_measure(instance.machine_id, ratio, now)
             history.forget_old(now)
             await self.store.save_history(history)
-            self.history = history
 
     async def learn_demand(self, signal: DemandSignal) -> None:
         observed = {k: v for k, v in signal.throughput_by_gpu_model_tasks_per_h.items() if v > 0}

@@ -14,6 +14,9 @@ from shared.clock import SimulatedClock
 from shared.contract import (
     BenchResult,
     DeadLetter,
+    DemandSignal,
+    DemandState,
+    DemandTrend,
     DestroyInstance,
     InstanceState,
     LaunchInstances,
@@ -353,17 +356,13 @@ async def test_bench_verdicts_teach_the_ranking(
             await send(js, settings, "destroy", destroy(f"destroy-{instance_id}", instance_id))
             await bus.result_for(f"destroy-{instance_id}")
 
-        async def ranked() -> list[int]:
-            return [o.offer_id for o in (await ask_offers(nc, settings)).offers]
+        async def b_leads() -> list[int] | None:
+            order = [o.offer_id for o in (await ask_offers(nc, settings)).offers]
+            return order if order and order[0] == OFFER_B else None
 
         # A failed its bench (machine and host penalised), A2 measured at half its reference: B leads now
-        order = await eventually(lambda: _first_is(ranked, OFFER_B), timeout_s=10)
+        order = await eventually(b_leads, timeout_s=10)
     assert order.index(OFFER_B) < order.index(OFFER_A) and order.index(OFFER_B) < order.index(OFFER_A2)
-
-
-async def _first_is(ranked, offer_id: int) -> list[int] | None:
-    order = await ranked()
-    return order if order and order[0] == offer_id else None
 
 
 async def test_a_malformed_command_is_dead_lettered_and_the_next_is_handled(
@@ -410,3 +409,26 @@ def test_settings_come_from_the_environment(monkeypatch) -> None:
     config = ProvisionerSettings()
     assert config.allowed_gpu_models == ["RTX 5090"] and config.onstart == "bash /opt/bench.sh"
     assert config.excluded_host_ids == [7, 8]
+
+
+async def test_observed_throughput_from_the_demand_signal_reorders_offers(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    _, url = await start_vast(market_scenario())
+    async with running_provisioner(settings, sim_clock, url):
+        assert (await ask_offers(nc, settings)).offers[0].offer_id == OFFER_A
+        signal = DemandSignal(
+            occurred_at=NOW, source="demand", state=DemandState.SERVED, explanation="steady", trend=DemandTrend.STEADY,
+            pending_tasks=0, running_tasks=4, windows=[], sustained_arrival_rate_per_h=100, producing_workers=2,
+            fleet_capacity_tasks_per_h=100, backlog_worker_hours=0, above_capacity_for_s=0, signal_seq=1,
+            throughput_by_gpu_model_tasks_per_h={"RTX 4090": 40.0},  # this fleet's 4090s do a third of the table
+        )  # fmt: skip
+        await js.publish(settings.subjects.demand_signal, signal.model_dump_json().encode())
+
+        async def best() -> int:
+            return (await ask_offers(nc, settings)).offers[0].offer_id
+
+        async def the_3090_leads() -> bool:
+            return await best() == OFFER_C
+
+        await eventually(the_3090_leads, timeout_s=10)
