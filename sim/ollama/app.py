@@ -36,6 +36,8 @@ class StandInState:
     capabilities: list[str] = field(default_factory=lambda: ["completion", "tools"])
     slow_s: float = 30.0
     context_length: int = 40_960
+    # reports prompt_eval_count times this: a model whose tokenizer counts more than expected
+    token_count_factor: float = 1.0
     received: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECEIVED_MAX))
     recent: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECENT_FULL_REQUESTS))
     in_flight: int = 0
@@ -120,7 +122,7 @@ def build_app(state: StandInState) -> Starlette:
         messages = list(body.get("messages") or [])
         tools = list(body.get("tools") or [])
         behaviour = request.headers.get("x-sim-behaviour") or state.behaviour
-        prompt_tokens = count_prompt(messages, tools)
+        prompt_tokens = round(count_prompt(messages, tools) * state.token_count_factor)
         _record(state, body, behaviour, prompt_tokens, messages, tools)
         state.in_flight += 1
         state.max_in_flight = max(state.max_in_flight, state.in_flight)
@@ -152,6 +154,8 @@ def build_app(state: StandInState) -> Starlette:
             state.slow_s = float(body["slow_s"])
         if "capabilities" in body:
             state.capabilities = list(body["capabilities"])
+        if "token_count_factor" in body:
+            state.token_count_factor = float(body["token_count_factor"])
         return JSONResponse({"behaviour": state.behaviour, "slow_s": state.slow_s})
 
     async def reset(request: Request) -> Response:

@@ -48,6 +48,8 @@ async def test_follow_carries_out_the_recommendation_through_the_guardrails(
     assert all(r["prompt_tokens"] <= AgentConfig().token_budget for r in requests)
     assert metric(agent, "fleetpilot_agent_tool_calls_total", tool="launch_instances", outcome="ok") == 1
     assert metric(agent, "fleetpilot_agent_prompt_tokens_count") == 2
+    assert metric(agent, "fleetpilot_agent_model_prompt_tokens_sum") == sum(r["prompt_tokens"] for r in requests)
+    assert metric(agent, "fleetpilot_agent_token_estimate_low_total") == 0
     assert metric(agent, "fleetpilot_agent_degraded") == 0
 
 
@@ -269,3 +271,15 @@ async def test_stale_data_only_holds(make_agent: AgentFactory, ports: DryRunPort
     requests = await ollama.received(full=True)
     assert tool_results(requests[1])[0].startswith("REFUSED: the demand signal or the fleet snapshot is stale")
     assert outcome.status == "ok"
+
+
+async def test_a_model_counting_more_tokens_than_the_estimate_raises_an_alarm(
+    make_agent: AgentFactory, ports: DryRunPorts, ollama: OllamaStandIn, caplog: pytest.LogCaptureFixture
+) -> None:
+    await ollama.set_behaviour("follow", token_count_factor=3.0)
+    agent = make_agent()
+    with caplog.at_level(logging.ERROR, logger="fleetpilot.decider.agent"):
+        await agent.advise(run_inputs(), ports)
+
+    assert metric(agent, "fleetpilot_agent_token_estimate_low_total") == 2
+    assert "below the model's count" in caplog.records[0].getMessage()

@@ -16,10 +16,13 @@ from nats.js import JetStreamContext
 from redis.asyncio import Redis
 
 from services.cli.ask import ask_and_wait
+from services.decider.agent.agent import OllamaAgent
 from services.decider.agent.config import AgentConfig
 from services.decider.agent.store import RedisAgentStore
+from services.decider.app import load_advisor
 from shared.clock import SimulatedClock
 from shared.contract import DecisionRecord, LaunchInstances, TriggerReason
+from shared.service import ServiceContext
 from shared.settings import Settings
 from sim.ollama.harness import AgentStack
 from sim.ollama.server import OllamaStandIn
@@ -134,3 +137,14 @@ async def test_deleting_the_session_in_redis_mid_life_does_not_break_the_next_ru
     assert record.agent is not None and record.agent.status == "ok"
     assert replica.sample("fleetpilot_agent_session_rebuilds_total") == 1
     assert (await store.load()).problems == []
+
+
+async def test_the_decider_loads_the_agent_from_its_advisor_setting(settings: Settings) -> None:
+    ctx = ServiceContext("decider", settings, SimulatedClock())
+    advisor = load_advisor("services.decider.agent.agent:create_agent", ctx)
+    assert isinstance(advisor, OllamaAgent)
+    try:
+        assert ctx.metrics.registry.get_sample_value("fleetpilot_agent_degraded") == 0
+        assert isinstance(advisor.store, RedisAgentStore) and advisor.store.base == "fleetpilot:fpt:agent"
+    finally:
+        await advisor.aclose()

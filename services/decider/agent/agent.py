@@ -14,7 +14,7 @@ from collections import OrderedDict
 from typing import Literal
 
 import httpx
-from ollama import AsyncClient, Message, ResponseError
+from ollama import AsyncClient, ChatResponse, ResponseError
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -123,7 +123,7 @@ class OllamaAgent:
             log.warning("agent session rebuilt without: %s", "; ".join(state.problems))
         return state
 
-    async def chat(self, messages: list[Turn], schemas: list[dict[str, object]]) -> Message:
+    async def chat(self, messages: list[Turn], schemas: list[dict[str, object]]) -> ChatResponse:
         """One model call; every way it can fail becomes a classified `ModelFailure`."""
         try:
             async with asyncio.timeout(self.config.call_timeout_s + 1.0):  # backstop over httpx's own timeout
@@ -144,7 +144,7 @@ class OllamaAgent:
             raise ModelFailure("unreachable", f"{type(error).__name__}: {str(error)[:200]}") from None
         except ValueError as error:  # a body that is not JSON, or JSON that is not a chat response
             raise ModelFailure("malformed", f"{type(error).__name__}: {str(error)[:200]}") from None
-        return response.message
+        return response
 
     async def check_tools_capability(self) -> None:
         """The model must support tools; asked once (`/api/show`), then remembered."""
@@ -263,11 +263,13 @@ class AgentRun:
             self.metrics.prompt_tokens.observe(fit.tokens)
             self.max_prompt_tokens = max(self.max_prompt_tokens, fit.tokens)
             try:
-                message = await self.agent.chat(fit.messages, self.schemas)
+                response = await self.agent.chat(fit.messages, self.schemas)
             except ModelFailure as failure:
                 failures += 1
                 self._count_failure(failure)
                 continue
+            self._check_estimate(fit.tokens, response.prompt_eval_count)
+            message = response.message
             content = prompt.strip_thinking(message.content or "")[: self.config.tool_output_cap_chars]
             if message.tool_calls:
                 requests = [
@@ -303,6 +305,20 @@ class AgentRun:
         if failures >= self.config.max_model_failures:
             return None, f"the model failed {failures} times (last: {self.last_failure})", rounds
         return None, f"no final answer within {self.config.max_rounds} rounds", rounds
+
+    def _check_estimate(self, estimated: int, reported: int | None) -> None:
+        """The budget is only as good as the count: a model that counts more than we did is worth an alarm."""
+        if reported is None:
+            return
+        self.metrics.reported_prompt_tokens.observe(reported)
+        if reported > estimated:
+            self.metrics.estimate_below_model.inc()
+            log.error(
+                "prompt token estimate %d below the model's count %d in run %s: the budget may be exceeded",
+                estimated,
+                reported,
+                self.inputs.run_id,
+            )
 
     def _count_failure(self, failure: ModelFailure) -> None:
         self.last_failure = str(failure)

@@ -19,6 +19,17 @@ class AgentMetrics:
             buckets=TOKEN_BUCKETS,
             registry=registry,
         )
+        self.reported_prompt_tokens = Histogram(
+            "fleetpilot_agent_model_prompt_tokens",
+            "Prompt size of each model request as the model counted it (prompt_eval_count)",
+            buckets=TOKEN_BUCKETS,
+            registry=registry,
+        )
+        self.estimate_below_model = Counter(
+            "fleetpilot_agent_token_estimate_low_total",
+            "Requests where the model counted more prompt tokens than the agent's conservative estimate",
+            registry=registry,
+        )
         self.rounds = Histogram(
             "fleetpilot_agent_rounds",
             "Model requests per agent run",
