@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from types import EllipsisType
+from typing import Any
 
 from services.decider.advisor import RunInputs
 from services.decider.agent import scenario
 from shared.contract import (
     Action,
     DemandSignal,
-    DemandState,
     FleetSnapshot,
     InstanceLine,
     InstanceState,
@@ -24,35 +24,13 @@ from shared.contract import (
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 
 
-def signal(
-    *,
-    state: DemandState = DemandState.UNDER_PROVISIONED,
-    pending: int = 340,
-    running: int = 18,
-    arrivals_per_h: float = 410.0,
-    capacity_per_h: float = 240.0,
-    producing: int = 2,
-) -> DemandSignal:
-    return scenario.demand_signal(
-        NOW,
-        state=state,
-        pending=pending,
-        running=running,
-        arrivals_per_h=arrivals_per_h,
-        capacity_per_h=capacity_per_h,
-        producing=producing,
-    )
+def signal(**knobs: Any) -> DemandSignal:
+    """The scenario's signal at NOW; knobs as in `scenario.demand_signal` (state, pending, producing, ...)."""
+    return scenario.demand_signal(NOW, **knobs)
 
 
-def instance(
-    instance_id: int,
-    state: InstanceState = InstanceState.PRODUCING,
-    gpu_model: str = "RTX 4090",
-    price: float = 0.50,
-    throughput: float | None = 118.0,
-    label: str = "",
-) -> InstanceLine:
-    return scenario.instance_line(NOW, instance_id, state, gpu_model, price, throughput, label)
+def instance(instance_id: int, *args: Any, **knobs: Any) -> InstanceLine:
+    return scenario.instance_line(NOW, instance_id, *args, **knobs)
 
 
 def snapshot(instances: list[InstanceLine]) -> FleetSnapshot:

@@ -479,7 +479,9 @@ class AgentRun:
     # ---- what the next run keeps
 
     async def _save(self, answer: prompt.Answer | None, failure: str | None) -> None:
-        stored = compact([*self.state.history, *self.current], STORED_RUN_ID, self.config.keep_recent_messages)
+        # format reminders helped this run only; later runs need the answers, not the nagging
+        kept = [turn for turn in [*self.state.history, *self.current] if turn.kind != "nudge"]
+        stored = compact(kept, STORED_RUN_ID, self.config.keep_recent_messages)
         history = trim_history(stored, self.config.history_messages_max)
         concerns = [item.content for item in open_items(self.plan)]
         if failure:

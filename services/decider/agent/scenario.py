@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from services.decider.policy.forecast import ARRIVING_STATES
 from shared.contract import (
     DemandSignal,
     DemandState,
@@ -15,16 +16,6 @@ from shared.contract import (
     OfferLine,
     OfferList,
     WindowStats,
-)
-
-ARRIVING = frozenset(
-    {
-        InstanceState.REQUESTED,
-        InstanceState.LOADING,
-        InstanceState.RUNNING,
-        InstanceState.REGISTERED,
-        InstanceState.BENCHMARKED,
-    }
 )
 
 
@@ -102,7 +93,7 @@ def fleet_snapshot(now: datetime, instances: list[InstanceLine]) -> FleetSnapsho
         counts_by_state=counts,
         spend_usd_per_h=round(sum(i.price_usd_per_h for i in instances), 2),
         producing_instances=counts.get(InstanceState.PRODUCING, 0),
-        arriving_instances=sum(n for state, n in counts.items() if state in ARRIVING),
+        arriving_instances=sum(n for state, n in counts.items() if state in ARRIVING_STATES),
     )
 
 
