@@ -8,6 +8,7 @@ instead of the GPU model's reference (a degraded but cheap machine can still be 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
@@ -54,6 +55,25 @@ REMOVAL_INCIDENTS: dict[RemovalReason, IncidentKind] = {
 }
 
 
+@dataclass
+class Penalties:
+    """Faded incident weights summed once; `of` gives a machine its own in full and its host's others' in part."""
+
+    by_machine: dict[int, float] = field(default_factory=dict)
+    by_host: dict[int, float] = field(default_factory=dict)
+    by_host_machine: dict[tuple[int, int], float] = field(default_factory=dict)
+
+    def of(self, host_id: int | None, machine_id: int | None) -> float:
+        own = self.by_machine.get(machine_id, 0.0) if machine_id is not None else 0.0
+        if host_id is None:
+            return own
+        # the host's incidents on other machines (this machine's own count in full above, not twice)
+        siblings = self.by_host.get(host_id, 0.0)
+        if machine_id is not None:
+            siblings -= self.by_host_machine.get((host_id, machine_id), 0.0)
+        return own + HOST_SHARE * max(0.0, siblings)
+
+
 class Incident(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -97,17 +117,22 @@ class HostHistory(BaseModel):
 
     def penalty(self, host_id: int | None, machine_id: int | None, now: datetime) -> float:
         """Sum of faded incident weights: 0 for a clean record, ~1 just after one failure on this machine."""
-        total = 0.0
+        return self.penalties(now).of(host_id, machine_id)
+
+    def penalties(self, now: datetime) -> Penalties:
+        """Every incident faded once, summed by machine and by host: ranking many offers reads these sums."""
+        penalties = Penalties()
         for incident in self.incidents:
-            if machine_id is not None and incident.machine_id == machine_id:
-                share = 1.0
-            elif host_id is not None and incident.host_id == host_id:
-                share = HOST_SHARE
-            else:
-                continue
             age_s = max(0.0, (now - incident.at).total_seconds())
-            total += share * INCIDENT_WEIGHTS[incident.kind] * 0.5 ** (age_s / HALF_LIFE_S)
-        return total
+            weight = INCIDENT_WEIGHTS[incident.kind] * 0.5 ** (age_s / HALF_LIFE_S)
+            if incident.machine_id is not None:
+                penalties.by_machine[incident.machine_id] = penalties.by_machine.get(incident.machine_id, 0.0) + weight
+            if incident.host_id is not None:
+                penalties.by_host[incident.host_id] = penalties.by_host.get(incident.host_id, 0.0) + weight
+                if incident.machine_id is not None:
+                    pair = (incident.host_id, incident.machine_id)
+                    penalties.by_host_machine[pair] = penalties.by_host_machine.get(pair, 0.0) + weight
+        return penalties
 
     def throughput_ratio(self, machine_id: int | None) -> float | None:
         if machine_id is None:

@@ -124,6 +124,7 @@ def rank(
 ) -> list[RankedOffer]:
     """Acceptable offers, cheapest expected cost per task first. Offers of unknown throughput are left out."""
     ranked = []
+    penalties = history.penalties(now)
     for offer in offers:
         if not acceptable(offer, constraints):
             continue
@@ -132,7 +133,7 @@ def rank(
             continue
         ratio = history.throughput_ratio(offer.machine_id) or 1.0
         tasks_per_h = per_gpu * offer.num_gpus * ratio
-        history_factor = 1.0 / (1.0 + history.penalty(offer.host_id, offer.machine_id, now))
+        history_factor = 1.0 / (1.0 + penalties.of(offer.host_id, offer.machine_id))
         success = max(offer.reliability_score, 1e-3) * history_factor
         ranked.append(
             RankedOffer(

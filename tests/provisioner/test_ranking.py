@@ -5,8 +5,18 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from services.provisioner.host_history import HALF_LIFE_S, HostHistory, Incident, IncidentKind, bench_ratio
+from services.provisioner.host_history import (
+    HALF_LIFE_S,
+    HOST_SHARE,
+    INCIDENT_WEIGHTS,
+    HostHistory,
+    Incident,
+    IncidentKind,
+    bench_ratio,
+)
 from services.provisioner.ranking import OfferConstraints, ThroughputKnowledge, acceptable, rank, search_query
 from services.provisioner.vast_models import VastOffer
 
@@ -118,3 +128,35 @@ def test_bench_ratio_prefers_the_task_rate() -> None:
     assert bench_ratio({"fp32": 0.9, "memory_bw": 0.6}, {}, 120.0) == 0.6
     assert bench_ratio({}, {"tasks_per_h": 60.0}, 120.0) == 0.5
     assert bench_ratio({}, {}, 120.0) is None
+
+
+@given(
+    incidents=st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.integers(1, 3)),
+            st.one_of(st.none(), st.integers(10, 14)),
+            st.floats(min_value=0, max_value=400),
+            st.sampled_from(list(IncidentKind)),
+        ),
+        max_size=12,
+    ),
+    host_id=st.one_of(st.none(), st.integers(1, 3)),
+    machine_id=st.one_of(st.none(), st.integers(10, 14)),
+)
+def test_the_summed_penalties_match_the_definition_incident_by_incident(
+    incidents: list[tuple[int | None, int | None, float, IncidentKind]], host_id: int | None, machine_id: int | None
+) -> None:
+    history = HostHistory()
+    expected = 0.0
+    for n, (host, machine, age_h, kind) in enumerate(incidents):
+        history.record(
+            Incident(at=NOW - timedelta(hours=age_h), kind=kind, instance_id=n, host_id=host, machine_id=machine)
+        )
+        if machine_id is not None and machine == machine_id:
+            share = 1.0
+        elif host_id is not None and host == host_id:
+            share = HOST_SHARE
+        else:
+            continue
+        expected += share * INCIDENT_WEIGHTS[kind] * 0.5 ** (age_h * 3600 / HALF_LIFE_S)
+    assert history.penalty(host_id, machine_id, NOW) == pytest.approx(expected, abs=1e-9)
