@@ -10,7 +10,7 @@ from nats.js import JetStreamContext
 
 from services.provisioner.app import ProvisionerService
 from services.provisioner.settings import ProvisionerSettings
-from shared.clock import SimulatedClock
+from shared.clock import RealClock, SimulatedClock
 from shared.contract import (
     BenchResult,
     DeadLetter,
@@ -432,3 +432,40 @@ async def test_observed_throughput_from_the_demand_signal_reorders_offers(
             return await best() == OFFER_C
 
         await eventually(the_3090_leads, timeout_s=10)
+
+
+async def test_two_replicas_share_the_commands_and_the_budget(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    same_price = [OfferSpec(offer_id=600 + i, gpu_model="RTX 4090", price_usd_per_h=0.5) for i in range(8)]
+    simulator, url = await start_vast(market_scenario(offers=same_price))
+    bus = BusRecorder(nc, settings)
+    await bus.start()
+    keys = [f"launch-replica-{n}" for n in range(6)]
+    # the real clock: replicas waiting for each other's lease must see time pass
+    limits = {"budget_usd_per_h": 2.2, "max_instances": 10}  # four at $0.50 (+5% margin) fit, a fifth does not
+    async with (
+        running_provisioner(settings, RealClock(), url, **limits) as one,
+        running_provisioner(settings, RealClock(), url, **limits) as two,
+    ):
+        for key in keys:
+            await send(js, settings, "launch", launch(key, 1))
+        results = [await bus.result_for(key, timeout_s=30) for key in keys]
+        received = sum(_launches_received(service) for service in (one, two))
+    assert sorted(r.outcome for r in results) == ["done"] * 4 + ["refused"] * 2
+    assert {r.refusal_rule for r in results if r.outcome == "refused"} == {RefusalRule.BUDGET_USD_PER_H}
+    ledger = simulator.world.ledger(sim_clock.now())
+    assert ledger.peak_instances == 4 and ledger.peak_committed_usd_per_h <= 2.2
+    assert len(simulator.calls_to(Endpoint.CREATE)) == 4
+    assert received == len(keys)  # each command delivered to one replica, once
+
+
+def _launches_received(service: ProvisionerService) -> float:
+    registry = service.context.metrics.registry
+    return sum(
+        sample.value
+        for metric in registry.collect()
+        if metric.name == "fleetpilot_bus_received_messages"
+        for sample in metric.samples
+        if sample.name.endswith("_total") and "launch" in sample.labels.get("handler", "")
+    )
