@@ -443,10 +443,10 @@ async def test_two_replicas_share_the_commands_and_the_budget(
     await bus.start()
     keys = [f"launch-replica-{n}" for n in range(6)]
     # the real clock: replicas waiting for each other's lease must see time pass
-    limits = {"budget_usd_per_h": 2.2, "max_instances": 10}  # four at $0.50 (+5% margin) fit, a fifth does not
+    limits: dict[str, object] = {"budget_usd_per_h": 2.2, "max_instances": 10}  # four at $0.50 (+5%) fit, not five
     async with (
-        running_provisioner(settings, RealClock(), url, **limits) as one,
-        running_provisioner(settings, RealClock(), url, **limits) as two,
+        running_provisioner(settings, RealClock(), url, QUIET, **limits) as one,
+        running_provisioner(settings, RealClock(), url, QUIET, **limits) as two,
     ):
         for key in keys:
             await send(js, settings, "launch", launch(key, 1))
