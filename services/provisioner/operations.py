@@ -126,11 +126,12 @@ class Provisioner:
 
     # ---- serialising fleet changes ------------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def _exclusive(self) -> AsyncIterator[None]:
+    async def _exclusive(self, heartbeat: Heartbeat = _no_heartbeat) -> AsyncIterator[None]:
         """One fleet-changing operation at a time, here and across replicas; state reloaded from Redis inside."""
         async with self._acting:
             token = await self.store.try_lease(FLEET_LEASE, self.config.lease_ttl_s)
             while token is None:
+                await heartbeat()  # waiting for another replica is progress too: no redelivery meanwhile
                 await self.clock.sleep(self.config.lease_poll_s)
                 token = await self.store.try_lease(FLEET_LEASE, self.config.lease_ttl_s)
             self._lease_token = token
@@ -221,7 +222,7 @@ class Provisioner:
 
     # ---- launch -------------------------------------------------------------------------------------------
     async def launch(self, command: LaunchInstances, heartbeat: Heartbeat = _no_heartbeat) -> ProvisionResult:
-        async with self._exclusive():
+        async with self._exclusive(heartbeat):
             previous = await self.store.result_for(command.idempotency_key)
             if previous is not None:
                 return previous
@@ -308,16 +309,15 @@ class Provisioner:
         """Rent one instance for slot `index`: best affordable offer first, next best when one is gone; after
         an ambiguous create, look for the label before trying again. Removes used offers from `candidates`."""
         label = launch_label(command.idempotency_key, index)
-        attempts = 0
-        offers_tried = 0
-        while attempts < self.config.max_create_attempts and offers_tried < self.config.max_offer_fallbacks:
+        ambiguous = 0  # creates that may or may not have happened, each followed by a label look-up
+        offers_tried = 0  # offers found gone
+        while ambiguous < self.config.max_create_attempts and offers_tried < self.config.max_offer_fallbacks:
             choice = budget.pick_next(self.limits, commitment, candidates, still_needed)
             if choice is None:
                 return None
             # the budget again, for this one rent, just before it happens (never trust the plan alone)
             if not budget.fits(self.limits, commitment, choice.price_usd_per_h):
                 return None
-            attempts += 1
             await self._keep_alive(heartbeat)
             try:
                 instance_id = await self.client.create_instance(choice.offer.id, self._create_request(command, label))
@@ -327,6 +327,7 @@ class Provisioner:
                 offers_tried += 1
                 continue
             except AmbiguousCreate as error:
+                ambiguous += 1
                 log.warning("create for %s is ambiguous (%s); looking for its label before retrying", label, error)
                 await self._keep_alive(heartbeat)
                 found = await self._find_by_label(label)
@@ -334,7 +335,7 @@ class Provisioner:
                     if choice in candidates:
                         candidates.remove(choice)
                     adopted = from_vast(found, self.clock.now(), adopted=True)
-                    await self._remember_new(adopted, command.idempotency_key, choice)
+                    await self._remember_new(adopted, choice)
                     self.metrics.instances_launched.labels("adopted_after_ambiguity").inc()
                     return adopted
                 continue
@@ -354,7 +355,7 @@ class Provisioner:
                 created_at=now,
                 state_since=now,
             )
-            await self._remember_new(instance, command.idempotency_key, choice)
+            await self._remember_new(instance, choice)
             self.metrics.instances_launched.labels("created").inc()
             return instance
         return None
@@ -367,7 +368,7 @@ class Provisioner:
         matching = [row for row in rows if row.label == label]
         return min(matching, key=lambda row: row.id) if matching else None
 
-    async def _remember_new(self, instance: KnownInstance, key: str, choice: RankedOffer) -> None:
+    async def _remember_new(self, instance: KnownInstance, choice: RankedOffer) -> None:
         """Saved before anything is published: a crash after this point is recovered from Redis and the label."""
         if instance.offer_id is None:
             instance = instance.model_copy(update={"offer_id": choice.offer.id})
@@ -408,7 +409,7 @@ class Provisioner:
     async def _remove(
         self, command: StopInstance | DestroyInstance, verb: Literal["stop", "destroy"], heartbeat: Heartbeat
     ) -> ProvisionResult:
-        async with self._exclusive():
+        async with self._exclusive(heartbeat):
             previous = await self.store.result_for(command.idempotency_key)
             if previous is not None:
                 return previous

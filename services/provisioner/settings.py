@@ -58,7 +58,9 @@ class ProvisionerSettings(BaseSettings):
     )
 
     # launches
-    max_create_attempts: int = Field(default=4, ge=1, description="per instance, across offers and ambiguous errors")
+    max_create_attempts: int = Field(
+        default=4, ge=1, description="per instance: creates of unknown outcome, each followed by a label look-up"
+    )
     max_offer_fallbacks: int = Field(default=6, ge=1, description="offers tried per instance when they are gone")
 
     # the vast.ai client
