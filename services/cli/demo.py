@@ -11,14 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +29,7 @@ from rich.table import Table
 from shared.contract import DeadLetter, DecisionRecord, DemandSignal, FleetSnapshot, InstanceTransitioned
 from shared.settings import Settings
 from shared.streams import DLQ
-from sim.infra import NatsServer, RedisServer, free_port, wait_for_port
-
-SERVICES = ("demand", "fleet", "provisioner", "decider", "bench")
-TRACES_DIR = Path(__file__).resolve().parents[2] / "sim" / "traces"
-DEMO_API_KEY = "demo-key-not-a-secret"
-AGENT_FACTORY = "services.decider.agent.agent:create_agent"
+from sim.stack import SERVICES, Stack, StackPlan
 
 # Metrics each service must export (checked at the end of the demo, and by the end-to-end test).
 REQUIRED_METRICS: dict[str, tuple[str, ...]] = {
@@ -66,30 +57,6 @@ REQUIRED_METRICS: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class DemoPlan:
-    """What to replay and how fast: the full demo is a simulated day in a few minutes."""
-
-    trace: Path
-    start_minute: int
-    minutes: int
-    scale: float
-    speed: float
-    drain_limit_s: float
-    budget_usd_per_h: float
-    max_instances: int
-
-    @classmethod
-    def full(cls) -> DemoPlan:
-        # one day of the bundled diurnal trace at 30% of its volume (about 2 to 10 machines), 24 h in ~4 min
-        return cls(TRACES_DIR / "diurnal.csv", 0, 24 * 60, 0.3, 360.0, 2 * 3600.0, 20.0, 40)
-
-    @classmethod
-    def fast(cls) -> DemoPlan:
-        # the diurnal morning climb, 06:00-12:00, at 15% volume: 6 h plus draining in well under two minutes
-        return cls(TRACES_DIR / "diurnal.csv", 6 * 60, 6 * 60, 0.15, 720.0, 2 * 3600.0, 10.0, 20)
-
-
 @dataclass
 class LiveState:
     signal: DemandSignal | None = None
@@ -101,99 +68,7 @@ class LiveState:
     seen_ids: set[int] = field(default_factory=set)
 
 
-class DemoStack:
-    """Every process of the demo; `close` stops them all (and is safe to call twice)."""
-
-    def __init__(self, plan: DemoPlan, workdir: Path) -> None:
-        self.plan = plan
-        self.workdir = workdir
-        self.nats = NatsServer(data_dir=workdir / "nats")
-        self.redis = RedisServer(data_dir=workdir / "redis")
-        self.ports = {name: free_port() for name in (*SERVICES, "vast", "ollama")}
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.sim_epoch = datetime(2026, 3, 2, tzinfo=UTC) + timedelta(minutes=plan.start_minute)
-        self.wall_epoch_s = 0.0
-        self.job_summary_path = workdir / "jobs-summary.json"
-
-    def env(self, http_port: int | None = None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPILOT_")}
-        env.update(
-            {
-                "FLEETPILOT_NATS_URL": self.nats.url,
-                "FLEETPILOT_REDIS_URL": self.redis.url,
-                "FLEETPILOT_SUBJECT_PREFIX": "fp",
-                "FLEETPILOT_VAST_API_URL": f"http://127.0.0.1:{self.ports['vast']}",
-                "FLEETPILOT_VAST_API_KEY": DEMO_API_KEY,
-                "FLEETPILOT_OLLAMA_HOST": f"http://127.0.0.1:{self.ports['ollama']}",
-                "FLEETPILOT_BUDGET_USD_PER_H": str(self.plan.budget_usd_per_h),
-                "FLEETPILOT_MAX_INSTANCES": str(self.plan.max_instances),
-                "FLEETPILOT_CLOCK_SPEED": str(self.plan.speed),
-                "FLEETPILOT_CLOCK_SIM_EPOCH": self.sim_epoch.isoformat(),
-                "FLEETPILOT_CLOCK_WALL_EPOCH_S": repr(self.wall_epoch_s),
-                "FLEETPILOT_HTTP_HOST": "127.0.0.1",
-                "FLEETPILOT_DECIDER_ADVISOR": AGENT_FACTORY,
-            }
-        )
-        if http_port is not None:
-            env["FLEETPILOT_HTTP_PORT"] = str(http_port)
-        return env
-
-    def spawn(self, name: str, args: list[str], http_port: int | None = None) -> None:
-        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it until it exits
-        self.processes[name] = subprocess.Popen(
-            [sys.executable, *args], env=self.env(http_port), stdout=log, stderr=subprocess.STDOUT
-        )
-
-    def start(self) -> None:
-        self.nats.start()
-        self.redis.start()
-        self.wall_epoch_s = time.time()
-        cli = ["-m", "services.cli.main"]
-        self.spawn("vast", [*cli, "sim", "vast", "--port", str(self.ports["vast"]), "--speed", str(self.plan.speed)])
-        self.spawn("ollama", [*cli, "sim", "ollama", "--port", str(self.ports["ollama"]), "--behaviour", "follow"])
-        wait_for_port(self.ports["vast"], 30)
-        wait_for_port(self.ports["ollama"], 30)
-        for name in SERVICES:
-            self.spawn(name, [*cli, "run", name, "--log-level", "warning"], http_port=self.ports[name])
-        for name in SERVICES:
-            wait_for_port(self.ports[name], 60)
-
-    def start_jobs(self) -> None:
-        self.spawn(
-            "jobs",
-            [
-                "-m", "sim.jobs",
-                "--trace", str(self.plan.trace),
-                "--start-minute", str(self.plan.start_minute),
-                "--minutes", str(self.plan.minutes),
-                "--scale", str(self.plan.scale),
-                "--drain-limit-s", str(self.plan.drain_limit_s),
-                "--summary", str(self.job_summary_path),
-            ],
-        )  # fmt: skip
-
-    def crashed(self) -> list[str]:
-        return [name for name, p in self.processes.items() if p.poll() is not None and name != "jobs"]
-
-    def close(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.terminate()
-        deadline = time.monotonic() + 15
-        for process in self.processes.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            if process.poll() is None:
-                process.kill()
-        self.processes.clear()
-        self.redis.stop()
-        self.nats.stop()
-
-    def now(self) -> datetime:
-        return self.sim_epoch + timedelta(seconds=(time.time() - self.wall_epoch_s) * self.plan.speed)
-
-
-def render(stack: DemoStack, state: LiveState) -> Group:
+def render(stack: Stack, state: LiveState) -> Group:
     header = f"simulated {stack.now():%a %H:%M}  ·  x{stack.plan.speed:.0f}  ·  trace {stack.plan.trace.name}"
     demand = Table.grid(padding=(0, 2))
     if state.signal:
@@ -255,7 +130,7 @@ async def follow(nc: Any, state: LiveState) -> None:
     await nc.subscribe(subjects.fleet_instance_all, cb=on_transition)
 
 
-async def scrape_metrics(stack: DemoStack) -> dict[str, dict[str, Any]]:
+async def scrape_metrics(stack: Stack) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     async with httpx.AsyncClient(timeout=5.0) as client:
         for name, required in REQUIRED_METRICS.items():
@@ -279,7 +154,7 @@ def wasted_launches(ledger: dict[str, Any], state: LiveState) -> int:
     )
 
 
-def summarise(stack: DemoStack, state: LiveState, ledger: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
+def summarise(stack: Stack, state: LiveState, ledger: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
     jobs = json.loads(stack.job_summary_path.read_text()) if stack.job_summary_path.exists() else {}
     return {
         **jobs,
@@ -323,9 +198,9 @@ def check(summary: dict[str, Any]) -> list[str]:
     return problems
 
 
-async def run_demo(plan: DemoPlan, console: Console, live_view: bool, timeout_s: float) -> dict[str, Any]:
+async def run_demo(plan: StackPlan, console: Console, live_view: bool, timeout_s: float) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="fleetpilot-demo-"))
-    stack = DemoStack(plan, workdir)
+    stack = Stack(plan, workdir)
     state = LiveState()
     try:
         await asyncio.to_thread(stack.start)
@@ -398,7 +273,7 @@ def demo(
 ) -> None:
     """Run the whole system on simulated vast.ai and Ollama: a day of demand in a few minutes."""
     console = Console()
-    plan = DemoPlan.fast() if fast else DemoPlan.full()
+    plan = StackPlan.fast() if fast else StackPlan.full()
     live_view = console.is_terminal if live is None else live
     limit = timeout_s or (240.0 if fast else 600.0)
     console.print(
