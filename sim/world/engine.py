@@ -30,6 +30,7 @@ from sim.world.model import (
     Market,
     Offer,
     Remove,
+    Schedule,
     WorldConfig,
     WorldView,
     initial_fleet_size,
@@ -249,13 +250,17 @@ class Engine:
     # --- machines --------------------------------------------------------------------------------------------
 
     def _start_initial_fleet(self) -> None:
+        # they went through an ordinary startup before t=0 (unbilled here), so learned startup times stay honest
+        startup = self.scenario.startup.startup_s
+        running_s = -self.world.registration_s
+        created_s = running_s - (startup.min + startup.max) / 2
         for _ in range(initial_fleet_size(self.market, self.trace.arrivals_per_min, self.world)):
             offer = self.market.rent()
             if offer is None:
                 break
-            machine = Machine(
-                next(self._ids), offer, Fate.HEALTHY, offer.reference_tasks_per_h, 0.0, 0.0, 0.0, INF, INF
-            )
+            rate = offer.reference_tasks_per_h
+            schedule = Schedule(running_s, 0.0, INF, INF)
+            machine = Machine(next(self._ids), offer, Fate.HEALTHY, rate, created_s, schedule, running_s=running_s)
             machine.launched = False
             self._add_machine(machine)
             self._set_billed(machine, True)
@@ -266,7 +271,9 @@ class Engine:
             if self.non_gone >= self.world.max_instances:
                 self.launches_refused += 1
                 continue
-            offer = self.market.rent(launch.gpu_models)
+            offer = self.market.rent(launch.gpu_models, launch.max_price_usd_per_h)
+            if offer is None and launch.gpu_models and self.world.gpu_preference == "fallback":
+                offer = self.market.rent((), launch.max_price_usd_per_h)
             if offer is None:
                 self.launches_refused += 1
                 continue
@@ -289,7 +296,7 @@ class Engine:
                 offline_s = max(ready_s, running_s + draw.offline_after_s)
             if fate is Fate.SLOW:
                 rate *= draw.slow_factor
-        machine = Machine(next(self._ids), offer, fate, rate, now, running_s, ready_s, exit_s, offline_s)
+        machine = Machine(next(self._ids), offer, fate, rate, now, Schedule(running_s, ready_s, exit_s, offline_s))
         self._add_machine(machine)
         self._fleet_events.append(FleetEvent(now, machine.instance_id, "created"))
         if self.world.billed_from == "created":
@@ -350,6 +357,7 @@ class Engine:
     def _on_machine(self, kind: int, machine: Machine) -> None:
         loading = machine.state is MachineState.LOADING
         if kind == RUNNING and loading:
+            machine.running_s = self.now_s
             if self.world.billed_from == "running":
                 self._set_billed(machine, True)
             self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "running"))
@@ -397,21 +405,7 @@ class Engine:
 
     def view(self) -> WorldView:
         self._account_machine_tasks()
-        machines = [
-            MachineView(
-                instance_id=m.instance_id,
-                gpu_model=m.gpu_model,
-                price_usd_per_h=m.price_usd_per_h,
-                reference_tasks_per_h=m.offer.reference_tasks_per_h,
-                state=m.state,
-                created_s=m.created_s,
-                state_since_s=m.state_since_s,
-                running_s=m.running_s if m.running_s <= self.now_s else None,
-                last_task_s=m.last_task_s,
-                tasks_started=m.tasks_started,
-            )
-            for m in self.machines.values()
-        ]
+        machines: list[MachineView] = list(self.machines.values())
         completed = self.completed_total()
         minute = min(self.trace.minutes, int(self.now_s // 60) + 1)
         events, self._fleet_events = self._fleet_events, []

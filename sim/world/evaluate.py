@@ -22,16 +22,17 @@ from sim.world.trace import Trace
 CLAIRVOYANT = "clairvoyant"
 
 
-def _predictive() -> WorldPolicy:
-    from sim.world.policies.predictive import PredictiveAdapter  # the real decider cores, imported on demand
+def _predictive(world: WorldConfig, scenario: Scenario) -> WorldPolicy:
+    # the real decider, demand and fleet cores, imported only when asked for
+    from sim.world.policies.predictive import PredictiveAdapter, default_guardrails
 
-    return PredictiveAdapter()
+    return PredictiveAdapter(default_guardrails(world, scenario))
 
 
-POLICY_FACTORIES: dict[str, Callable[[], WorldPolicy]] = {
+POLICY_FACTORIES: dict[str, Callable[[WorldConfig, Scenario], WorldPolicy]] = {
     "predictive": _predictive,
-    "reactive": ReactivePolicy,
-    "target-tracking": TargetTrackingPolicy,
+    "reactive": lambda world, scenario: ReactivePolicy(),
+    "target-tracking": lambda world, scenario: TargetTrackingPolicy(),
 }
 POLICIES = (*POLICY_FACTORIES, CLAIRVOYANT)
 
@@ -124,6 +125,9 @@ def _from_run(run: RunResult, objective: ObjectiveConfig) -> Evaluation:
             "producing_machine_hours": round(run.producing_machine_hours, 3),
             "end_h": round(run.end_s / 3600, 3),
             "decisions": run.decisions,
+            # the whole call per world tick; a policy with its own report replaces the policy_ms figures
+            "decide_ms_per_tick_p50": _percentile_ms(run.decision_wall_s, 50),
+            "decide_ms_per_tick_p99": _percentile_ms(run.decision_wall_s, 99),
             "policy_ms_per_decision_p50": _percentile_ms(run.decision_wall_s, 50),
             "policy_ms_per_decision_p99": _percentile_ms(run.decision_wall_s, 99),
         },
@@ -206,5 +210,10 @@ def evaluate(
     factory = POLICY_FACTORIES.get(policy)
     if factory is None:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
-    run = Engine(trace, factory(), scenario, seed, world, objective).run()
-    return _from_run(run, objective)
+    engine_policy = factory(world, scenario)
+    run = Engine(trace, engine_policy, scenario, seed, world, objective).run()
+    evaluation = _from_run(run, objective)
+    report = getattr(engine_policy, "report", None)
+    if callable(report):
+        evaluation.extra.update(report())
+    return evaluation

@@ -6,11 +6,12 @@ same file the vast.ai simulator serves; `WorldConfig` holds what only the world 
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -39,6 +40,9 @@ class WorldConfig:
     # the world's own cap on non-gone instances (the market is the other limit)
     max_instances: int = 5000
     sample_s: float | None = None  # time-series resolution for plots; None picks ~1500 points
+    # a launch's GPU models: "strict" rents only those (what services/provisioner does today), "fallback" rents
+    # the best other offer once they are gone (what the contract's word "preferred" suggests)
+    gpu_preference: Literal["strict", "fallback"] = "strict"
 
 
 class MachineState(StrEnum):
@@ -91,32 +95,48 @@ def _canonical(name: str) -> str:
 
 
 class Market:
-    """Offers not in use, best expected cost per task first (the provisioner's ranking without host history)."""
+    """Offers not in use, best expected cost per task first (the provisioner's ranking without host history).
+
+    One queue of free offers per GPU model (cheapest first), so renting looks at a handful of heads, not at
+    every offer of a large market.
+    """
 
     def __init__(self, offers: Sequence[Offer]) -> None:
         self.offers = sorted(offers, key=lambda o: (o.usd_per_task, o.offer_id))
-        self._free = [True] * len(self.offers)
-        self._index = {offer.offer_id: i for i, offer in enumerate(self.offers)}
-        self._next = 0  # every offer before this index is in use
+        self._model = {offer.offer_id: _canonical(offer.gpu_model) for offer in self.offers}
+        self._free: dict[str, list[tuple[float, int, Offer]]] = {}
+        for offer in self.offers:
+            self._free.setdefault(self._model[offer.offer_id], []).append((offer.usd_per_task, offer.offer_id, offer))
+        for queue in self._free.values():
+            heapq.heapify(queue)
 
-    def rent(self, gpu_models_wanted: Sequence[str] = ()) -> Offer | None:
+    def rent(self, gpu_models_wanted: Sequence[str] = (), max_price_usd_per_h: float | None = None) -> Offer | None:
         wanted = {_canonical(name) for name in gpu_models_wanted}
-        for i in range(self._next, len(self.offers)):
-            if self._free[i] and (not wanted or _canonical(self.offers[i].gpu_model) in wanted):
-                self._free[i] = False
-                while self._next < len(self.offers) and not self._free[self._next]:
-                    self._next += 1
-                return self.offers[i]
-        return None
+        best: tuple[float, int, Offer] | None = None
+        best_model = ""
+        for model, queue in self._free.items():
+            if not queue or (wanted and model not in wanted):
+                continue
+            head = queue[0]
+            if max_price_usd_per_h is not None and head[2].price_usd_per_h > max_price_usd_per_h:
+                # a model's offers differ only in price: under the cap means the cheapest might be, so look
+                head = min((e for e in queue if e[2].price_usd_per_h <= max_price_usd_per_h), default=head)
+                if head[2].price_usd_per_h > max_price_usd_per_h:
+                    continue
+            if best is None or head < best:
+                best, best_model = head, model
+        if best is None:
+            return None
+        queue = self._free[best_model]
+        if queue[0] is best:
+            heapq.heappop(queue)
+        else:
+            queue.remove(best)
+            heapq.heapify(queue)
+        return best[2]
 
     def release(self, offer: Offer) -> None:
-        i = self._index[offer.offer_id]
-        self._free[i] = True
-        self._next = min(self._next, i)
-
-    @property
-    def total_tasks_per_h(self) -> float:
-        return sum(offer.reference_tasks_per_h for offer in self.offers)
+        heapq.heappush(self._free[self._model[offer.offer_id]], (offer.usd_per_task, offer.offer_id, offer))
 
 
 def initial_fleet_size(market: Market, arrivals_per_min: Sequence[int], world: WorldConfig) -> int:
@@ -178,19 +198,29 @@ class LaunchDraws:
         )
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """A machine's future, fixed by its fate at creation. The engine reads it; no policy may (inf: never)."""
+
+    running_at_s: float
+    ready_at_s: float
+    exit_at_s: float
+    offline_at_s: float
+
+
 @dataclass
 class Machine:
+    """One rented machine. Policies see it through `MachineView`, which leaves out its schedule and fate."""
+
     instance_id: int
     offer: Offer
     fate: Fate
     tasks_per_h: float  # what it really does (a slow machine less than its model's reference)
     created_s: float
-    running_s: float  # vast says running (inf: never)
-    ready_s: float  # producing (inf: never)
-    exit_s: float  # exits with an error (inf: never)
-    offline_s: float  # host disconnects (inf: never)
+    schedule: Schedule
     state: MachineState = MachineState.LOADING
     state_since_s: float = 0.0
+    running_s: float | None = None  # when vast reported it running, once it has
     billed_since_s: float | None = None
     launched: bool = True  # False for the initial fleet, which no policy paid to start
     worked: bool = False  # started at least one task: a launch that never did is wasted
@@ -207,22 +237,39 @@ class Machine:
     def price_usd_per_h(self) -> float:
         return self.offer.price_usd_per_h
 
+    @property
+    def reference_tasks_per_h(self) -> float:
+        return self.offer.reference_tasks_per_h
+
 
 # --- what a policy sees and does ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class MachineView:
-    instance_id: int
-    gpu_model: str
-    price_usd_per_h: float
-    reference_tasks_per_h: float
-    state: MachineState
-    created_s: float
-    state_since_s: float
-    running_s: float | None  # when vast reported it running, if it has
-    last_task_s: float | None
-    tasks_started: float
+class MachineView(Protocol):
+    """What a policy may read about a machine: what the provisioner and the job system would show."""
+
+    @property
+    def instance_id(self) -> int: ...
+    @property
+    def gpu_model(self) -> str: ...
+    @property
+    def price_usd_per_h(self) -> float: ...
+    @property
+    def reference_tasks_per_h(self) -> float: ...
+    @property
+    def tasks_per_h(self) -> float: ...  # what its completions show (a slow machine less than its reference)
+    @property
+    def state(self) -> MachineState: ...
+    @property
+    def created_s(self) -> float: ...
+    @property
+    def state_since_s(self) -> float: ...
+    @property
+    def running_s(self) -> float | None: ...  # when vast reported it running, if it has
+    @property
+    def last_task_s(self) -> float | None: ...
+    @property
+    def tasks_started(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -255,6 +302,7 @@ class Launch:
     count: int
     gpu_models: tuple[str, ...] = ()
     reason: str = ""
+    max_price_usd_per_h: float | None = None
 
 
 @dataclass(frozen=True)

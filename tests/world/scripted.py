@@ -9,7 +9,7 @@ from sim.world.model import Action, Launch, MachineState, Remove, WorldView
 
 
 class Scripted:
-    """Calls `script(view)` at every decision and records what it saw."""
+    """Calls `script(view)` at every decision and keeps the views (machines in them are live, not copies)."""
 
     name = "scripted"
 

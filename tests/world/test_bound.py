@@ -102,7 +102,8 @@ def test_no_policy_beats_the_clairvoyant_bound(  # type: ignore[no-untyped-def]
     world = WorldConfig(billed_from=billed_from, initial_machines=initial, drain_max_s=4 * 3600)
     objective = ObjectiveConfig(grace_min=grace_min, delay_usd_per_task_h=delay)
     bound = clairvoyant_bound(trace, scenario, world, objective).objective_usd
-    policies = [POLICY_FACTORIES[name]() for name in SIMULATED] + [Hold(), RandomPolicy(seed), RandomPolicy(seed + 1)]
+    policies = [POLICY_FACTORIES[name](world, scenario) for name in SIMULATED]
+    policies += [Hold(), RandomPolicy(seed), RandomPolicy(seed + 1)]
     for policy in policies:
         result = Engine(trace, policy, scenario, seed, world, objective).run()
         assert bound <= result.objective_usd * (1 + 1e-9) + 1e-9, (policy.name, bound, result.objective_usd)

@@ -1,0 +1,416 @@
+"""FleetPilot's own policy in the world: the real demand and fleet cores, trigger scheduler, policy and guardrails.
+
+A thin adapter. Every simulated minute it tells the cores what the job system and the provisioner would have
+said (aggregated task counts and a queue snapshot to demand; instance observations, mapped by the
+provisioner's own status rule, to fleet), feeds the triggers they raise to the decider's scheduler, and
+when the scheduler says a run is due it does what the decider's runner does: snapshot, recommendation,
+guardrails, actions. Nothing here decides how many machines to run.
+
+Costs are kept off the per-minute path: the per-worker task events fleet needs go in every `bulk_feed_s`, and
+the fleet snapshot (which demand also reads) is rebuilt for a run only when something it shows has changed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from services.decider.decision import policy_actions
+from services.decider.guardrails import (
+    GuardrailConfig,
+    SentLaunch,
+    check,
+    ledger_from,
+    unobserved_launches,
+    worst_price_usd_per_h,
+)
+from services.decider.policy import PolicyConfig, PredictivePolicy
+from services.decider.triggering import TriggerConfig, TriggerScheduler
+from services.demand.config import DemandSettings
+from services.demand.core import DemandCore, TaskCounts
+from services.fleet.config import FleetSettings
+from services.fleet.core import FleetCore, Transition
+from services.fleet.lifecycle import trigger_for
+from services.provisioner.reconcile import observed_state
+from shared.contract import (
+    DemandSignal,
+    DestroyInstance,
+    DrainInstance,
+    FailureReason,
+    FleetSnapshot,
+    InstanceObserved,
+    InstanceState,
+    LaunchInstances,
+    QueueDepth,
+    QueueSnapshot,
+    StopInstance,
+    TaskEvent,
+    TriggerRef,
+)
+from shared.settings import Settings
+from sim.vast.scenario import Scenario
+from sim.world.model import Action, Launch, MachineState, MachineView, Remove, WorldConfig, WorldView
+
+EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday: the bundled week starts on one
+TASK_TYPE = "default"
+SOURCE_JOBS = "job-system"
+SOURCE_PROVISIONER = "provisioner"
+
+
+def default_guardrails(world: WorldConfig, scenario: Scenario) -> GuardrailConfig:
+    """The shared settings' guardrails, scaled to the world's size.
+
+    The defaults (40 instances, 20 launches/h, $20/h) are for a small fleet; the world keeps their ratios:
+    launches per hour at half the instance cap, and a budget that the instance cap binds first.
+    """
+    settings = Settings()
+    market = sum(segment.count for segment in scenario.market) + len(scenario.offers)
+    max_instances = max(1, min(world.max_instances, market))
+    return GuardrailConfig(
+        budget_usd_per_h=max_instances * settings.emergency_max_price_usd_per_h,
+        max_instances=max_instances,
+        normal_max_price_usd_per_h=settings.normal_max_price_usd_per_h,
+        emergency_max_price_usd_per_h=settings.emergency_max_price_usd_per_h,
+        max_launches_per_h=max(20, max_instances // 2),
+    )
+
+
+@dataclass
+class _Reported:
+    """What the job system and the provisioner have told the cores about one machine so far."""
+
+    state: InstanceState | None = None
+    seen: tuple[MachineState, bool] | None = None  # the world state last looked at: unchanged means nothing new
+    last_task_s: float | None = None
+    tasks_started: float = 0.0
+    gpu_model: str = ""
+    price_usd_per_h: float = 0.0
+
+
+@dataclass
+class _Carry:
+    """Float task counts from the fluid world, handed to the cores as integers without losing remainders."""
+
+    cumulative: dict[str, float] = field(default_factory=dict)
+    fed: dict[str, int] = field(default_factory=dict)
+
+    def add(self, key: str, amount: float) -> float:
+        self.cumulative[key] = self.cumulative.get(key, 0.0) + amount
+        return self.cumulative[key]
+
+    def take(self, key: str, cumulative: float) -> int:
+        whole = math.floor(cumulative + 1e-9)
+        delta = whole - self.fed.get(key, 0)
+        self.fed[key] = whole
+        return max(0, delta)
+
+
+class PredictiveAdapter:
+    name = "predictive"
+    decision_interval_s = 60.0  # the job system's queue snapshots and demand's counting buckets are per minute
+
+    def __init__(
+        self,
+        guardrails: GuardrailConfig,
+        policy: PolicyConfig | None = None,
+        triggers: TriggerConfig | None = None,
+        demand: DemandSettings | None = None,
+        fleet: FleetSettings | None = None,
+        bulk_feed_s: float = 300.0,
+    ) -> None:
+        self.guardrails = guardrails
+        self.policy = PredictivePolicy(policy or PolicyConfig())
+        self.scheduler = TriggerScheduler.starting(triggers or TriggerConfig(), EPOCH)
+        self.demand = DemandCore(demand)
+        self.fleet = FleetCore(fleet)
+        self.bulk_feed_s = bulk_feed_s
+        self.reported: dict[int, _Reported] = {}
+        self.carry = _Carry()
+        self.sent: list[SentLaunch] = []
+        self.signal: DemandSignal | None = None
+        self.last_bulk_s = -math.inf
+        self.task_seq = 0
+        self.runs = 0
+        self.run_labels: Counter[str] = Counter()
+        self.policy_ms: list[float] = []
+        self.snapshot_ms: list[float] = []
+        self.refusals: Counter[str] = Counter()
+        self.removals: Counter[str] = Counter()
+        self.runs_at_1000: list[float] = []  # policy ms of runs that saw at least 1000 instances
+        self.explanations: list[tuple[float, str]] = []
+        self._snapshot: FleetSnapshot | None = None
+        self._tasks_fed = False
+        self._now = EPOCH
+
+    # --- the world's tick --------------------------------------------------------------------------------------
+
+    def decide(self, view: WorldView) -> Sequence[Action]:
+        now = self._now = EPOCH + timedelta(seconds=view.now_s)
+        self._feed_demand(view, now)
+        refs = self._observe_instances(view, now)
+        if view.now_s - self.last_bulk_s >= self.bulk_feed_s:
+            refs += self._feed_tasks(view, now)
+        tick = self.fleet.check(now)
+        refs += self._refs(tick.transitions)
+        refs += [TriggerRef(priority="p0", reason=alert.reason) for alert in tick.alerts]
+        evaluation = self.demand.evaluate(now)
+        self.signal = evaluation.signal
+        refs += [TriggerRef(priority=t.priority, reason=t.reason) for t in evaluation.triggers]
+        for ref in refs:
+            self.scheduler.offer(ref, now)
+        batch = self.scheduler.poll(now)
+        if batch is None:
+            return []
+        self.scheduler.begin(batch, now)
+        try:
+            snapshot = self._fresh_snapshot(now)
+            # demand reads fleet's published snapshot; runs come at least every heartbeat, inside its staleness limit
+            self.demand.observe_fleet(snapshot, now)
+            return self._run(now, view, snapshot)
+        finally:
+            self.scheduler.finish(now)
+            self.runs += 1
+            self.run_labels[batch.label] += 1
+
+    # --- what the job system says: aggregated counts per minute to demand, a queue snapshot to both ----------
+
+    def _feed_demand(self, view: WorldView, now: datetime) -> None:
+        at = now - timedelta(seconds=30)  # inside the minute that just ended
+        self.demand.ingest_counts(
+            TaskCounts(
+                at=at,
+                task_type=TASK_TYPE,
+                submitted=self.carry.take("submitted", view.arrivals_total),
+                started=self.carry.take("started", view.started_total),
+            ),
+            now,
+        )
+        completed_share = view.completed_total / view.started_total if view.started_total > 0 else 0.0
+        by_model: dict[str, tuple[float, float]] = {}
+        bulk = view.now_s - self.last_bulk_s >= self.bulk_feed_s
+        workers_by_model: dict[str, list[str]] = {}
+        for machine in view.machines:
+            reported = self.reported.setdefault(machine.instance_id, _Reported())
+            delta = machine.tasks_started - reported.tasks_started
+            reported.tasks_started = machine.tasks_started
+            if delta <= 0 or machine.tasks_per_h <= 0:
+                continue
+            if bulk:
+                workers_by_model.setdefault(machine.gpu_model, []).append(f"worker-{machine.instance_id}")
+            done, busy_s = by_model.get(machine.gpu_model, (0.0, 0.0))
+            by_model[machine.gpu_model] = (done + delta, busy_s + delta * 3600.0 / machine.tasks_per_h)
+        for gpu_model, (done, busy_s) in sorted(by_model.items()):
+            # a task completes one duration after it starts: each model's share of completions so far
+            started = self.carry.add(f"started:{gpu_model}", done)
+            completed = self.carry.take(f"completed:{gpu_model}", started * completed_share)
+            # who produced goes in on the bulk cadence: demand keeps producers for its shortest window (15 min)
+            workers = workers_by_model.get(gpu_model, ()) if bulk else ()
+            if completed or workers:
+                self.demand.ingest_counts(
+                    TaskCounts(
+                        at=at,
+                        task_type=TASK_TYPE,
+                        completed=completed,
+                        duration_sum_s=completed * view.task_s,
+                        durations=completed,
+                        busy_completions=completed,
+                        busy_s=busy_s * completed / max(done, 1e-9),
+                        gpu_model=gpu_model,
+                        worker_ids=tuple(workers),
+                    ),
+                    now,
+                )
+        queue = QueueSnapshot(
+            occurred_at=now,
+            source=SOURCE_JOBS,
+            queues=[
+                QueueDepth(task_type=TASK_TYPE, pending=round(view.pending_tasks), running=round(view.running_tasks))
+            ],
+        )
+        self.demand.observe_queue(queue, now)
+        self.fleet.observe_queue(queue, now)
+
+    # --- what the provisioner says: vast's status, mapped by the provisioner's own rule -----------------------
+
+    def _observe_instances(self, view: WorldView, now: datetime) -> list[TriggerRef]:
+        refs: list[TriggerRef] = []
+        present = set()
+        for machine in view.machines:
+            present.add(machine.instance_id)
+            reported = self.reported.setdefault(machine.instance_id, _Reported())
+            seen = (machine.state, machine.running_s is not None)
+            if seen == reported.seen:
+                continue
+            reported.seen = seen
+            reported.gpu_model, reported.price_usd_per_h = machine.gpu_model, machine.price_usd_per_h
+            if reported.state is None:
+                loading = (InstanceState.LOADING, None)
+                refs += self._tell(machine.instance_id, reported, loading, machine.created_s, "loading", now)
+            actual, message = _vast_status(machine)
+            state = observed_state(actual, None, message, reported.state)
+            if state[0] is not reported.state and state[0] is not InstanceState.LOADING:
+                at_s = machine.state_since_s
+                if actual == "running" and machine.running_s is not None:
+                    at_s = machine.running_s
+                refs += self._tell(machine.instance_id, reported, state, at_s, actual, now)
+        for instance_id in [i for i, r in self.reported.items() if i not in present and r.state is not None]:
+            reported = self.reported.pop(instance_id)
+            refs += self._tell(instance_id, reported, (InstanceState.GONE, None), view.now_s, None, now)
+        return refs
+
+    def _tell(
+        self,
+        instance_id: int,
+        reported: _Reported,
+        state: tuple[InstanceState, FailureReason | None],
+        at_s: float,
+        actual: str | None,
+        now: datetime,
+    ) -> list[TriggerRef]:
+        reported.state = state[0]
+        observed = InstanceObserved(
+            occurred_at=EPOCH + timedelta(seconds=at_s),
+            source=SOURCE_PROVISIONER,
+            instance_id=instance_id,
+            state=state[0],
+            failure_reason=state[1],
+            gpu_model=reported.gpu_model or None,
+            price_usd_per_h=reported.price_usd_per_h,
+            vast_actual_status=actual,
+        )
+        return self._refs(self.fleet.observe_instance(observed, now))
+
+    # --- every few minutes: each worker's latest completion to fleet, fleet's snapshot to demand --------------
+
+    def _feed_tasks(self, view: WorldView, now: datetime) -> list[TriggerRef]:
+        self.last_bulk_s = view.now_s
+        self._tasks_fed = True
+        refs: list[TriggerRef] = []
+        for machine in view.machines:
+            reported = self.reported.get(machine.instance_id)
+            if reported is None or machine.last_task_s is None:
+                continue
+            if reported.last_task_s is not None and machine.last_task_s <= reported.last_task_s:
+                continue
+            reported.last_task_s = machine.last_task_s
+            self.task_seq += 1
+            # validated once by the model's own types upstream; built without re-validation for speed
+            event = TaskEvent.model_construct(
+                event_id=f"world-task-{self.task_seq}",
+                occurred_at=EPOCH + timedelta(seconds=machine.last_task_s),
+                source=SOURCE_JOBS,
+                schema_version=1,
+                kind="completed",
+                task_id=f"task-{self.task_seq}",
+                task_type=TASK_TYPE,
+                worker_id=f"worker-{machine.instance_id}",
+                instance_id=machine.instance_id,
+                gpu_model=machine.gpu_model,
+                duration_s=view.task_s,
+            )
+            refs += self._refs(self.fleet.observe_task(event, now))
+        return refs
+
+    def _fresh_snapshot(self, now: datetime) -> FleetSnapshot:
+        """What fleet answers a snapshot request with; rebuilt only when something it shows has changed."""
+        if self._snapshot is None or self.fleet.changed or self._tasks_fed:
+            wall_start = time.perf_counter()
+            self._snapshot = self.fleet.snapshot(now)
+            self.snapshot_ms.append((time.perf_counter() - wall_start) * 1000)
+            self._tasks_fed = False
+        return self._snapshot
+
+    @staticmethod
+    def _refs(transitions: list[Transition]) -> list[TriggerRef]:
+        refs = []
+        for transition in transitions:
+            priority, reason = trigger_for(transition.from_state, transition.to_state, transition.failure_reason)
+            refs.append(TriggerRef(priority=priority, reason=reason))
+        return refs
+
+    # --- one decider run, as services/decider/runner.py does it without the agent ------------------------------
+
+    def _run(self, now: datetime, view: WorldView, snapshot: FleetSnapshot) -> list[Action]:
+        signal = self.signal
+        if signal is None:
+            return []
+        wall_start = time.perf_counter()
+        sent = [launch for launch in self.sent if (now - launch.sent_at).total_seconds() < 3600]
+        ledger = ledger_from(snapshot, signal, sent, now, stale=False)
+        pending = sum(p.count for p in unobserved_launches(sent, snapshot, now))
+        recommendation = self.policy.recommend(signal, snapshot, now, unobserved_launches=pending)
+        actions: list[Action] = []
+        drains: list[DrainInstance] = []
+        for action in policy_actions(recommendation, f"world-{self.runs}", now, "decider"):
+            verdict, ledger = check(action, ledger, now, self.guardrails)
+            if verdict.rule:
+                self.refusals[verdict.rule] += 1
+            if verdict.verdict != "allowed":
+                continue
+            granted = verdict.action
+            if isinstance(granted, LaunchInstances):
+                cap = worst_price_usd_per_h(granted, self.guardrails)
+                actions.append(Launch(granted.count, tuple(granted.gpu_models), granted.reason.value, cap))
+            elif isinstance(granted, DrainInstance):
+                self.removals[f"drain:{granted.reason.value}"] += 1
+                drains.append(granted)
+                actions.append(Remove(granted.instance_id, "drain", granted.reason.value))
+            elif isinstance(granted, StopInstance | DestroyInstance):
+                self.removals[f"destroy:{granted.reason.value}"] += 1
+                if isinstance(granted, StopInstance):
+                    actions.append(Remove(granted.instance_id, "stop", granted.reason.value))
+                else:
+                    actions.append(Remove(granted.instance_id, "destroy", granted.reason.value))
+        self.sent = list(ledger.launches)
+        elapsed_ms = (time.perf_counter() - wall_start) * 1000
+        self.policy_ms.append(elapsed_ms)
+        if len(snapshot.instances) >= 1000:
+            self.runs_at_1000.append(elapsed_ms)
+        for drain in drains:
+            self.fleet.drain(drain, now)
+        if not recommendation.is_hold:
+            self.explanations.append((view.now_s, recommendation.explanation))
+        return actions
+
+    def fleet_now(self) -> datetime:
+        """The moment of the last decision, on the cores' clock (for inspecting them after a run)."""
+        return self._now
+
+    # --- for the report ----------------------------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        def pct(values: list[float], q: float) -> float:
+            return round(float(np.percentile(values, q)), 3) if values else 0.0
+
+        return {
+            "decider_runs": self.runs,
+            "decider_runs_by_label": dict(self.run_labels),
+            "decider_runs_suppressed": sum(self.scheduler.suppressed_runs.values()),
+            "policy_ms_per_decision_p50": pct(self.policy_ms, 50),
+            "policy_ms_per_decision_p99": pct(self.policy_ms, 99),
+            "fleet_snapshot_ms_p50": pct(self.snapshot_ms, 50),
+            "fleet_snapshot_ms_p99": pct(self.snapshot_ms, 99),
+            "policy_ms_at_1000_instances_p50": pct(self.runs_at_1000, 50),
+            "policy_ms_at_1000_instances_p99": pct(self.runs_at_1000, 99),
+            "decider_runs_at_1000_instances": len(self.runs_at_1000),
+            "guardrail_verdict_rules": dict(self.refusals),
+            "removals_by_reason": dict(self.removals),
+        }
+
+
+def _vast_status(machine: MachineView) -> tuple[str, str | None]:
+    """What vast's API would show for this machine right now."""
+    if machine.state is MachineState.EXITED:
+        return "exited", "Error: the container exited during start"
+    if machine.state is MachineState.OFFLINE:
+        return "offline", None
+    if machine.running_s is None:
+        return "loading", None
+    return "running", None
