@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from sim.world import lp
 from sim.world.bound import bound_value, build_problem, capacity_part, clairvoyant_bound, task_part
 from sim.world.engine import Engine
-from sim.world.evaluate import POLICY_FACTORIES, evaluate
+from sim.world.evaluate import POLICY_FACTORIES, evaluate, evaluate_clairvoyant_plan
 from sim.world.model import WorldConfig
 from sim.world.objective import ObjectiveConfig
 from sim.world.trace import Trace
@@ -124,3 +124,11 @@ def test_bound_value_never_goes_below_zero_prices() -> None:
     problem = build_problem(trace, quiet_scenario(), WorldConfig(), ObjectiveConfig())
     negative = np.full(problem.horizon_min, -1.0)
     assert bound_value(problem, negative) == bound_value(problem, np.zeros(problem.horizon_min))
+
+
+def test_an_achievable_clairvoyant_run_comes_close_to_the_bound_on_steady_demand() -> None:
+    steady = Trace.of([20] * 360, "steady")  # 1200 tasks/h: ten RTX 4090s' work
+    scenario = quiet_scenario()
+    bound = evaluate(steady, "clairvoyant", scenario).objective_usd
+    plan = evaluate_clairvoyant_plan(steady, scenario)
+    assert bound <= plan.objective_usd <= 1.1 * bound
