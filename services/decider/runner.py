@@ -55,6 +55,7 @@ from shared.streams import AUDIT, BENCH, COMMANDS, OPERATOR
 
 SERVICE = "decider"
 OFFER_REQUEST_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 10.0  # a run in progress when the service stops may finish (an advisor call is cut short)
 PUBLISH_FAILED = "publish_failed"  # not a guardrail: the bus refused the command
 
 log = logging.getLogger("fleetpilot.decider")
@@ -180,6 +181,7 @@ class Decider:
         self.operator_messages: dict[str, OperatorMessage] = {}
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._suppressed_seen: dict[str, int] = {}
 
     # --- triggers in --------------------------------------------------------------------------------------
@@ -204,14 +206,17 @@ class Decider:
         self._loop_task = asyncio.create_task(self._loop(), name="decider-loop")
 
     async def stop(self) -> None:
+        """Let the loop finish the run in progress (within STOP_TIMEOUT_S), then close the lock's connection."""
+        self._stopping = True
+        self._wake.set()
         if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+            done, _ = await asyncio.wait({self._loop_task}, timeout=STOP_TIMEOUT_S)
+            if not done:
+                self._loop_task.cancel()
         await self.single_flight.close()
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping:
             self._wake.clear()
             now = self.ctx.clock.now()
             batch = self.scheduler.poll(now)
@@ -323,7 +328,7 @@ class Decider:
             sum(p.count for p in unobserved_launches(sent, data.snapshot, started_at)) if data.snapshot else 0
         )
         recommendation = self._recommend(data, started_at, pending_launches)
-        explanation = recommendation.explanation if recommendation else "hold: no demand signal or fleet snapshot"
+        explanation = recommendation.explanation if recommendation else "hold: no usable signal or snapshot"
         if data.stale:
             explanation = (
                 f"hold, inputs stale (signal {data.signal_freshness}, snapshot {data.snapshot_freshness});"
@@ -370,7 +375,12 @@ class Decider:
     def _recommend(self, data: RunData, now: datetime, pending_launches: int) -> Recommendation | None:
         if data.signal is None or data.snapshot is None:
             return None
-        return self.policy.recommend(data.signal, data.snapshot, now, unobserved_launches=pending_launches)
+        try:
+            return self.policy.recommend(data.signal, data.snapshot, now, unobserved_launches=pending_launches)
+        except Exception as error:  # a policy bug on odd data must leave an audited hold, not a silent gap
+            log.exception("policy failed")
+            self.alert("policy_error", f"policy failed, holding: {error!r}")
+            return None
 
     async def _advise(self, inputs: RunInputs, ports: RunPorts) -> AdvisorOutcome:
         assert self.advisor is not None
@@ -462,5 +472,5 @@ class Decider:
                 await self.single_flight.add_wakeup(lease, at)
         self.metrics.runs.labels(label_of(list(refs)), result).inc()
         self.metrics.run_duration.observe(time.perf_counter() - wall_start)
-        log.info("run %s (%s) %s: %s", run_id, label_of(list(refs)), result, explanation[:300])
+        log.info("run %s [%s → %s] %s", run_id, label_of(list(refs)), result, explanation[:300])
         return record
