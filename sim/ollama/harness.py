@@ -7,6 +7,9 @@ runs at once, whichever replica ran them.
 
 from __future__ import annotations
 
+import asyncio
+import io
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +42,9 @@ from shared.contract import (
 from shared.service import ServiceContext
 from shared.settings import Settings
 from shared.streams import LATEST, OPERATOR, TRIGGERS
+
+CLOSE_STEP_TIMEOUT_S = 30.0
+log = logging.getLogger("fleetpilot.sim.ollama")
 
 
 @dataclass
@@ -157,10 +163,26 @@ class AgentStack:
         await self.publish(subjects.operator_message, message, OPERATOR.name(subjects))
 
     async def close(self) -> None:
+        """Bounded: a shutdown step that hangs is reported with every pending task's stack, then left behind."""
         for replica in self.replicas:
-            await replica.app.stop()
-            await replica.agent.aclose()
-            await replica.redis.aclose()
+            for name, step in (
+                ("decider app", replica.app.stop()),
+                ("agent", replica.agent.aclose()),
+                ("redis client", replica.redis.aclose()),
+            ):
+                try:
+                    await asyncio.wait_for(step, CLOSE_STEP_TIMEOUT_S)
+                except TimeoutError:
+                    replica_id = replica.decider.config.replica_id
+                    log.error("closing the %s of replica %s took over %.0f s", name, replica_id, CLOSE_STEP_TIMEOUT_S)
+                    dump_tasks()
+
+
+def dump_tasks() -> None:
+    for task in asyncio.all_tasks():
+        stack = io.StringIO()
+        task.print_stack(limit=12, file=stack)
+        log.error("pending task %s:\n%s", task.get_name(), stack.getvalue())
 
 
 async def answer_offer_queries(nc: NatsClient, settings: Settings, clock: Clock, offers: int, note: str = "") -> None:

@@ -12,6 +12,8 @@ import uvicorn
 from sim.infra import free_port
 from sim.ollama.app import StandInState, build_app
 
+STOP_TIMEOUT_S = 5.0
+
 
 class OllamaStandIn:
     """`async with OllamaStandIn(behaviour="loop") as ollama:` then point the client at `ollama.url`."""
@@ -49,6 +51,10 @@ class OllamaStandIn:
         if self._server is None or self._task is None:
             return
         self._server.should_exit = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), STOP_TIMEOUT_S)
+        except TimeoutError:  # a connection that never closes must not hold the caller
+            self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._server = None
