@@ -290,11 +290,15 @@ class Decider:
             if not refs:
                 self.metrics.skipped_runs.inc()
                 self.scheduler.skip(batch, now, shared.last_run_started_at)
+                self._forget_messages(batch)
                 return None
             started_at = self.ctx.clock.now()
             self.scheduler.begin(batch, started_at)
             begun = True
-            record = await self._run(lease, refs, started_at)
+            try:
+                record = await self._run(lease, refs, started_at)
+            finally:
+                self._forget_messages(batch)
             await self.single_flight.record_run(lease, started_at, batch.event_ids)
             return record
         except LockUnavailable as error:
@@ -309,6 +313,11 @@ class Decider:
                 await self.single_flight.release(lease)
             if begun:
                 self.scheduler.finish(self.ctx.clock.now())
+
+    def _forget_messages(self, batch: RunBatch) -> None:
+        """Operator messages of a batch are handled by this run or were by another replica's."""
+        for event_id in batch.event_ids:
+            self.operator_messages.pop(event_id, None)
 
     async def _run(self, lease: Lease, refs: tuple[TriggerRef, ...], started_at: datetime) -> DecisionRecord:
         wall_start = time.perf_counter()  # the duration metric is wall time whatever the service clock
@@ -364,10 +373,8 @@ class Decider:
         else:
             for action in actions:
                 await ports.act(action)
-        if messages and (self.advisor is None or degraded or (data.stale and not self.advisor)):
+        if messages and (self.advisor is None or degraded):
             await self._reply_without_agent(ports, messages, explanation, started_at)
-        for message in messages:
-            self.operator_messages.pop(message.event_id, None)
         return await self._finish(
             lease, run_id, refs, started_at, wall_start, data, explanation, ports, outcome, degraded
         )
