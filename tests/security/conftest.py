@@ -15,7 +15,7 @@ from nats.aio.client import Client as NatsClient
 
 from shared.settings import Settings
 from shared.streams import ensure_streams
-from sim.infra import NatsServer
+from sim.infra import NatsServer, RedisServer
 
 REPO = Path(__file__).resolve().parents[2]
 AUTH_CONF = REPO / "deploy" / "nats" / "auth.conf"
@@ -37,7 +37,7 @@ def password_variable(user: str) -> str:
 class SecuredNats:
     server: NatsServer
     passwords: dict[str, str]
-    redis_url: str = "redis://127.0.0.1:1/0"
+    redis_url: str
     clients: list[NatsClient] = field(default_factory=list)
 
     @property
@@ -88,10 +88,10 @@ def passwords(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
 
 @pytest.fixture
-async def secured_nats(passwords: dict[str, str]) -> AsyncIterator[SecuredNats]:
+async def secured_nats(passwords: dict[str, str], redis_server: RedisServer) -> AsyncIterator[SecuredNats]:
     server = NatsServer(config_file=AUTH_CONF)
     server.start()
-    secured = SecuredNats(server, passwords)
+    secured = SecuredNats(server, passwords, redis_server.url)
     try:
         yield secured
     finally:

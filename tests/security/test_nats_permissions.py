@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
+import os
 import re
 import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
+import httpx
 import nats
 import nats.errors
 import pytest
@@ -20,14 +23,22 @@ from shared.contract import DeadLetter, DrainInstance, Event, LaunchInstances, O
 from shared.service import ServiceContext
 from shared.streams import COMMANDS, DEMAND, DLQ, OPERATOR
 from shared.subjects import Subjects
-from sim.infra import RedisServer, nats_server_binary
+from sim.infra import free_port, nats_server_binary
 from tests.helpers import eventually
 from tests.security.conftest import AUTH_CONF, USERS, SecuredNats, password_variable
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 SUBJECTS = Subjects("fp")
 # a refused JetStream call gets no answer at all; this is how long each test waits for one
-REFUSED_WAIT_S = 1.0
+REFUSED_WAIT_S = 0.5
+# what the service processes need besides NATS and Redis: nothing outside reachable, nothing real
+SERVICE_ENV = {
+    "subject_prefix": "fp",
+    "http_host": "127.0.0.1",
+    "vast_api_url": "http://127.0.0.1:9",
+    "vast_api_key": "security-test-key",
+    "ollama_host": "http://127.0.0.1:9",
+}
 
 
 def launch_command(key: str = "launch-0001") -> LaunchInstances:
@@ -216,18 +227,57 @@ async def test_only_the_provisioner_may_consume_provision_commands(secured_nats:
     await message.ack()
 
 
-@pytest.mark.parametrize("service", sorted(SERVICES))
-async def test_each_service_starts_under_its_own_credentials_without_a_refusal(
-    service: str, secured_nats: SecuredNats, redis_server: RedisServer
+def spawn_service(service: str, secured: SecuredNats, log_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """`fleetpilot run <service>` with this user's credentials; returns the process and its HTTP port."""
+    port = free_port()
+    env = {
+        **os.environ,
+        **{f"FLEETPILOT_{key.upper()}": value for key, value in SERVICE_ENV.items()},
+        "FLEETPILOT_NATS_URL": secured.url,
+        "FLEETPILOT_NATS_USER": service,
+        "FLEETPILOT_NATS_PASSWORD": secured.passwords[service],
+        "FLEETPILOT_REDIS_URL": secured.redis_url,
+        "FLEETPILOT_HTTP_PORT": str(port),
+    }
+    command = [sys.executable, "-m", "services.cli.main", "run", service, "--log-level", "warning"]
+    with open(log_path, "wb") as log_file:
+        return subprocess.Popen(command, env=env, stdout=log_file, stderr=log_file), port
+
+
+async def test_every_service_process_starts_under_its_own_credentials_without_a_refusal(
+    secured_nats: SecuredNats, tmp_path: Path
 ) -> None:
-    """Start-up declares streams and creates every consumer: each must fit the service's permissions."""
-    secured_nats.redis_url = redis_server.url
-    module = importlib.import_module(SERVICES[service])
-    app = module.create_app(secured_nats.settings(service))
-    await app.start()
+    """`fleetpilot run <service>` for each service, as in production: start-up declares the streams and creates
+    every consumer, and each of those must fit that service's permissions."""
+    processes: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     try:
-        probe = await secured_nats.connect(service)
-        await probe.flush()
+        for service in sorted(SERVICES):
+            processes[service] = spawn_service(service, secured_nats, tmp_path / f"{service}.log")
+
+        async def healthy(service: str) -> bool:
+            process, port = processes[service]
+            if process.poll() is not None:
+                raise AssertionError(f"{service} exited: {(tmp_path / f'{service}.log').read_text()[-3000:]}")
+            try:
+                async with httpx.AsyncClient(timeout=1.0) as client:
+                    return (await client.get(f"http://127.0.0.1:{port}/health")).is_success
+            except httpx.HTTPError:
+                return False
+
+        for service in processes:
+            try:
+                await eventually(lambda service=service: healthy(service), timeout_s=60, interval_s=0.2)
+            except AssertionError:
+                log = (tmp_path / f"{service}.log").read_text()[-3000:]
+                message = f"{service} never became healthy; violations {secured_nats.violations()}; {log}"
+                raise AssertionError(message) from None
     finally:
-        await app.stop()
+        for process, _ in processes.values():
+            process.terminate()
+        for process, _ in processes.values():
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
     assert secured_nats.violations() == []
