@@ -47,7 +47,9 @@ async def test_follow_carries_out_the_recommendation_through_the_guardrails(
     assert first["num_ctx"] == AgentConfig().num_ctx
     assert all(r["prompt_tokens"] <= AgentConfig().token_budget for r in requests)
     assert metric(agent, "fleetpilot_agent_tool_calls_total", tool="launch_instances", outcome="ok") == 1
-    assert metric(agent, "fleetpilot_agent_prompt_tokens_count") == 2
+    assert metric(agent, "fleetpilot_agent_request_prompt_tokens_count") == 2
+    largest = metric(agent, "fleetpilot_agent_prompt_tokens")
+    assert 0 < largest == outcome.trace.prompt_tokens <= AgentConfig().token_budget
     assert metric(agent, "fleetpilot_agent_model_prompt_tokens_sum") == sum(r["prompt_tokens"] for r in requests)
     assert metric(agent, "fleetpilot_agent_token_estimate_low_total") == 0
     assert metric(agent, "fleetpilot_agent_degraded") == 0

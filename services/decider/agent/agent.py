@@ -260,7 +260,7 @@ class AgentRun:
                 tools_tokens,
                 self.config.token_budget,
             )
-            self.metrics.prompt_tokens.observe(fit.tokens)
+            self.metrics.request_prompt_tokens.observe(fit.tokens)
             self.max_prompt_tokens = max(self.max_prompt_tokens, fit.tokens)
             try:
                 response = await self.agent.chat(fit.messages, self.schemas)
@@ -505,6 +505,7 @@ class AgentRun:
     ) -> AdvisorOutcome:
         status: Literal["ok", "degraded"] = "degraded" if degraded else "ok"
         self.metrics.rounds.observe(rounds)
+        self.metrics.prompt_tokens.set(self.max_prompt_tokens)
         self.metrics.runs.labels(status).inc()
         self.metrics.degraded.set(1 if degraded else 0)
         if degraded:

@@ -13,9 +13,14 @@ MODEL_FAILURE_KINDS = ("unreachable", "timeout", "error_status", "malformed", "u
 
 class AgentMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.prompt_tokens = Histogram(
+        self.prompt_tokens = Gauge(
             "fleetpilot_agent_prompt_tokens",
-            "Prompt size of each model request, counted conservatively before sending",
+            "Largest prompt of the last agent run, counted conservatively before sending (tokens)",
+            registry=registry,
+        )
+        self.request_prompt_tokens = Histogram(
+            "fleetpilot_agent_request_prompt_tokens",
+            "Prompt size of each model request, counted conservatively before sending (tokens)",
             buckets=TOKEN_BUCKETS,
             registry=registry,
         )
