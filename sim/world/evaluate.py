@@ -120,6 +120,7 @@ def _from_run(run: RunResult, objective: ObjectiveConfig) -> Evaluation:
         sim_wall_s=run.sim_wall_s,
         objective=objective,
         extra={
+            "sim_cpu_s": round(run.sim_cpu_s, 3),
             "tasks_unserved": round(run.tasks_unserved),
             "launches_refused": run.launches_refused,
             "producing_machine_hours": round(run.producing_machine_hours, 3),
