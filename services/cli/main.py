@@ -12,6 +12,7 @@ from services.cli.ask import ask
 from services.cli.asyncapi import asyncapi
 from services.cli.bench import bench_app
 from services.cli.demo import demo
+from services.cli.ops import audit_app, publish_app, status
 from services.cli.sim import sim_app
 from shared.settings import Settings
 
@@ -55,11 +56,14 @@ def run_service(
 
 # Command groups: each area registers its own typer app here, one line each.
 # (keep this block sorted; one `app.add_typer(...)` per line)
+app.add_typer(audit_app, name="audit")
 app.add_typer(bench_app, name="bench")
+app.add_typer(publish_app, name="publish")
 app.add_typer(sim_app, name="sim")
 app.command("asyncapi")(asyncapi)
 app.command("demo")(demo)
 app.command("ask")(ask)
+app.command("status")(status)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,405 @@
+"""`fleetpilot status`, `publish task|queue`, `audit tail`: operating FleetPilot from a terminal, over NATS only.
+
+Rendering is pure (contract models in, rich renderables or strings out); the NATS calls sit at the bottom.
+Credentials come from FLEETPILOT_NATS_* like every service's: `operator` for status and audit, `jobs` for publish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeVar
+
+import nats
+import nats.errors
+import nats.js.errors
+import typer
+from nats.aio.client import Client as NatsClient
+from pydantic import ValidationError
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from shared.bus import event_headers, nats_connect_options
+from shared.contract import (
+    DecisionRecord,
+    Event,
+    FleetSnapshot,
+    FleetSnapshotRequest,
+    GuardrailVerdict,
+    InstanceState,
+    LaunchInstances,
+    QueueDepth,
+    QueueSnapshot,
+    TaskEvent,
+)
+from shared.settings import Settings
+from shared.streams import AUDIT, DEMAND, LATEST
+
+SOURCE = "cli"
+# the lifecycle in order, so the counts read like the fleet's pipeline
+STATE_ORDER = list(InstanceState)
+SnapshotOrigin = Literal["live", "published"]
+E = TypeVar("E", bound=Event)
+
+
+# --- pure: parsing and rendering ---
+
+
+class InputError(ValueError):
+    """Bad command-line input, said in terms of the field and the value."""
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """`field: what is wrong (got value)` for each problem, the way the services report bad messages."""
+    problems = []
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "value"
+        problems.append(f"{field}: {item['msg']} (got {item.get('input')!r})")
+    return "; ".join(problems)
+
+
+def parse_queue_depth(text: str) -> QueueDepth:
+    """`TYPE=PENDING` or `TYPE=PENDING/RUNNING`, e.g. `proving=12/3`."""
+    task_type, sep, counts = text.partition("=")
+    if not sep or not task_type.strip():
+        raise InputError(f"queue {text!r}: expected TYPE=PENDING or TYPE=PENDING/RUNNING, e.g. proving=12/3")
+    pending_text, _, running_text = counts.partition("/")
+    try:
+        pending = int(pending_text)
+        running = int(running_text) if running_text else 0
+    except ValueError:
+        raise InputError(f"queue {text!r}: pending and running must be whole numbers, got {counts!r}") from None
+    try:
+        return QueueDepth(task_type=task_type.strip(), pending=pending, running=running)
+    except ValidationError as error:
+        raise InputError(f"queue {text!r}: {describe_validation_error(error)}") from None
+
+
+def build_event(model: type[E], **fields: Any) -> E:
+    """A contract event from command-line values; a bad one is an InputError naming the field and the value."""
+    present = {key: value for key, value in fields.items() if value is not None}
+    try:
+        return model(**present)
+    except ValidationError as error:
+        raise InputError(f"invalid {model.__name__}: {describe_validation_error(error)}") from None
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 2 * 86_400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86_400:.1f}d"
+
+
+def snapshot_summary(snapshot: FleetSnapshot) -> str:
+    total = sum(snapshot.counts_by_state.values())
+    counts = ", ".join(
+        f"{snapshot.counts_by_state[state]} {state.value}"
+        for state in STATE_ORDER
+        if snapshot.counts_by_state.get(state)
+    )
+    return (
+        f"{total} instances ({counts or 'none'}): {snapshot.producing_instances} producing, "
+        f"{snapshot.arriving_instances} arriving, ${snapshot.spend_usd_per_h:.2f}/h"
+    )
+
+
+def snapshot_table(snapshot: FleetSnapshot) -> Table:
+    """One row per instance; ages are measured to the snapshot's own time (the demo's clock is not the wall's)."""
+    now = snapshot.occurred_at
+    table = Table(title=snapshot_summary(snapshot), title_justify="left", expand=False)
+    for column, justify in (
+        ("instance", "right"),
+        ("state", "left"),
+        ("GPU", "left"),
+        ("$/h", "right"),
+        ("up", "right"),
+        ("in state", "right"),
+        ("tasks", "right"),
+        ("tasks/h", "right"),
+        ("last task", "right"),
+        ("vast", "left"),
+    ):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    order = {state: n for n, state in enumerate(STATE_ORDER)}
+    for line in sorted(snapshot.instances, key=lambda i: (order[i.state], i.instance_id)):
+        state = line.state.value + (f" ({line.failure_reason.value})" if line.failure_reason else "")
+        gpu = f"{line.num_gpus}× {line.gpu_model}" if line.num_gpus > 1 else (line.gpu_model or "?")
+        table.add_row(
+            f"#{line.instance_id}",
+            Text(state, style=_state_style(line.state)),
+            gpu,
+            f"{line.price_usd_per_h:.2f}",
+            format_duration((now - line.created_at).total_seconds()),
+            format_duration((now - line.state_since).total_seconds()),
+            str(line.tasks_completed),
+            "-" if line.throughput_tasks_per_h is None else f"{line.throughput_tasks_per_h:.0f}",
+            "-" if line.last_task_at is None else format_duration((now - line.last_task_at).total_seconds()) + " ago",
+            line.vast_status or "-",
+        )
+    return table
+
+
+def _state_style(state: InstanceState) -> str:
+    if state is InstanceState.PRODUCING:
+        return "green"
+    if state is InstanceState.FAILED:
+        return "bold red"
+    if state in (InstanceState.DRAINING, InstanceState.GONE):
+        return "dim"
+    return "yellow"
+
+
+def describe_verdict(verdict: GuardrailVerdict) -> str:
+    action = verdict.action
+    if isinstance(action, LaunchInstances):
+        models = ", ".join(action.gpu_models) or "any GPU"
+        what = f"launch {action.count} ({action.launch_priority}, {action.reason.value}, {models})"
+    else:
+        verb = type(action).__name__.removesuffix("Instance").lower()
+        what = f"{verb} #{action.instance_id} ({action.reason.value})"
+    mark = "allowed" if verdict.verdict == "allowed" else f"REFUSED by {verdict.rule or 'a guardrail'}"
+    return f"{mark}: {what}: {verdict.explanation}"
+
+
+def decision_lines(record: DecisionRecord) -> list[str]:
+    """A decision as an operator reads it: when, why it ran, what it saw, what it did and why."""
+    triggers = ", ".join(f"{t.priority}:{t.reason.value}" if t.reason else t.priority for t in record.triggers)
+    lines = [
+        f"{record.finished_at:%Y-%m-%d %H:%M:%S} UTC  run {record.run_id}  {record.outcome.upper()}"
+        f"  (triggers: {triggers or 'none'}; {record.duration_s:.1f}s)",
+        f"  data: demand signal {record.signal_freshness}, fleet snapshot {record.snapshot_freshness}",
+    ]
+    if record.signal is not None:
+        lines.append(f"  demand: {record.signal.state.value}: {record.signal.explanation}")
+    lines.append(f"  policy: {record.recommendation}")
+    if record.agent is not None and (record.agent.decision or record.agent.assessment):
+        lines.append(f"  agent ({record.agent.status}): {record.agent.decision or record.agent.assessment}")
+    lines.extend(f"  {describe_verdict(verdict)}" for verdict in record.verdicts)
+    if record.commands_sent:
+        lines.append(f"  commands sent: {', '.join(record.commands_sent)}")
+    return lines
+
+
+# --- adapters: NATS ---
+
+
+@contextlib.asynccontextmanager
+async def connected(settings: Settings) -> AsyncIterator[NatsClient]:
+    client = await nats.connect(**nats_connect_options(settings), connect_timeout=5, max_reconnect_attempts=2)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def fetch_snapshot(settings: Settings, timeout_s: float) -> tuple[FleetSnapshot, SnapshotOrigin] | None:
+    """Ask fleet; when nobody answers, fall back to the snapshot fleet last published. None: neither exists."""
+    subjects = settings.subjects
+    request = FleetSnapshotRequest(occurred_at=datetime.now(UTC), source=SOURCE)
+    async with connected(settings) as client:
+        try:
+            reply = await client.request(subjects.fleet_snapshot, request.model_dump_json().encode(), timeout=timeout_s)
+            return FleetSnapshot.model_validate_json(reply.data), "live"
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+            pass
+        try:
+            stored = await client.jetstream().get_last_msg(LATEST.name(subjects), subjects.fleet_snapshot_published)
+        except nats.js.errors.NotFoundError:
+            return None
+        return FleetSnapshot.model_validate_json(stored.data or b""), "published"
+
+
+@dataclass(frozen=True)
+class Published:
+    subject: str
+    stream: str
+    seq: int
+    duplicate: bool
+
+
+async def publish_to_stream(settings: Settings, subject: str, event: Event, stream: str) -> Published:
+    """JetStream publish with Nats-Msg-Id = event_id: a retried publish of the same event is stored once."""
+    async with connected(settings) as client:
+        ack = await client.jetstream().publish(
+            subject, event.model_dump_json().encode(), headers=event_headers(event), stream=stream, timeout=5.0
+        )
+    return Published(subject, ack.stream, ack.seq, bool(ack.duplicate))
+
+
+async def recent_decisions(settings: Settings, count: int, after_seq: int = 0) -> list[tuple[int, DecisionRecord]]:
+    """The last `count` decision records (oldest first) with their stream sequence, newer than `after_seq`."""
+    stream = AUDIT.name(settings.subjects)
+    found: list[tuple[int, DecisionRecord]] = []
+    async with connected(settings) as client:
+        js = client.jetstream()
+        state = (await js.stream_info(stream)).state
+        seq = state.last_seq
+        while seq >= max(state.first_seq, after_seq + 1, 1) and len(found) < count:
+            try:
+                message = await js.get_msg(stream, seq)
+                found.append((seq, DecisionRecord.model_validate_json(message.data or b"")))
+            except nats.js.errors.NotFoundError:
+                pass  # deleted by age or limits
+            except ValidationError as error:
+                typer.echo(f"skipping decision record #{seq}: {describe_validation_error(error)}", err=True)
+            seq -= 1
+    return list(reversed(found))
+
+
+# --- commands ---
+
+console = Console(highlight=False)
+publish_app = typer.Typer(
+    help="Publish job-system events to FleetPilot (what a job system does; handy for testing).", no_args_is_help=True
+)
+audit_app = typer.Typer(help="Read the decision audit trail.", no_args_is_help=True)
+
+
+def _fail_unreachable(settings: Settings, error: BaseException) -> typer.Exit:
+    typer.echo(f"cannot reach NATS at {settings.nats_url}: {error}", err=True)
+    return typer.Exit(2)
+
+
+def status(
+    timeout_s: float = typer.Option(3.0, "--timeout", help="seconds to wait for the fleet service to answer"),
+    as_json: bool = typer.Option(False, "--json", help="print the FleetSnapshot as JSON instead of a table"),
+) -> None:
+    """Show the fleet: every instance with its state, GPU, price, age and throughput (asks the fleet service)."""
+    settings = Settings()
+    try:
+        found = asyncio.run(fetch_snapshot(settings, timeout_s))
+    except (OSError, nats.errors.Error) as error:
+        raise _fail_unreachable(settings, error) from None
+    if found is None:
+        typer.echo(
+            f"no fleet snapshot: nothing answered on {settings.subjects.fleet_snapshot} and none was published; "
+            "is the fleet service running (fleetpilot run fleet)?",
+            err=True,
+        )
+        raise typer.Exit(1)
+    snapshot, origin = found
+    if as_json:
+        typer.echo(snapshot.model_dump_json(indent=2))
+        return
+    if origin == "published":
+        age_s = (datetime.now(UTC) - snapshot.occurred_at).total_seconds()
+        typer.echo(
+            f"fleet did not answer within {timeout_s:.0f}s; this is the snapshot it published at "
+            f"{snapshot.occurred_at:%Y-%m-%d %H:%M:%S} UTC ({format_duration(age_s)} ago by the wall clock)",
+            err=True,
+        )
+    console.print(snapshot_table(snapshot))
+
+
+@publish_app.command("task")
+def publish_task(
+    kind: str = typer.Argument(..., help="submitted, started, completed or failed"),
+    task_id: str = typer.Argument(..., help="the job system's id of the task"),
+    task_type: str = typer.Option("default", help="the kind of work, as the job system names it"),
+    worker_id: str = typer.Option(None, help="the worker that started, completed or failed it"),
+    instance_id: int = typer.Option(None, help="the vast.ai instance the worker runs on"),
+    gpu_model: str = typer.Option(None, help="the worker's GPU model, e.g. 'RTX 4090'"),
+    duration_s: float = typer.Option(None, help="run time in seconds, for completed and failed tasks"),
+    event_id: str = typer.Option(None, help="reuse an id to make a retry idempotent (default: a new one)"),
+    source: str = typer.Option("jobs", help="who reports it"),
+) -> None:
+    """Publish one task event (TaskEvent) to the DEMAND stream."""
+    settings = Settings()
+    try:
+        event = build_event(
+            TaskEvent,
+            occurred_at=datetime.now(UTC),
+            source=source,
+            kind=kind,
+            task_id=task_id,
+            task_type=task_type,
+            worker_id=worker_id,
+            instance_id=instance_id,
+            gpu_model=gpu_model,
+            duration_s=duration_s,
+            event_id=event_id,
+        )
+    except InputError as error:
+        raise typer.BadParameter(str(error)) from None
+    _publish(settings, settings.subjects.task(event.kind), event, DEMAND.name(settings.subjects))
+
+
+@publish_app.command("queue")
+def publish_queue(
+    queues: list[str] = typer.Argument(..., help="TYPE=PENDING[/RUNNING] per task type, e.g. proving=12/3 index=0"),
+    event_id: str = typer.Option(None, help="reuse an id to make a retry idempotent (default: a new one)"),
+    source: str = typer.Option("jobs", help="who reports it"),
+) -> None:
+    """Publish the job system's queue as it stands now (QueueSnapshot) to the DEMAND stream."""
+    settings = Settings()
+    try:
+        depths = [parse_queue_depth(text) for text in queues]
+        event = build_event(
+            QueueSnapshot, occurred_at=datetime.now(UTC), source=source, queues=depths, event_id=event_id
+        )
+    except InputError as error:
+        raise typer.BadParameter(str(error)) from None
+    _publish(settings, settings.subjects.queue, event, DEMAND.name(settings.subjects))
+
+
+def _publish(settings: Settings, subject: str, event: Event, stream: str) -> None:
+    try:
+        published = asyncio.run(publish_to_stream(settings, subject, event, stream))
+    except (OSError, nats.errors.Error) as error:
+        raise _fail_unreachable(settings, error) from None
+    if published.duplicate:
+        typer.echo(f"{type(event).__name__} {event.event_id} was already stored ({published.stream}): not repeated")
+    else:
+        typer.echo(
+            f"published {type(event).__name__} {event.event_id} on {published.subject} "
+            f"({published.stream} #{published.seq})"
+        )
+
+
+@audit_app.command("tail")
+def audit_tail(
+    count: int = typer.Option(10, "-n", "--count", min=1, max=1000, help="how many recent decisions"),
+    follow: bool = typer.Option(False, "-f", "--follow", help="keep printing new decisions as they are made"),
+    as_json: bool = typer.Option(False, "--json", help="one DecisionRecord JSON per line"),
+    poll_s: float = typer.Option(2.0, help="with --follow: seconds between looks"),
+) -> None:
+    """Print the most recent decisions with their explanations: triggers, data, policy, agent, guardrails."""
+    settings = Settings()
+
+    def show(records: list[tuple[int, DecisionRecord]]) -> None:
+        for _, record in records:
+            if as_json:
+                typer.echo(record.model_dump_json())
+            else:
+                console.print(Group(*(Text(line) for line in decision_lines(record))))
+
+    async def run() -> None:
+        records = await recent_decisions(settings, count)
+        if not records and not follow:
+            typer.echo("no decisions recorded yet", err=True)
+        show(records)
+        last_seq = records[-1][0] if records else 0
+        while follow:
+            await asyncio.sleep(poll_s)  # a person is watching: wall time
+            newer = await recent_decisions(settings, 1000, after_seq=last_seq)
+            show(newer)
+            last_seq = newer[-1][0] if newer else last_seq
+
+    try:
+        asyncio.run(run())
+    except nats.js.errors.NotFoundError:
+        typer.echo(f"no audit stream {AUDIT.name(settings.subjects)} yet: has any service started?", err=True)
+        raise typer.Exit(1) from None
+    except (OSError, nats.errors.Error) as error:
+        raise _fail_unreachable(settings, error) from None
+    except KeyboardInterrupt:
+        pass
