@@ -13,3 +13,8 @@ def quiet_scenario(**overrides: object) -> Scenario:
     }
     base.update(overrides)
     return Scenario.quiet(**base)
+
+
+def timing(key: str) -> bool:
+    """Keys of an evaluation that measure this machine's speed, not the run: excluded when comparing runs."""
+    return "_ms_" in key or key.endswith(("wall_s", "cpu_s"))

@@ -9,7 +9,7 @@ from sim.world.engine import Engine
 from sim.world.evaluate import evaluate
 from sim.world.model import Launch, MachineState, Remove, WorldConfig
 from sim.world.trace import Trace
-from tests.world.conftest import quiet_scenario
+from tests.world.conftest import quiet_scenario, timing
 from tests.world.scripted import Hold, Scripted
 
 FIXED_HOUR = {"startup": {"startup_s": {"min": 3600, "max": 3600}}}
@@ -124,7 +124,7 @@ def test_the_same_seed_gives_the_same_result_and_another_seed_another() -> None:
     def record(seed: int, policy: str) -> dict[str, object]:
         s = scenario.model_copy(update={"seed": seed})
         out = evaluate(trace, policy, s, seed).as_dict()
-        return {key: value for key, value in out.items() if "_ms_" not in key and "wall" not in key}
+        return {key: value for key, value in out.items() if not timing(key)}
 
     for policy in ("reactive", "target-tracking"):
         assert record(3, policy) == record(3, policy)
