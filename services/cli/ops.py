@@ -116,19 +116,20 @@ def snapshot_table(snapshot: FleetSnapshot) -> Table:
     """One row per instance; ages are measured to the snapshot's own time (the demo's clock is not the wall's)."""
     now = snapshot.occurred_at
     table = Table(title=snapshot_summary(snapshot), title_justify="left", expand=False)
-    for column, justify in (
-        ("instance", "right"),
-        ("state", "left"),
-        ("GPU", "left"),
-        ("$/h", "right"),
-        ("up", "right"),
-        ("in state", "right"),
-        ("tasks", "right"),
-        ("tasks/h", "right"),
-        ("last task", "right"),
-        ("vast", "left"),
+    # in a narrow terminal the identifying columns stay whole; the rest wrap
+    for column, justify, no_wrap in (
+        ("instance", "right", True),
+        ("state", "left", True),
+        ("GPU", "left", True),
+        ("$/h", "right", True),
+        ("up", "right", False),
+        ("in state", "right", False),
+        ("tasks", "right", False),
+        ("tasks/h", "right", False),
+        ("last task", "right", False),
+        ("vast", "left", False),
     ):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify, no_wrap=no_wrap)  # type: ignore[arg-type]
     order = {state: n for n, state in enumerate(STATE_ORDER)}
     for line in sorted(snapshot.instances, key=lambda i: (order[i.state], i.instance_id)):
         state = line.state.value + (f" ({line.failure_reason.value})" if line.failure_reason else "")
@@ -226,11 +227,13 @@ class Published:
     duplicate: bool
 
 
-async def publish_to_stream(settings: Settings, subject: str, event: Event, stream: str) -> Published:
+async def publish_to_stream(
+    settings: Settings, subject: str, event: Event, stream: str, timeout_s: float = 5.0
+) -> Published:
     """JetStream publish with Nats-Msg-Id = event_id: a retried publish of the same event is stored once."""
     async with connected(settings) as client:
         ack = await client.jetstream().publish(
-            subject, event.model_dump_json().encode(), headers=event_headers(event), stream=stream, timeout=5.0
+            subject, event.model_dump_json().encode(), headers=event_headers(event), stream=stream, timeout=timeout_s
         )
     return Published(subject, ack.stream, ack.seq, bool(ack.duplicate))
 
@@ -311,6 +314,7 @@ def publish_task(
     duration_s: float = typer.Option(None, help="run time in seconds, for completed and failed tasks"),
     event_id: str = typer.Option(None, help="reuse an id to make a retry idempotent (default: a new one)"),
     source: str = typer.Option("jobs", help="who reports it"),
+    timeout_s: float = typer.Option(5.0, "--timeout", help="seconds to wait for JetStream's acknowledgement"),
 ) -> None:
     """Publish one task event (TaskEvent) to the DEMAND stream."""
     settings = Settings()
@@ -330,7 +334,7 @@ def publish_task(
         )
     except InputError as error:
         raise typer.BadParameter(str(error)) from None
-    _publish(settings, settings.subjects.task(event.kind), event, DEMAND.name(settings.subjects))
+    _publish(settings, settings.subjects.task(event.kind), event, DEMAND.name(settings.subjects), timeout_s)
 
 
 @publish_app.command("queue")
@@ -338,6 +342,7 @@ def publish_queue(
     queues: list[str] = typer.Argument(..., help="TYPE=PENDING[/RUNNING] per task type, e.g. proving=12/3 index=0"),
     event_id: str = typer.Option(None, help="reuse an id to make a retry idempotent (default: a new one)"),
     source: str = typer.Option("jobs", help="who reports it"),
+    timeout_s: float = typer.Option(5.0, "--timeout", help="seconds to wait for JetStream's acknowledgement"),
 ) -> None:
     """Publish the job system's queue as it stands now (QueueSnapshot) to the DEMAND stream."""
     settings = Settings()
@@ -348,12 +353,20 @@ def publish_queue(
         )
     except InputError as error:
         raise typer.BadParameter(str(error)) from None
-    _publish(settings, settings.subjects.queue, event, DEMAND.name(settings.subjects))
+    _publish(settings, settings.subjects.queue, event, DEMAND.name(settings.subjects), timeout_s)
 
 
-def _publish(settings: Settings, subject: str, event: Event, stream: str) -> None:
+def _publish(settings: Settings, subject: str, event: Event, stream: str, timeout_s: float) -> None:
     try:
-        published = asyncio.run(publish_to_stream(settings, subject, event, stream))
+        published = asyncio.run(publish_to_stream(settings, subject, event, stream, timeout_s))
+    except nats.errors.TimeoutError:
+        # a publish the server refuses (permissions) or no stream captures gets no acknowledgement at all
+        typer.echo(
+            f"no acknowledgement for {subject}: is the {stream} stream declared (any service does it at start-up), "
+            f"and may NATS user {settings.nats_user or '(none)'!r} publish there (the `jobs` user may)?",
+            err=True,
+        )
+        raise typer.Exit(1) from None
     except (OSError, nats.errors.Error) as error:
         raise _fail_unreachable(settings, error) from None
     if published.duplicate:

@@ -15,8 +15,10 @@ import nats
 import nats.errors
 import pytest
 from nats.aio.client import Client as NatsClient
+from typer.testing import CliRunner
 
 from services.cli.main import SERVICES
+from services.cli.main import app as cli_app
 from services.demand.app import build as build_demand
 from shared.bus import event_headers
 from shared.contract import DeadLetter, DrainInstance, Event, LaunchInstances, OperatorMessage, TaskEvent
@@ -281,3 +283,30 @@ async def test_every_service_process_starts_under_its_own_credentials_without_a_
                 process.kill()
                 process.wait()
     assert secured_nats.violations() == []
+
+
+async def test_the_cli_works_with_the_jobs_and_operator_users_and_no_further(secured_nats: SecuredNats) -> None:
+    """`publish` as the job system, `audit tail` and `status` as an operator; an operator cannot feed demand."""
+    await secured_nats.declare_streams()
+
+    async def cli(user: str, *args: str) -> tuple[int, str, str]:
+        env = {
+            "FLEETPILOT_NATS_URL": secured_nats.url,
+            "FLEETPILOT_NATS_USER": user,
+            "FLEETPILOT_NATS_PASSWORD": secured_nats.passwords[user],
+            "FLEETPILOT_SUBJECT_PREFIX": "fp",
+        }
+        result = await asyncio.to_thread(CliRunner().invoke, cli_app, list(args), env=env)
+        return result.exit_code, result.stdout, result.stderr
+
+    code, out, err = await cli("jobs", "publish", "task", "submitted", "t-1")
+    assert code == 0 and "published TaskEvent" in out, err
+    code, _, err = await cli("operator", "publish", "task", "submitted", "t-2", "--timeout", "0.5")
+    assert code == 1 and "no acknowledgement" in err
+    assert ("operator", "Publish", SUBJECTS.task("submitted")) in secured_nats.violations()
+
+    code, _, err = await cli("operator", "audit", "tail")
+    assert code == 0 and "no decisions recorded yet" in err
+    code, _, err = await cli("operator", "status", "--timeout", "0.3")
+    assert code == 1 and "fleetpilot run fleet" in err
+    assert [v for v in secured_nats.violations() if v[0] != "operator" or v[2] != SUBJECTS.task("submitted")] == []
