@@ -14,7 +14,8 @@ COPY sim ./sim
 # a regular (not editable) install of the runtime dependencies only; byte-code compiled now, because the
 # root filesystem is read-only at run time
 RUN /opt/fleetpilot/bin/pip install . \
- && /opt/fleetpilot/bin/python -m compileall -q /opt/fleetpilot/lib
+ && /opt/fleetpilot/bin/python -m compileall -q /opt/fleetpilot/lib \
+ && /opt/fleetpilot/bin/pip uninstall --yes pip
 
 FROM python:3.11-slim
 RUN groupadd --system --gid 10001 fleetpilot \
