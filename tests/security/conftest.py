@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import secrets
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import nats
 import pytest
 from nats.aio.client import Client as NatsClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from shared.settings import Settings
 from shared.streams import ensure_streams
-from sim.infra import NatsServer, RedisServer
+from sim.infra import NatsServer, RedisServer, free_port
+from tests.helpers import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 AUTH_CONF = REPO / "deploy" / "nats" / "auth.conf"
@@ -27,6 +33,16 @@ USERS = ("demand", "fleet", "provisioner", "decider", "bench", "jobs", "operator
 _VIOLATION = re.compile(
     r'user:(?P<user>[\w-]+)" - (?P<kind>Publish|Subscription) Violation - .*?Subject "(?P<subject>[^"]+)"'
 )
+
+
+# what a service process needs besides NATS and Redis: nothing outside reachable, nothing real
+SERVICE_ENV = {
+    "FLEETPILOT_SUBJECT_PREFIX": "fp",
+    "FLEETPILOT_HTTP_HOST": "127.0.0.1",
+    "FLEETPILOT_VAST_API_URL": "http://127.0.0.1:9",
+    "FLEETPILOT_VAST_API_KEY": "security-test-key",
+    "FLEETPILOT_OLLAMA_HOST": "http://127.0.0.1:9",
+}
 
 
 def password_variable(user: str) -> str:
@@ -99,3 +115,69 @@ async def secured_nats(passwords: dict[str, str], redis_server: RedisServer) -> 
             with contextlib.suppress(Exception):
                 await client.close()
         server.close()
+
+
+class ServiceProcess:
+    """`fleetpilot run <service>` as production runs it, with the given NATS credentials."""
+
+    def __init__(self, service: str, secured: SecuredNats, log_path: Path, *, password: str | None = None) -> None:
+        self.service = service
+        self.port = free_port()
+        self.log_path = log_path
+        env = {
+            **os.environ,
+            **SERVICE_ENV,
+            "FLEETPILOT_NATS_URL": secured.url,
+            "FLEETPILOT_NATS_USER": service,
+            "FLEETPILOT_NATS_PASSWORD": password if password is not None else secured.passwords[service],
+            "FLEETPILOT_REDIS_URL": secured.redis_url,
+            "FLEETPILOT_HTTP_PORT": str(self.port),
+        }
+        command = [sys.executable, "-m", "services.cli.main", "run", service, "--log-level", "warning"]
+        with open(log_path, "wb") as log_file:
+            self.process = subprocess.Popen(command, env=env, stdout=log_file, stderr=log_file)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+    async def _healthy(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"{self.service} exited with {self.process.returncode}: {self.log()}")
+        try:
+            async with httpx.AsyncClient(timeout=1.0) as client:
+                return (await client.get(f"http://127.0.0.1:{self.port}/health")).is_success
+        except httpx.HTTPError:
+            return False
+
+    async def wait_healthy(self, timeout_s: float = 60) -> None:
+        try:
+            await eventually(self._healthy, timeout_s=timeout_s, interval_s=0.2)
+        except AssertionError as error:
+            raise AssertionError(f"{self.service} never became healthy: {error}; {self.log()}") from None
+
+    async def sample(self, name: str, labels: dict[str, str]) -> float:
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            text = (await client.get(f"http://127.0.0.1:{self.port}/metrics")).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    return float(sample.value)
+        return 0.0
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def service_processes(tmp_path: Path) -> Iterator[list[ServiceProcess]]:
+    """Started by the test (append to this list); every one is stopped, or killed, afterwards."""
+    started: list[ServiceProcess] = []
+    yield started
+    for process in started:
+        process.stop()

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
 import nats
 import nats.errors
 import pytest
@@ -19,28 +16,18 @@ from typer.testing import CliRunner
 
 from services.cli.main import SERVICES
 from services.cli.main import app as cli_app
-from services.demand.app import build as build_demand
 from shared.bus import event_headers
 from shared.contract import DeadLetter, DrainInstance, Event, LaunchInstances, OperatorMessage, TaskEvent
-from shared.service import ServiceContext
 from shared.streams import COMMANDS, DEMAND, DLQ, OPERATOR
 from shared.subjects import Subjects
-from sim.infra import free_port, nats_server_binary
+from sim.infra import nats_server_binary
 from tests.helpers import eventually
-from tests.security.conftest import AUTH_CONF, USERS, SecuredNats, password_variable
+from tests.security.conftest import AUTH_CONF, USERS, SecuredNats, ServiceProcess, password_variable
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 SUBJECTS = Subjects("fp")
 # a refused JetStream call gets no answer at all; this is how long each test waits for one
 REFUSED_WAIT_S = 0.5
-# what the service processes need besides NATS and Redis: nothing outside reachable, nothing real
-SERVICE_ENV = {
-    "subject_prefix": "fp",
-    "http_host": "127.0.0.1",
-    "vast_api_url": "http://127.0.0.1:9",
-    "vast_api_key": "security-test-key",
-    "ollama_host": "http://127.0.0.1:9",
-}
 
 
 def launch_command(key: str = "launch-0001") -> LaunchInstances:
@@ -97,27 +84,33 @@ def test_every_service_has_a_user() -> None:
     assert set(SERVICES) <= set(USERS)
 
 
-async def test_demand_with_its_credentials_consumes_task_events_and_publishes(secured_nats: SecuredNats) -> None:
-    ctx = ServiceContext.from_settings("demand", secured_nats.settings("demand"))
-    app = build_demand(ctx)
-    await app.start()
-    try:
-        jobs = await secured_nats.connect("jobs")
-        event = TaskEvent(occurred_at=NOW, source="jobs", kind="submitted", task_id="t1")
-        await js_publish(jobs, SUBJECTS.task("submitted"), event, DEMAND.name(SUBJECTS))
-        # a malformed one makes demand publish, with its own credentials, to its dead-letter subject
-        await jobs.jetstream().publish(SUBJECTS.task("completed"), b"{not json", stream=DEMAND.name(SUBJECTS))
+async def test_demand_with_its_credentials_consumes_task_events_and_publishes(
+    secured_nats: SecuredNats, service_processes: list[ServiceProcess], tmp_path: Path
+) -> None:
+    demand = ServiceProcess("demand", secured_nats, tmp_path / "demand.log")
+    service_processes.append(demand)
+    await demand.wait_healthy()
 
-        def counted(kind: str) -> float:
-            return ctx.metrics.registry.get_sample_value("fleetpilot_demand_task_events_total", {"kind": kind}) or 0
+    jobs = await secured_nats.connect("jobs")
+    event = TaskEvent(occurred_at=NOW, source="jobs", kind="submitted", task_id="t1")
+    await js_publish(jobs, SUBJECTS.task("submitted"), event, DEMAND.name(SUBJECTS))
+    # a malformed one makes demand publish, with its own credentials, to its dead-letter subject
+    await jobs.jetstream().publish(SUBJECTS.task("completed"), b"{not json", stream=DEMAND.name(SUBJECTS))
 
-        await eventually(lambda: counted("submitted") == 1)
-        operator = await secured_nats.connect("operator")
-        stored = await eventually(lambda: _last_message(operator, DLQ.name(SUBJECTS), SUBJECTS.dead_letter("demand")))
-        letter = DeadLetter.model_validate_json(stored.data)
-        assert letter.service == "demand" and letter.payload == "{not json"
-    finally:
-        await app.stop()
+    counted = {"service": "demand", "reason": "invalid_message"}
+    await eventually(lambda: demand.sample("fleetpilot_dead_letters_total", counted), timeout_s=30)
+    operator = await secured_nats.connect("operator")
+    stored = await eventually(lambda: _last_message(operator, DLQ.name(SUBJECTS), SUBJECTS.dead_letter("demand")))
+    letter = DeadLetter.model_validate_json(stored.data)
+    assert letter.service == "demand" and letter.payload == "{not json"
+    # the good event was consumed too: demand's durable consumer took both and acknowledged them
+    js = (await secured_nats.connect("demand")).jetstream()
+
+    async def all_acknowledged() -> bool:
+        info = await js.consumer_info(DEMAND.name(SUBJECTS), "demand-tasks")
+        return info.delivered.stream_seq == 2 and info.num_ack_pending == 0
+
+    await eventually(all_acknowledged, timeout_s=30)
     assert secured_nats.violations() == []
 
 
@@ -128,7 +121,9 @@ async def _last_message(client: NatsClient, stream: str, subject: str):  # type:
         return None
 
 
-async def test_wrong_or_missing_credentials_are_refused(secured_nats: SecuredNats) -> None:
+async def test_wrong_or_missing_credentials_are_refused(
+    secured_nats: SecuredNats, service_processes: list[ServiceProcess], tmp_path: Path
+) -> None:
     with pytest.raises(nats.errors.Error, match="Authorization Violation"):
         await nats.connect(secured_nats.url, user="demand", password="not-the-password", allow_reconnect=False)
     with pytest.raises(nats.errors.Error, match="Authorization Violation"):
@@ -140,10 +135,12 @@ async def test_wrong_or_missing_credentials_are_refused(secured_nats: SecuredNat
         )
 
     # a service started with a wrong password does not start
-    app = build_demand(ServiceContext.from_settings("demand", secured_nats.settings("demand", password="wrong")))
-    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
-        await asyncio.wait_for(app.start(), timeout=30)
-    assert "authentication error" in secured_nats.server.log_path.read_text()
+    demand = ServiceProcess("demand", secured_nats, tmp_path / "demand.log", password="pwrong")
+    service_processes.append(demand)
+    await eventually(lambda: demand.process.poll() is not None, timeout_s=60)
+    assert demand.process.returncode != 0
+    assert "Authorization Violation" in demand.log()
+    assert 'authentication error - User "demand"' in secured_nats.server.log_path.read_text()
 
 
 async def test_demand_cannot_publish_a_provision_command_but_the_decider_can(secured_nats: SecuredNats) -> None:
@@ -229,59 +226,17 @@ async def test_only_the_provisioner_may_consume_provision_commands(secured_nats:
     await message.ack()
 
 
-def spawn_service(service: str, secured: SecuredNats, log_path: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """`fleetpilot run <service>` with this user's credentials; returns the process and its HTTP port."""
-    port = free_port()
-    env = {
-        **os.environ,
-        **{f"FLEETPILOT_{key.upper()}": value for key, value in SERVICE_ENV.items()},
-        "FLEETPILOT_NATS_URL": secured.url,
-        "FLEETPILOT_NATS_USER": service,
-        "FLEETPILOT_NATS_PASSWORD": secured.passwords[service],
-        "FLEETPILOT_REDIS_URL": secured.redis_url,
-        "FLEETPILOT_HTTP_PORT": str(port),
-    }
-    command = [sys.executable, "-m", "services.cli.main", "run", service, "--log-level", "warning"]
-    with open(log_path, "wb") as log_file:
-        return subprocess.Popen(command, env=env, stdout=log_file, stderr=log_file), port
-
-
 async def test_every_service_process_starts_under_its_own_credentials_without_a_refusal(
-    secured_nats: SecuredNats, tmp_path: Path
+    secured_nats: SecuredNats, service_processes: list[ServiceProcess], tmp_path: Path
 ) -> None:
     """`fleetpilot run <service>` for each service, as in production: start-up declares the streams and creates
     every consumer, and each of those must fit that service's permissions."""
-    processes: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
-    try:
-        for service in sorted(SERVICES):
-            processes[service] = spawn_service(service, secured_nats, tmp_path / f"{service}.log")
-
-        async def healthy(service: str) -> bool:
-            process, port = processes[service]
-            if process.poll() is not None:
-                raise AssertionError(f"{service} exited: {(tmp_path / f'{service}.log').read_text()[-3000:]}")
-            try:
-                async with httpx.AsyncClient(timeout=1.0) as client:
-                    return (await client.get(f"http://127.0.0.1:{port}/health")).is_success
-            except httpx.HTTPError:
-                return False
-
-        for service in processes:
-            try:
-                await eventually(lambda service=service: healthy(service), timeout_s=60, interval_s=0.2)
-            except AssertionError:
-                log = (tmp_path / f"{service}.log").read_text()[-3000:]
-                message = f"{service} never became healthy; violations {secured_nats.violations()}; {log}"
-                raise AssertionError(message) from None
-    finally:
-        for process, _ in processes.values():
-            process.terminate()
-        for process, _ in processes.values():
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    for service in sorted(SERVICES):
+        service_processes.append(ServiceProcess(service, secured_nats, tmp_path / f"{service}.log"))
+    for process in service_processes:
+        await process.wait_healthy()
+    for process in service_processes:
+        process.stop()
     assert secured_nats.violations() == []
 
 
