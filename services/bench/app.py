@@ -77,7 +77,7 @@ def build(
         """Publish the verdict when both the request and the report are in; either may come first."""
         pending = await store.pending(instance_id)
         report = await store.report(instance_id)
-        if pending is None or report is None:
+        if pending is None or report is None or not await store.claim(pending.request_event_id):
             return False
         judgement = judge_gpu(report, reference_for(report.gpu_name), thresholds)
         result = gpu_result(
@@ -172,7 +172,7 @@ def build(
         pending = await store.all_pending()
         metrics.pending_requests.set(len(pending))
         for bench in overdue(pending, ctx.clock.now()):
-            if await complete_if_reported(bench.instance_id):
+            if await complete_if_reported(bench.instance_id) or not await store.claim(bench.request_event_id):
                 continue
             await publish(missing_report_result(bench, occurred_at=ctx.clock.now(), source=SERVICE))
             await store.finish(bench.request_event_id, bench.instance_id)

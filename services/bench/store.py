@@ -9,6 +9,9 @@ from services.bench.report import SuiteReport
 
 # A finished request is remembered this long, so a redelivered request is not benchmarked twice.
 DONE_TTL_S = 7 * 86_400
+# A report and its request arriving together both try to publish; the first to claim does. A claim that
+# is never finished (a crash between claim and publish) lapses, and a redelivery or the sweep tries again.
+CLAIM_TTL_S = 60
 
 
 class BenchStore:
@@ -23,6 +26,9 @@ class BenchStore:
 
     def _done_key(self, request_event_id: str) -> str:
         return f"{self._prefix}:bench:done:{request_event_id}"
+
+    def _claim_key(self, request_event_id: str) -> str:
+        return f"{self._prefix}:bench:claim:{request_event_id}"
 
     async def put_report(self, instance_id: int, report: SuiteReport) -> None:
         payload = report.model_dump_json(by_alias=True)
@@ -42,6 +48,10 @@ class BenchStore:
     async def all_pending(self) -> list[PendingGpuBench]:
         raw = await self.redis.hgetall(self._pending_key)
         return [PendingGpuBench.model_validate_json(value) for value in raw.values()]
+
+    async def claim(self, request_event_id: str) -> bool:
+        """True for the one caller that may publish this request's result now."""
+        return bool(await self.redis.set(self._claim_key(request_event_id), "1", nx=True, ex=CLAIM_TTL_S))
 
     async def is_done(self, request_event_id: str) -> bool:
         return bool(await self.redis.exists(self._done_key(request_event_id)))

@@ -5,30 +5,21 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
-from faststream.asgi import AsgiFastStream
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from redis.asyncio import Redis
 
 from services.bench.app import build
 from services.bench.collect import result_event_id
-from services.bench.config import BenchSettings
-from services.bench.gpu_suite import SCHEMA
 from services.bench.intake import intake_app
 from services.bench.metrics import BenchMetrics
 from services.bench.onstart import onstart_command
-from services.bench.references import reference_for
 from services.bench.store import BenchStore
-from shared.bus import event_headers
 from shared.clock import RealClock, SimulatedClock
 from shared.contract import BenchRequest, BenchResult, DeadLetter
 from shared.service import ServiceContext
@@ -37,80 +28,18 @@ from shared.streams import BENCH
 from sim.infra import free_port
 from sim.openai.process import OpenAIStandIn
 from sim.openai.server import StandInConfig
+from tests.bench.service_helpers import (
+    NOW,
+    TOKEN,
+    bench_settings,
+    collect,
+    gpu_request,
+    over_http,
+    post_report,
+    request_bench,
+    suite_report,
+)
 from tests.helpers import eventually
-
-TOKEN = "report-token-for-tests"
-NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
-
-
-def bench_settings(**changes: Any) -> BenchSettings:
-    fields: dict[str, Any] = {
-        "report_token": TOKEN,
-        "report_timeout_s": 600.0,
-        "sweep_interval_s": 30.0,
-        "local_min_time_s": 0.02,
-        "serving_levels": (1, 2),
-        "serving_requests_per_level": 2,
-        "serving_prompt_tokens": 8,
-        "serving_output_tokens": 4,
-    }
-    fields.update(changes)
-    return BenchSettings(**fields)
-
-
-async def collect(nc: NatsClient, subject: str, model: Any) -> list[Any]:
-    received: list[Any] = []
-
-    async def on_message(msg: Any) -> None:
-        received.append(model.model_validate_json(msg.data))
-
-    await nc.subscribe(subject, cb=on_message)
-    return received
-
-
-async def request_bench(js: JetStreamContext, settings: Settings, request: BenchRequest) -> None:
-    await js.publish(
-        settings.subjects.bench_request,
-        request.model_dump_json().encode(),
-        headers=event_headers(request),
-        stream=BENCH.name(settings.subjects),
-    )
-
-
-def gpu_request(instance_id: int | None, occurred_at: datetime = NOW) -> BenchRequest:
-    return BenchRequest(occurred_at=occurred_at, source="fleet", instance_id=instance_id, kind="gpu")
-
-
-def h100_report(instance_id: int, share: float, errors: list[str] | None = None) -> dict[str, Any]:
-    reference = reference_for("H100 SXM")
-    assert reference is not None
-    return {
-        "schema": SCHEMA,
-        "instance_id": instance_id,
-        "device": "cuda",
-        "gpu_name": "NVIDIA H100 80GB HBM3",
-        "gpu_count": 1,
-        "metrics": {name: value * share for name, value in reference.expected_metrics().items()},
-        "checks": {"matmul_bf16": True, "matmul_fp16": True, "memory_copy": True, "host_copy": True},
-        "errors": errors or [],
-        "facts": {"torch": "2.5.1"},
-        "started_at": NOW.isoformat(),
-        "duration_s": 42.0,
-    }
-
-
-@asynccontextmanager
-async def over_http(app: AsgiFastStream) -> AsyncIterator[str]:
-    """The service as it runs in production: uvicorn serving the ASGI app, whose lifespan starts the broker."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    serving = asyncio.create_task(server.serve())
-    await eventually(lambda: server.started, timeout_s=20)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await serving
 
 
 @pytest.mark.parametrize(
@@ -129,10 +58,7 @@ async def test_a_reported_machine_gets_its_verdict_on_the_bus(
     async with over_http(app) as base_url:
         request = gpu_request(101)
         await request_bench(js, settings, request)
-        async with httpx.AsyncClient(base_url=base_url) as client:
-            response = await client.post(
-                "/bench/report", json=h100_report(101, share, errors), headers={"authorization": f"Bearer {TOKEN}"}
-            )
+        response = await post_report(base_url, suite_report(101, share, errors))
         assert response.status_code == 202
         await eventually(lambda: len(results) == 1)
 
@@ -186,17 +112,17 @@ async def test_bad_reports_are_refused_with_the_reason(
     app = build(ctx, bench_settings())
     async with over_http(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
         good = {"authorization": f"Bearer {TOKEN}"}
-        wrong_token = await client.post("/bench/report", json=h100_report(1, 1.0), headers={"authorization": "x"})
+        wrong_token = await client.post("/bench/report", json=suite_report(1, 1.0), headers={"authorization": "x"})
         assert wrong_token.status_code == 401
 
-        malformed = {**h100_report(1, 1.0), "device": "tpu"}
+        malformed = {**suite_report(1, 1.0), "device": "tpu"}
         invalid = await client.post("/bench/report", json=malformed, headers=good)
         assert invalid.status_code == 422 and "device" in invalid.text and "tpu" in invalid.text
 
-        anonymous = await client.post("/bench/report", json={**h100_report(1, 1.0), "instance_id": None}, headers=good)
+        anonymous = await client.post("/bench/report", json={**suite_report(1, 1.0), "instance_id": None}, headers=good)
         assert anonymous.status_code == 422 and "instance_id" in anonymous.text
 
-        negative = {**h100_report(1, 1.0), "metrics": {"matmul_bf16_tflops": -1.0}}
+        negative = {**suite_report(1, 1.0), "metrics": {"matmul_bf16_tflops": -1.0}}
         assert (await client.post("/bench/report", json=negative, headers=good)).status_code == 422
 
     registry = ctx.metrics.registry
@@ -212,7 +138,7 @@ async def test_without_a_configured_token_every_report_is_refused() -> None:
 
     intake = intake_app(never, None, BenchMetrics(CollectorRegistry()), 1024)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=intake), base_url="http://bench") as client:
-        response = await client.post("/bench/report", json=h100_report(1, 1.0), headers={"authorization": "Bearer "})
+        response = await client.post("/bench/report", json=suite_report(1, 1.0), headers={"authorization": "Bearer "})
         assert response.status_code == 503 and "FLEETPILOT_BENCH_REPORT_TOKEN" in response.text
         suite = await client.get("/bench/suite.py")
         assert suite.status_code == 200 and "def run_suite" in suite.text
