@@ -107,6 +107,11 @@ def test_demo_profile_runs_the_simulators_and_services_point_at_them_by_default(
     assert env["FLEETPILOT_VAST_API_URL"] == "${FLEETPILOT_VAST_API_URL:-http://vast-sim:8080}"
     assert env["FLEETPILOT_OLLAMA_HOST"] == "${FLEETPILOT_OLLAMA_HOST:-http://ollama-sim:11434}"
     assert "8080" in services["vast-sim"]["command"] and "11434" in services["ollama-sim"]["command"]
+    jobs = services["jobs-sim"]
+    assert jobs["profiles"] == ["demo"] and jobs["entrypoint"] == ["python", "-m", "sim.jobs"]
+    assert jobs["environment"]["FLEETPILOT_NATS_USER"] == "jobs"
+    trace = jobs["command"][jobs["command"].index("--trace") + 1]
+    assert (REPO / "sim" / "traces" / Path(trace).name).exists() and "/site-packages/sim/traces/" in trace
     for infrastructure in ("nats", "redis", "prometheus", "grafana"):
         assert infrastructure in services and "profiles" not in services[infrastructure]
 
