@@ -15,6 +15,7 @@ from rich.table import Table
 
 from services.bench import gpu_suite
 from services.bench.config import BenchSettings
+from services.bench.onstart import onstart_command
 from services.bench.references import GpuReference, reference_for
 from services.bench.report import SuiteReport
 from services.bench.serving import run_sweep
@@ -173,7 +174,7 @@ def bench_serving(
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
         seed=seed,
-        api=api,  # type: ignore[arg-type]
+        api=api,
         model=model,
         ignore_eos=ignore_eos,
     )
@@ -208,3 +209,18 @@ def bench_serving(
         print_serving(run, result, target)
     if result.verdict == "fail":
         raise typer.Exit(1)
+
+
+@bench_app.command("onstart")
+def bench_onstart(
+    bench_url: str = typer.Option(
+        ..., help="where rented instances reach the bench service, e.g. https://bench.example"
+    ),
+    task_command: str = typer.Option(None, help="one real task of the workload, timed end to end on the instance"),
+) -> None:
+    """Print the shell line for vast's onstart (the provisioner's FLEETPILOT_PROVISIONER_ONSTART) that benchmarks
+    each new instance; the report token comes from FLEETPILOT_BENCH_REPORT_TOKEN."""
+    token = BenchSettings().report_token
+    if token is None or not token.get_secret_value():
+        raise typer.BadParameter("FLEETPILOT_BENCH_REPORT_TOKEN is not set: the bench service would refuse the reports")
+    typer.echo(onstart_command(bench_url, token.get_secret_value(), task_command=task_command))

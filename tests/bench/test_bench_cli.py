@@ -81,3 +81,16 @@ def test_bench_serving_refuses_bad_levels_naming_them() -> None:
     outcome = runner.invoke(app, ["bench", "serving", "--url", "http://127.0.0.1:9", "--levels", "1,x"])
     assert outcome.exit_code == 2
     assert "1,x" in outcome.output
+
+
+def test_bench_onstart_prints_the_line_for_vast_and_needs_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLEETPILOT_BENCH_REPORT_TOKEN", raising=False)
+    refused = runner.invoke(app, ["bench", "onstart", "--bench-url", "https://bench.example"])
+    assert refused.exit_code == 2 and "FLEETPILOT_BENCH_REPORT_TOKEN" in refused.output
+
+    monkeypatch.setenv("FLEETPILOT_BENCH_REPORT_TOKEN", "t0ken")
+    printed = runner.invoke(app, ["bench", "onstart", "--bench-url", "https://bench.example/"])
+    assert printed.exit_code == 0, printed.output
+    line = printed.stdout.strip()
+    assert "https://bench.example/bench/suite.py" in line and "--report-url https://bench.example/bench/report" in line
+    assert "--device cuda" in line and line.endswith("&")  # in the background: the image's own start goes on
