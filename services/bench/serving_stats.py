@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -270,6 +270,15 @@ def flat_ratios(comparison: ServingComparison | None) -> dict[str, float]:
     return {f"c{level.concurrency}_{name}": r for level in comparison.levels for name, r in level.ratios.items()}
 
 
+def _serving_event(
+    *, occurred_at: datetime, source: str, instance_id: int | None, event_id: str | None, **fields: Any
+) -> BenchResult:
+    ids = {"event_id": event_id} if event_id else {}
+    return BenchResult(
+        **ids, occurred_at=occurred_at, source=source, instance_id=instance_id, kind="serving", device="http", **fields
+    )
+
+
 def serving_result(
     run: ServingRun,
     *,
@@ -283,14 +292,11 @@ def serving_result(
     explanation = f"serving sweep c={levels} on {without_credentials(run.url)} ({run.model}): {verdict}: {summary}"
     if run.comparison is not None:
         explanation += f"; ratios to baseline {without_credentials(run.comparison.baseline_url)}"
-    fields = {"event_id": event_id} if event_id else {}
-    return BenchResult(
-        **fields,
+    return _serving_event(
         occurred_at=occurred_at,
         source=source,
         instance_id=instance_id,
-        kind="serving",
-        device="http",
+        event_id=event_id,
         verdict=verdict,
         metrics=flat_metrics(run),
         ratios_to_reference=flat_ratios(run.comparison),
@@ -310,14 +316,11 @@ def unreachable_result(
 ) -> BenchResult:
     """The verdict on an endpoint the sweep could not even start against (down, no model, refused)."""
     reason = f"{type(error).__name__}: {error}"[:500]
-    fields = {"event_id": event_id} if event_id else {}
-    return BenchResult(
-        **fields,
+    return _serving_event(
         occurred_at=occurred_at,
         source=source,
         instance_id=instance_id,
-        kind="serving",
-        device="http",
+        event_id=event_id,
         verdict="fail",
         error=reason,
         explanation=f"serving sweep on {without_credentials(url)}: fail: could not start: {reason}"[:1000],
