@@ -167,6 +167,8 @@ class Engine:
         self._last_busy = _LastBusy()
         self._started_checkpoints: deque[tuple[float, float]] = deque([(0.0, 0.0)])
         self._last_view_s = 0.0
+        self._started_by_model: dict[str, float] = {}
+        self._busy_s_by_model: dict[str, float] = {}
         self._started_at_last_view = 0.0
         self._decision_wall_s: list[float] = []
         self._samples: list[Sample] = []
@@ -421,8 +423,11 @@ class Engine:
             completed_total=completed,
             arrivals_by_minute=self.trace.arrivals_per_min[:minute],
             machines=machines,
+            machines_by_id=self.machines,
             events=events,
             task_s=self.world.task_s,
+            started_by_gpu_model=dict(self._started_by_model),
+            busy_s_by_gpu_model=dict(self._busy_s_by_model),
         )
 
     def _account_machine_tasks(self) -> None:
@@ -435,7 +440,11 @@ class Engine:
         for machine in self.producing_order:
             rate = machine.tasks_per_h / 3600.0
             share = min(rate, max(0.0, mean_rate - ahead))
-            machine.tasks_started += share * dt
+            if share > 0:
+                model = machine.gpu_model
+                machine.tasks_started += share * dt
+                self._started_by_model[model] = self._started_by_model.get(model, 0.0) + share * dt
+                self._busy_s_by_model[model] = self._busy_s_by_model.get(model, 0.0) + share * dt / rate
             last = self._last_busy.last_above(ahead)
             if last is not None and last > machine.state_since_s:
                 machine.last_task_s = min(last, self.now_s)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal, Protocol
@@ -293,8 +293,12 @@ class WorldView:
     completed_total: float
     arrivals_by_minute: Sequence[int]  # the trace up to and including the current minute
     machines: Sequence[MachineView]
+    machines_by_id: Mapping[int, MachineView]
     events: Sequence[FleetEvent]  # since the previous decision
     task_s: float
+    # cumulative, per GPU model: tasks started, and the machine-seconds they took (what completions would show)
+    started_by_gpu_model: Mapping[str, float]
+    busy_s_by_gpu_model: Mapping[str, float]
 
 
 @dataclass(frozen=True)

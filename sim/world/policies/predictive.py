@@ -56,7 +56,7 @@ from shared.contract import (
 )
 from shared.settings import Settings
 from sim.vast.scenario import Scenario
-from sim.world.model import Action, Launch, MachineState, MachineView, Remove, WorldConfig, WorldView
+from sim.world.model import Action, Launch, Remove, WorldConfig, WorldView
 
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday: the bundled week starts on one
 TASK_TYPE = "default"
@@ -87,9 +87,7 @@ class _Reported:
     """What the job system and the provisioner have told the cores about one machine so far."""
 
     state: InstanceState | None = None
-    seen: tuple[MachineState, bool] | None = None  # the world state last looked at: unchanged means nothing new
     last_task_s: float | None = None
-    tasks_started: float = 0.0
     gpu_model: str = ""
     price_usd_per_h: float = 0.0
 
@@ -193,40 +191,28 @@ class PredictiveAdapter:
             now,
         )
         completed_share = view.completed_total / view.started_total if view.started_total > 0 else 0.0
-        by_model: dict[str, tuple[float, float]] = {}
-        bulk = view.now_s - self.last_bulk_s >= self.bulk_feed_s
-        workers_by_model: dict[str, list[str]] = {}
-        for machine in view.machines:
-            reported = self.reported.setdefault(machine.instance_id, _Reported())
-            delta = machine.tasks_started - reported.tasks_started
-            reported.tasks_started = machine.tasks_started
-            if delta <= 0 or machine.tasks_per_h <= 0:
-                continue
-            if bulk:
-                workers_by_model.setdefault(machine.gpu_model, []).append(f"worker-{machine.instance_id}")
-            done, busy_s = by_model.get(machine.gpu_model, (0.0, 0.0))
-            by_model[machine.gpu_model] = (done + delta, busy_s + delta * 3600.0 / machine.tasks_per_h)
-        for gpu_model, (done, busy_s) in sorted(by_model.items()):
-            # a task completes one duration after it starts: each model's share of completions so far
-            started = self.carry.add(f"started:{gpu_model}", done)
+        for gpu_model, started in sorted(view.started_by_gpu_model.items()):
+            # a task completes one duration after it starts: each model's share of the completions so far
             completed = self.carry.take(f"completed:{gpu_model}", started * completed_share)
-            # who produced goes in on the bulk cadence: demand keeps producers for its shortest window (15 min)
-            workers = workers_by_model.get(gpu_model, ()) if bulk else ()
-            if completed or workers:
-                self.demand.ingest_counts(
-                    TaskCounts(
-                        at=at,
-                        task_type=TASK_TYPE,
-                        completed=completed,
-                        duration_sum_s=completed * view.task_s,
-                        durations=completed,
-                        busy_completions=completed,
-                        busy_s=busy_s * completed / max(done, 1e-9),
-                        gpu_model=gpu_model,
-                        worker_ids=tuple(workers),
-                    ),
-                    now,
-                )
+            busy_s = view.busy_s_by_gpu_model[gpu_model] - self.carry.cumulative.get(f"busy:{gpu_model}", 0.0)
+            done = started - self.carry.cumulative.get(f"started:{gpu_model}", 0.0)
+            if not completed or done <= 0:
+                continue
+            self.carry.cumulative[f"busy:{gpu_model}"] = view.busy_s_by_gpu_model[gpu_model]
+            self.carry.cumulative[f"started:{gpu_model}"] = started
+            self.demand.ingest_counts(
+                TaskCounts(
+                    at=at,
+                    task_type=TASK_TYPE,
+                    completed=completed,
+                    duration_sum_s=completed * view.task_s,
+                    durations=completed,
+                    busy_completions=completed,
+                    busy_s=busy_s * completed / done,
+                    gpu_model=gpu_model,
+                ),
+                now,
+            )
         queue = QueueSnapshot(
             occurred_at=now,
             source=SOURCE_JOBS,
@@ -240,30 +226,36 @@ class PredictiveAdapter:
     # --- what the provisioner says: vast's status, mapped by the provisioner's own rule -----------------------
 
     def _observe_instances(self, view: WorldView, now: datetime) -> list[TriggerRef]:
+        """The provisioner's reports for what changed since the last tick (all machines, the first time)."""
         refs: list[TriggerRef] = []
-        present = set()
-        for machine in view.machines:
-            present.add(machine.instance_id)
-            reported = self.reported.setdefault(machine.instance_id, _Reported())
-            seen = (machine.state, machine.running_s is not None)
-            if seen == reported.seen:
-                continue
-            reported.seen = seen
-            reported.gpu_model, reported.price_usd_per_h = machine.gpu_model, machine.price_usd_per_h
-            if reported.state is None:
-                loading = (InstanceState.LOADING, None)
-                refs += self._tell(machine.instance_id, reported, loading, machine.created_s, "loading", now)
-            actual, message = _vast_status(machine)
-            state = observed_state(actual, None, message, reported.state)
-            if state[0] is not reported.state and state[0] is not InstanceState.LOADING:
-                at_s = machine.state_since_s
-                if actual == "running" and machine.running_s is not None:
-                    at_s = machine.running_s
-                refs += self._tell(machine.instance_id, reported, state, at_s, actual, now)
-        for instance_id in [i for i, r in self.reported.items() if i not in present and r.state is not None]:
-            reported = self.reported.pop(instance_id)
-            refs += self._tell(instance_id, reported, (InstanceState.GONE, None), view.now_s, None, now)
+        if not self.reported:
+            for machine in view.machines:
+                refs += self._report(machine.instance_id, "created", machine.created_s, view, now)
+                if machine.running_s is not None:
+                    refs += self._report(machine.instance_id, "running", machine.running_s, view, now)
+        for event in view.events:
+            refs += self._report(event.instance_id, event.kind, event.at_s, view, now)
         return refs
+
+    def _report(self, instance_id: int, kind: str, at_s: float, view: WorldView, now: datetime) -> list[TriggerRef]:
+        machine = view.machines_by_id.get(instance_id)
+        if kind == "created" and machine is not None:
+            reported = self.reported.setdefault(instance_id, _Reported())
+            reported.gpu_model, reported.price_usd_per_h = machine.gpu_model, machine.price_usd_per_h
+        reported_or_none = self.reported.get(instance_id)
+        if reported_or_none is None:
+            return []
+        reported = reported_or_none
+        if kind == "gone":
+            del self.reported[instance_id]
+            return self._tell(instance_id, reported, (InstanceState.GONE, None), at_s, None, now)
+        actual = VAST_STATUS_OF.get(kind)
+        if actual is None:
+            return []  # producing: vast still says running; fleet learns it from the worker's tasks
+        state = observed_state(actual, None, EXIT_MESSAGE if actual == "exited" else None, reported.state)
+        if state[0] is reported.state:
+            return []
+        return self._tell(instance_id, reported, state, at_s, actual, now)
 
     def _tell(
         self,
@@ -293,6 +285,7 @@ class PredictiveAdapter:
         self.last_bulk_s = view.now_s
         self._tasks_fed = True
         refs: list[TriggerRef] = []
+        workers: dict[str, list[str]] = {}
         for machine in view.machines:
             reported = self.reported.get(machine.instance_id)
             if reported is None or machine.last_task_s is None:
@@ -300,6 +293,7 @@ class PredictiveAdapter:
             if reported.last_task_s is not None and machine.last_task_s <= reported.last_task_s:
                 continue
             reported.last_task_s = machine.last_task_s
+            workers.setdefault(machine.gpu_model, []).append(f"worker-{machine.instance_id}")
             self.task_seq += 1
             # validated once by the model's own types upstream; built without re-validation for speed
             event = TaskEvent.model_construct(
@@ -316,6 +310,12 @@ class PredictiveAdapter:
                 duration_s=view.task_s,
             )
             refs += self._refs(self.fleet.observe_task(event, now))
+        # demand keeps the workers that produced within its shortest window (15 min)
+        at = now - timedelta(seconds=30)
+        for gpu_model, ids in sorted(workers.items()):
+            self.demand.ingest_counts(
+                TaskCounts(at=at, task_type=TASK_TYPE, gpu_model=gpu_model, worker_ids=tuple(ids)), now
+            )
         return refs
 
     def _fresh_snapshot(self, now: datetime) -> FleetSnapshot:
@@ -405,12 +405,6 @@ class PredictiveAdapter:
         }
 
 
-def _vast_status(machine: MachineView) -> tuple[str, str | None]:
-    """What vast's API would show for this machine right now."""
-    if machine.state is MachineState.EXITED:
-        return "exited", "Error: the container exited during start"
-    if machine.state is MachineState.OFFLINE:
-        return "offline", None
-    if machine.running_s is None:
-        return "loading", None
-    return "running", None
+# what vast's API shows after each of the world's machine events (the provisioner maps it with observed_state)
+VAST_STATUS_OF = {"created": "loading", "running": "running", "exited": "exited", "offline": "offline"}
+EXIT_MESSAGE = "Error: the container exited during start"
