@@ -39,5 +39,8 @@ demo: $(STAMP)
 asyncapi: $(STAMP)
 	$(BIN)/fleetpilot asyncapi --out asyncapi.json
 
+agent-smoke: $(STAMP)
+	$(BIN)/python -m services.decider.agent.smoke $(ARGS)
+
 clean:
 	rm -rf $(VENV) bench-results .pytest_cache .mypy_cache .ruff_cache

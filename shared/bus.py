@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
@@ -129,10 +130,20 @@ class _DeadLetterScope(BaseMiddleware):
         return True  # handled: the ack middleware acknowledges it
 
 
+def nats_tls(settings: Settings) -> ssl.SSLContext | None:
+    """TLS to NATS when a CA bundle is configured (the server's certificate is verified against it)."""
+    return ssl.create_default_context(cafile=settings.nats_tls_ca_file) if settings.nats_tls_ca_file else None
+
+
 def nats_security(settings: Settings) -> NatsSecurity | None:
+    tls = nats_tls(settings)
     if settings.nats_user:
         password = settings.nats_password.get_secret_value() if settings.nats_password else ""
-        return NatsUserPassword(username=settings.nats_user, password=password)
+        return NatsUserPassword(
+            username=settings.nats_user, password=password, ssl_context=tls, use_ssl=tls is not None
+        )
+    if tls is not None:
+        return NatsSecurity(ssl_context=tls, use_ssl=True)
     return None
 
 
@@ -144,6 +155,8 @@ def nats_connect_options(settings: Settings) -> dict[str, Any]:
         options["password"] = settings.nats_password.get_secret_value() if settings.nats_password else ""
     if settings.nats_creds_file:
         options["user_credentials"] = settings.nats_creds_file
+    if (tls := nats_tls(settings)) is not None:
+        options["tls"] = tls
     return options
 
 

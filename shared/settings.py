@@ -22,37 +22,39 @@ class Settings(BaseSettings):
 
     # bus
     nats_url: str = Field(default="nats://127.0.0.1:4222", description="comma-separated for a cluster")
-    nats_user: str | None = None
-    nats_password: SecretStr | None = None
+    nats_user: str | None = Field(default=None, description="NATS user (each service has its own in deploy/nats)")
+    nats_password: SecretStr | None = Field(default=None, description="NATS password (secret)")
     nats_creds_file: str | None = Field(default=None, description="NATS .creds file (JWT + NKEY seed)")
-    nats_tls_ca_file: str | None = None
-    subject_prefix: str = Field(default="fp", pattern=r"^[a-z][a-z0-9_-]{0,31}$")
+    nats_tls_ca_file: str | None = Field(default=None, description="CA bundle to verify a TLS NATS server")
+    subject_prefix: str = Field(
+        default="fp", pattern=r"^[a-z][a-z0-9_-]{0,31}$", description="first token of every subject and stream name"
+    )
 
     # state
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="locks, sessions, service checkpoints")
 
     # vast.ai
-    vast_api_url: str = "https://console.vast.ai"
-    vast_api_key: SecretStr = SecretStr("")
+    vast_api_url: str = Field(default="https://console.vast.ai", description="the vast.ai REST API (or the simulator)")
+    vast_api_key: SecretStr = Field(default=SecretStr(""), description="vast.ai API key (secret; provisioner only)")
 
     # the LLM agent
-    ollama_host: str = "http://127.0.0.1:11434"
-    ollama_model: str = "qwen3:8b"
+    ollama_host: str = Field(default="http://127.0.0.1:11434", description="Ollama server for the agent")
+    ollama_model: str = Field(default="qwen3:8b", description="a model that supports tool calling")
 
     # budget: the provisioner and the decider's guardrails both enforce it
-    budget_usd_per_h: float = Field(default=20.0, gt=0)
-    max_instances: int = Field(default=40, ge=0)
+    budget_usd_per_h: float = Field(default=20.0, gt=0, description="most the whole fleet may cost per hour")
+    max_instances: int = Field(default=40, ge=0, description="most instances alive at once")
     normal_max_price_usd_per_h: float = Field(default=0.80, gt=0, description="per-instance cap, normal launches")
     emergency_max_price_usd_per_h: float = Field(default=1.20, gt=0, description="per-instance cap, emergencies")
 
     # HTTP: /metrics and /health
-    http_host: str = "0.0.0.0"
-    http_port: int = Field(default=8000, ge=0, le=65535)
+    http_host: str = Field(default="0.0.0.0", description="address of /metrics and /health")
+    http_port: int = Field(default=8000, ge=0, le=65535, description="port of /metrics and /health")
 
     # time: speed 1 is the real clock; the demo runs a scaled one from a shared epoch
-    clock_speed: float = Field(default=1.0, gt=0)
-    clock_sim_epoch: datetime | None = None
-    clock_wall_epoch_s: float | None = None
+    clock_speed: float = Field(default=1.0, gt=0, description="simulated seconds per wall second (demo only)")
+    clock_sim_epoch: datetime | None = Field(default=None, description="simulated time at the wall epoch (demo)")
+    clock_wall_epoch_s: float | None = Field(default=None, description="wall time (epoch s) of that moment (demo)")
 
     @cached_property
     def subjects(self) -> Subjects:

@@ -11,6 +11,7 @@ import uvicorn
 from services.cli.ask import ask
 from services.cli.asyncapi import asyncapi
 from services.cli.bench import bench_app
+from services.cli.config import config
 from services.cli.demo import demo
 from services.cli.ops import audit_app, publish_app, status
 from services.cli.sim import sim_app
@@ -61,6 +62,7 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(publish_app, name="publish")
 app.add_typer(sim_app, name="sim")
 app.command("asyncapi")(asyncapi)
+app.command("config")(config)
 app.command("demo")(demo)
 app.command("ask")(ask)
 app.command("status")(status)
