@@ -24,7 +24,7 @@ class BenchSettings(BaseSettings):
     fail_below_share: float = Field(default=0.4, gt=0, le=1)
     local_min_time_s: float | None = Field(default=None, gt=0, description="per measurement, for local runs")
 
-    serving_levels: tuple[int, ...] = DEFAULT_LEVELS
+    serving_levels: tuple[int, ...] = Field(default=DEFAULT_LEVELS, description="JSON in the environment: [1,8,32]")
     serving_requests_per_level: int | None = Field(default=None, ge=1)
     serving_prompt_tokens: int = Field(default=512, ge=1)
     serving_output_tokens: int = Field(default=256, ge=1)

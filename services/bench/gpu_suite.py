@@ -221,6 +221,7 @@ class TorchCudaBackend:
         self.torch = torch
         self.cuda = torch.device("cuda:0")
         torch.cuda.set_device(self.cuda)
+        self.host_memory = "pinned"
 
     def _dtype(self, dtype: str) -> Any:
         return {"bf16": self.torch.bfloat16, "fp16": self.torch.float16}[dtype]
@@ -240,6 +241,7 @@ class TorchCudaBackend:
             "capability": f"{props.major}.{props.minor}",
             "memory_gib": f"{props.total_memory / (1 << 30):.1f}",
             "multiprocessors": str(props.multi_processor_count),
+            "host_memory": self.host_memory,
         }
         facts.update(nvidia_smi_facts())
         return facts
@@ -317,6 +319,7 @@ class TorchCudaBackend:
         except RuntimeError:  # some containers cannot pin this much; pageable copies are slower but honest
             host = torch.from_numpy(pattern.copy())
             back = torch.empty(nbytes, dtype=torch.uint8)
+            self.host_memory = "pageable"
         device_buffer = torch.empty(nbytes, dtype=torch.uint8, device=self.cuda)
         to_device_s = self._timed(lambda: device_buffer.copy_(host, non_blocking=True), min_time_s / 2)
         to_host_s = self._timed(lambda: back.copy_(device_buffer, non_blocking=True), min_time_s / 2)
