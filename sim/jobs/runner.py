@@ -19,6 +19,8 @@ from typing import Any
 import httpx
 import nats
 
+from services.bench.references import reference_for
+from services.bench.report import SuiteReport
 from shared.bus import event_headers, nats_connect_options
 from shared.clock import Clock
 from shared.contract import QueueDepth, QueueSnapshot, TaskEvent
@@ -40,6 +42,9 @@ class JobRunConfig:
     instance_poll_s: float = 60.0
     drain_limit_s: float = 4 * 3600.0  # after the trace, stop once the queue is empty or after this long
     summary_path: Path | None = None
+    # where a booting machine files its GPU suite report (bench's intake), as vast's onstart would make it
+    bench_report_url: str | None = None
+    bench_report_token: str | None = None
 
 
 def window_of(arrivals: list[int], start_minute: int, minutes: int | None, scale: float) -> list[int]:
@@ -106,6 +111,7 @@ class JobRunner:
         self.config = config
         self.world = JobWorld()
         self.running_since: dict[int, datetime] = {}
+        self.reported: set[int] = set()
 
     async def run(self) -> dict[str, Any]:
         nc = await nats.connect(**nats_connect_options(self.settings), max_reconnect_attempts=-1)
@@ -160,7 +166,39 @@ class JobRunner:
             per_gpu = reference_tasks_per_h(gpu_model) or REFERENCE_TASKS_PER_H
             speed = factors.get(instance_id, 1.0)
             up[instance_id] = (gpu_model, per_gpu * int(instance.get("num_gpus") or 1) * speed)
+            if instance_id not in self.reported:
+                self.reported.add(instance_id)
+                await self._report_benchmark(instance_id, gpu_model, speed, now)
         self.world.set_workers(up)
+
+    async def _report_benchmark(self, instance_id: int, gpu_name: str, speed: float, now: datetime) -> None:
+        """What the instance's onstart suite would report: its model's reference, scaled by the machine's truth."""
+        url, token = self.config.bench_report_url, self.config.bench_report_token
+        if not url or not token:
+            return
+        reference = reference_for(gpu_name)
+        expected = reference.expected_metrics() if reference else {}
+        report = SuiteReport(
+            instance_id=instance_id,
+            device="cuda",
+            gpu_name=gpu_name,
+            gpu_count=1,
+            metrics={name: value * speed for name, value in expected.items()},
+            checks={"matmul_bf16": True, "matmul_fp16": True, "memory_copy": True, "host_copy": True},
+            started_at=now,
+            duration_s=60.0,
+        )
+        try:
+            async with httpx.AsyncClient(timeout=10.0) as client:
+                response = await client.post(
+                    url, content=report.model_dump_json(by_alias=True), headers={"Authorization": f"Bearer {token}"}
+                )
+            if response.status_code >= 300:
+                log.warning(
+                    "bench report for %s refused: %s %s", instance_id, response.status_code, response.text[:200]
+                )
+        except httpx.HTTPError as error:
+            log.warning("bench report for %s not delivered: %r", instance_id, error)
 
     async def _publish(self, js: Any, steps: list[TaskStep]) -> None:
         stream = DEMAND.name(self.settings.subjects)
