@@ -168,6 +168,16 @@ async def test_stalled_workers_raise_a_p0_trigger_and_the_fleet_snapshot_counts(
         first = await signal_from(js, settings, sim_clock, now + timedelta(seconds=1))
         # work is seen waiting from now on; nothing completes for a quarter of an hour
         signal = await signal_from(js, settings, sim_clock, now + timedelta(minutes=16))
+        stalled_subject = subjects.trigger("p0", TriggerReason.WORKERS_STALLED)
+
+        async def trigger() -> Trigger | None:
+            try:
+                raw = await js.get_last_msg(TRIGGERS.name(subjects), stalled_subject)
+            except NotFoundError:
+                return None
+            return Trigger.model_validate_json(raw.data)
+
+        stalled = await eventually(trigger)
     finally:
         await app.stop()
     assert first.fleet_capacity_tasks_per_h == 3 * 120  # fleet's producing instances, read from LATEST
@@ -175,6 +185,5 @@ async def test_stalled_workers_raise_a_p0_trigger_and_the_fleet_snapshot_counts(
     assert signal.state == DemandState.WORKERS_STALLED
     assert signal.pending_tasks == 59
     assert "no completion for 16 min" in signal.explanation
-    raw = await js.get_last_msg(TRIGGERS.name(subjects), subjects.trigger("p0", TriggerReason.WORKERS_STALLED))
-    trigger = Trigger.model_validate_json(raw.data)
-    assert trigger.priority == "p0" and trigger.source == "demand"
+    assert stalled.priority == "p0" and stalled.source == "demand"
+    assert "59 tasks pending" in stalled.detail

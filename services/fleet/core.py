@@ -1,0 +1,608 @@
+"""fleet's pure core: every instance's life from provisioner, task and bench events, judged at a given time.
+
+Inputs are contract models plus `now`; outputs are transitions and alerts. Time-in-state limits are checked
+with a heap of deadlines, so `check(now)` costs only the instances whose deadline has come, and no event
+scans the whole fleet.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from services.fleet.config import FleetSettings
+from services.fleet.lifecycle import ARRIVING, allowed, is_backwards
+from services.fleet.lines import format_line
+from shared.contract import (
+    BenchResult,
+    DrainInstance,
+    FailureReason,
+    FleetSnapshot,
+    InstanceLine,
+    InstanceObserved,
+    InstanceState,
+    QueueSnapshot,
+    TaskEvent,
+    TriggerReason,
+)
+
+S = InstanceState
+SOURCE = "fleet"
+STATE_VERSION = 1
+# vast's own view is coarser than ours: "running" is all it can say about these
+RUNNING_REFINEMENTS = frozenset({S.REGISTERED, S.BENCHMARKED, S.PRODUCING, S.DRAINING})
+SILENCE_JUDGED = frozenset({S.BENCHMARKED, S.PRODUCING})
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    at_s: float
+    from_state: InstanceState | None
+    to_state: InstanceState
+    detail: str
+    applied: bool  # False: a move the table does not allow (backwards or sideways), recorded and ignored
+
+    def to_list(self) -> list[Any]:
+        from_state = self.from_state.value if self.from_state else None
+        return [self.at_s, from_state, self.to_state.value, self.detail, self.applied]
+
+    @classmethod
+    def from_list(cls, values: list[Any]) -> HistoryEntry:
+        at_s, from_state, to_state, detail, applied = values
+        return cls(at_s, S(from_state) if from_state else None, S(to_state), detail, applied)
+
+
+@dataclass
+class InstanceRecord:
+    instance_id: int
+    state: InstanceState
+    created_at_s: float
+    state_since_s: float
+    failure_reason: FailureReason | None = None
+    history: list[HistoryEntry] = field(default_factory=list)
+    gpu_model: str | None = None
+    num_gpus: int = 1
+    price_usd_per_h: float = 0.0
+    host_id: int | None = None
+    machine_id: int | None = None
+    vast_status: str | None = None
+    label: str | None = None
+    workers: list[str] = field(default_factory=list)
+    last_task_at_s: float | None = None
+    tasks_completed: int = 0
+    producing_since_s: float | None = None
+    bench_verdict: str | None = None
+    # completions in the current and previous throughput window (a sliding-window estimate)
+    window_start_s: float = 0.0
+    window_count: int = 0
+    previous_window_count: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instance_id": self.instance_id,
+            "state": self.state.value,
+            "created_at_s": self.created_at_s,
+            "state_since_s": self.state_since_s,
+            "failure_reason": self.failure_reason.value if self.failure_reason else None,
+            "history": [entry.to_list() for entry in self.history],
+            "gpu_model": self.gpu_model,
+            "num_gpus": self.num_gpus,
+            "price_usd_per_h": self.price_usd_per_h,
+            "host_id": self.host_id,
+            "machine_id": self.machine_id,
+            "vast_status": self.vast_status,
+            "label": self.label,
+            "workers": self.workers,
+            "last_task_at_s": self.last_task_at_s,
+            "tasks_completed": self.tasks_completed,
+            "producing_since_s": self.producing_since_s,
+            "bench_verdict": self.bench_verdict,
+            "window": [self.window_start_s, self.window_count, self.previous_window_count],
+        }
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> InstanceRecord:
+        window_start_s, window_count, previous_window_count = values["window"]
+        reason = values["failure_reason"]
+        return cls(
+            instance_id=values["instance_id"],
+            state=S(values["state"]),
+            created_at_s=values["created_at_s"],
+            state_since_s=values["state_since_s"],
+            failure_reason=FailureReason(reason) if reason else None,
+            history=[HistoryEntry.from_list(entry) for entry in values["history"]],
+            gpu_model=values["gpu_model"],
+            num_gpus=values["num_gpus"],
+            price_usd_per_h=values["price_usd_per_h"],
+            host_id=values["host_id"],
+            machine_id=values["machine_id"],
+            vast_status=values["vast_status"],
+            label=values["label"],
+            workers=list(values["workers"]),
+            last_task_at_s=values["last_task_at_s"],
+            tasks_completed=values["tasks_completed"],
+            producing_since_s=values["producing_since_s"],
+            bench_verdict=values["bench_verdict"],
+            window_start_s=window_start_s,
+            window_count=window_count,
+            previous_window_count=previous_window_count,
+        )
+
+
+@dataclass(frozen=True)
+class Transition:
+    instance_id: int
+    from_state: InstanceState | None
+    to_state: InstanceState
+    at: datetime
+    failure_reason: FailureReason | None
+    detail: str
+    gpu_model: str | None
+    price_usd_per_h: float
+    host_id: int | None
+    machine_id: int | None
+
+
+@dataclass(frozen=True)
+class Alert:
+    reason: TriggerReason
+    detail: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Tick:
+    transitions: list[Transition]
+    alerts: list[Alert]
+
+
+class FleetCore:
+    def __init__(self, config: FleetSettings | None = None) -> None:
+        self.config = config or FleetSettings()
+        self.instances: dict[int, InstanceRecord] = {}
+        self.worker_instance: dict[str, int] = {}
+        self.counts: dict[InstanceState, int] = {state: 0 for state in InstanceState}
+        self._deadlines: list[tuple[float, int, int, InstanceState]] = []
+        self._order = itertools.count()
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self.dirty: set[int] = set()  # instances changed since the adapter last saved them
+        self.purged: set[int] = set()  # gone instances forgotten since the last save
+        self.changed = False  # anything a snapshot shows changed since the adapter last published one
+        self.ignored_moves = 0  # moves the table refused (backwards or sideways), for the metric
+        # what the queue says, for judging silence
+        self.queue_pending: int | None = None
+        self.queue_at_s: float | None = None
+        self.queued_since_s: float | None = None
+        # for "all producers silent": the latest sign of life from any producer
+        self.last_producer_event_s: float | None = None
+        self.producing_entered_s: float | None = None
+        self.silence_alerted = False
+        # set on a restart: silence is never measured from before we were watching again
+        self.watching_since_s: float | None = None
+
+    # ---- inputs -------------------------------------------------------------------------------------------
+    def observe_instance(self, observed: InstanceObserved, now: datetime) -> list[Transition]:
+        """The provisioner's view: attributes always update; the state moves only forward."""
+        at_s = self._at(observed.occurred_at, now)
+        record = self.instances.get(observed.instance_id)
+        if record is None:
+            record = self._new(observed.instance_id, observed.state, at_s)
+            self._update_attributes(record, observed)
+            if observed.state == S.FAILED:
+                record.failure_reason = observed.failure_reason or FailureReason.VAST_ERROR
+            detail = "adopted by reconciliation" if observed.adopted else "first seen by the provisioner"
+            return [self._enter(record, None, observed.state, at_s, detail)]
+        self._update_attributes(record, observed)
+        self._touch(record)
+        target = observed.state
+        if target == S.RUNNING and record.state in RUNNING_REFINEMENTS:
+            return []  # vast says running; we know more
+        reason = (observed.failure_reason or FailureReason.VAST_ERROR) if target == S.FAILED else None
+        detail = f"provisioner: vast {observed.vast_actual_status or '-'}"
+        if observed.vast_status_msg:
+            detail += f" ({observed.vast_status_msg[:200]})"
+        return self._move(record, target, at_s, detail, reason)
+
+    def observe_task(self, event: TaskEvent, now: datetime) -> list[Transition]:
+        """A worker's first event registers its instance; a completion marks it producing."""
+        if not self._first_time(event.event_id):
+            return []
+        instance_id = event.instance_id
+        if instance_id is None and event.worker_id is not None:
+            instance_id = self.worker_instance.get(event.worker_id)
+        if instance_id is None:
+            return []  # a worker outside the fleet (or one that never said where it runs)
+        at_s = self._at(event.occurred_at, now)
+        transitions: list[Transition] = []
+        record = self.instances.get(instance_id)
+        worker = event.worker_id or f"instance-{instance_id}"
+        if record is None:
+            record = self._new(instance_id, S.REGISTERED, at_s)
+            record.gpu_model = event.gpu_model
+            transitions.append(self._enter(record, None, S.REGISTERED, at_s, f"first task event from {worker}"))
+        elif record.state in (S.REQUESTED, S.LOADING, S.RUNNING):
+            transitions += self._move(record, S.REGISTERED, at_s, f"first task event from {worker}")
+        if event.worker_id is not None and event.worker_id not in self.worker_instance:
+            self.worker_instance[event.worker_id] = instance_id
+            record.workers.append(event.worker_id)
+        if record.gpu_model is None and event.gpu_model:
+            record.gpu_model = event.gpu_model
+        if record.last_task_at_s is None or at_s > record.last_task_at_s:
+            record.last_task_at_s = at_s
+        if record.state == S.PRODUCING:
+            self._producer_spoke(at_s)
+        if event.kind == "completed":
+            record.tasks_completed += 1
+            self._count_completion(record, at_s)
+            if record.state in (S.REGISTERED, S.BENCHMARKED):
+                transitions += self._move(record, S.PRODUCING, at_s, f"first completed task ({event.task_id})")
+                self._producer_spoke(at_s)
+        self._touch(record)
+        return transitions
+
+    def observe_bench(self, result: BenchResult, now: datetime) -> list[Transition]:
+        if result.kind != "gpu" or result.instance_id is None:
+            return []
+        record = self.instances.get(result.instance_id)
+        if record is None:
+            return []
+        at_s = self._at(result.occurred_at, now)
+        record.bench_verdict = result.verdict
+        self._touch(record)
+        detail = f"bench {result.verdict}: {result.explanation[:200]}"
+        if result.verdict == "fail":
+            return self._move(record, S.FAILED, at_s, detail, FailureReason.BENCH_FAILED)
+        return self._move(record, S.BENCHMARKED, at_s, detail)
+
+    def drain(self, command: DrainInstance, now: datetime) -> list[Transition]:
+        record = self.instances.get(command.instance_id)
+        if record is None:
+            return []
+        at_s = self._at(command.occurred_at, now)
+        return self._move(record, S.DRAINING, at_s, f"drain ({command.reason.value}, by {command.requested_by})")
+
+    def observe_queue(self, snapshot: QueueSnapshot, now: datetime) -> None:
+        at_s = self._at(snapshot.occurred_at, now)
+        if self.queue_at_s is not None and at_s < self.queue_at_s:
+            return
+        pending = sum(depth.pending for depth in snapshot.queues)
+        if pending > 0 and not self.queue_pending:
+            self.queued_since_s = at_s
+        elif pending == 0:
+            self.queued_since_s = None
+        self.queue_pending, self.queue_at_s = pending, at_s
+
+    # ---- time -----------------------------------------------------------------------------------------------
+    def check(self, now: datetime) -> Tick:
+        """Judge time in state: stuck loading, never registered, silent (dead); forget long-gone instances."""
+        now_s = now.timestamp()
+        transitions: list[Transition] = []
+        while self._deadlines and self._deadlines[0][0] <= now_s:
+            _, _, instance_id, state = heapq.heappop(self._deadlines)
+            record = self.instances.get(instance_id)
+            if record is None or record.state != state:
+                continue  # it moved on since this deadline was set
+            due_s, reason, detail = self._due(record, now_s)
+            if due_s > now_s:
+                self._schedule(record, due_s)
+            elif state == S.GONE:
+                self._forget(record)
+            elif reason is not None:
+                transitions += self._move(record, S.FAILED, now_s, detail, reason)
+        return Tick(transitions, self._silence(now_s))
+
+    def tasks_queued(self, now_s: float) -> bool:
+        return bool(
+            self.queue_pending and self.queue_at_s is not None and now_s - self.queue_at_s <= self.config.queue_stale_s
+        )
+
+    # ---- outputs ---------------------------------------------------------------------------------------------
+    def lines(self, now: datetime) -> list[InstanceLine]:
+        now_s = now.timestamp()
+        lines = []
+        for record in sorted(self.instances.values(), key=lambda r: r.instance_id):
+            if record.state == S.GONE:
+                continue
+            throughput = self.throughput(record, now_s)
+            lines.append(
+                InstanceLine(
+                    instance_id=record.instance_id,
+                    state=record.state,
+                    failure_reason=record.failure_reason,
+                    vast_status=record.vast_status,
+                    gpu_model=record.gpu_model,
+                    num_gpus=record.num_gpus,
+                    price_usd_per_h=record.price_usd_per_h,
+                    host_id=record.host_id,
+                    machine_id=record.machine_id,
+                    created_at=_utc(record.created_at_s),
+                    state_since=_utc(record.state_since_s),
+                    last_task_at=_utc(record.last_task_at_s) if record.last_task_at_s is not None else None,
+                    tasks_completed=record.tasks_completed,
+                    throughput_tasks_per_h=throughput,
+                    bench_verdict=record.bench_verdict,
+                    line=format_line(record, now_s, throughput),
+                )
+            )
+        return lines
+
+    def snapshot(self, now: datetime) -> FleetSnapshot:
+        lines = self.lines(now)
+        return FleetSnapshot(
+            occurred_at=now,
+            source=SOURCE,
+            instances=lines,
+            counts_by_state={state: n for state, n in self.counts.items() if n and state != S.GONE},
+            spend_usd_per_h=round(sum(line.price_usd_per_h for line in lines), 6),
+            producing_instances=self.counts[S.PRODUCING],
+            arriving_instances=sum(self.counts[state] for state in ARRIVING),
+        )
+
+    def throughput(self, record: InstanceRecord, now_s: float) -> float | None:
+        """Tasks/h over the last window: the previous window's count weighted by how much of it still overlaps."""
+        if record.tasks_completed == 0 or record.state in (S.GONE, S.FAILED):
+            return None
+        window_s = self.config.throughput_window_s
+        start_s, current, previous = self._rolled(record, now_s)
+        overlap = max(0.0, 1.0 - (now_s - start_s) / window_s)
+        estimate = current + previous * overlap
+        since_s = record.producing_since_s if record.producing_since_s is not None else record.created_at_s
+        span_s = min(window_s, max(now_s - since_s, 60.0))
+        return estimate * 3600 / span_s
+
+    # ---- persistence -------------------------------------------------------------------------------------
+    def take_changes(self) -> tuple[list[dict[str, Any]], list[int]]:
+        """Records to save and ids to delete since the last call."""
+        saved = [self.instances[i].to_dict() for i in sorted(self.dirty) if i in self.instances]
+        deleted = sorted(self.purged)
+        self.dirty.clear()
+        self.purged.clear()
+        return saved, deleted
+
+    def meta_state(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "queue_pending": self.queue_pending,
+            "queue_at_s": self.queue_at_s,
+            "queued_since_s": self.queued_since_s,
+            "last_producer_event_s": self.last_producer_event_s,
+            "producing_entered_s": self.producing_entered_s,
+            "silence_alerted": self.silence_alerted,
+        }
+
+    @classmethod
+    def from_state(
+        cls,
+        records: list[dict[str, Any]],
+        meta: dict[str, Any] | None,
+        now: datetime,
+        config: FleetSettings | None = None,
+    ) -> FleetCore:
+        """Rebuild after a restart: one record per instance id, deadlines re-armed, silence measured from now."""
+        core = cls(config)
+        for values in records:
+            record = InstanceRecord.from_dict(values)
+            core.instances[record.instance_id] = record
+            if record.state != S.GONE:
+                core.counts[record.state] += 1
+            for worker in record.workers:
+                core.worker_instance[worker] = record.instance_id
+            core._schedule(record, core._first_deadline(record))
+        if meta is not None:
+            if meta.get("version") != STATE_VERSION:
+                raise ValueError(f"fleet state version {meta.get('version')!r} is not {STATE_VERSION}")
+            core.queue_pending = meta["queue_pending"]
+            core.queue_at_s = meta["queue_at_s"]
+            core.queued_since_s = meta["queued_since_s"]
+            core.last_producer_event_s = meta["last_producer_event_s"]
+            core.producing_entered_s = meta["producing_entered_s"]
+            core.silence_alerted = meta["silence_alerted"]
+        # task events seen while we were down may not all have been saved: give every worker a fresh hearing
+        core.watching_since_s = now.timestamp()
+        core.changed = True
+        return core
+
+    # ---- internals ----------------------------------------------------------------------------------------
+    def _at(self, occurred_at: datetime, now: datetime) -> float:
+        """An event's moment, never in the future (a producer's clock running ahead)."""
+        return min(occurred_at.timestamp(), now.timestamp())
+
+    def _first_time(self, event_id: str) -> bool:
+        if event_id in self._seen:
+            return False
+        self._seen[event_id] = None
+        if len(self._seen) > self.config.seen_event_ids:
+            self._seen.popitem(last=False)
+        return True
+
+    def _new(self, instance_id: int, state: InstanceState, at_s: float) -> InstanceRecord:
+        record = InstanceRecord(instance_id=instance_id, state=state, created_at_s=at_s, state_since_s=at_s)
+        self.instances[instance_id] = record
+        return record
+
+    def _touch(self, record: InstanceRecord) -> None:
+        self.dirty.add(record.instance_id)
+
+    def _update_attributes(self, record: InstanceRecord, observed: InstanceObserved) -> None:
+        record.price_usd_per_h = observed.price_usd_per_h
+        record.num_gpus = observed.num_gpus
+        record.gpu_model = observed.gpu_model or record.gpu_model
+        record.host_id = observed.host_id if observed.host_id is not None else record.host_id
+        record.machine_id = observed.machine_id if observed.machine_id is not None else record.machine_id
+        record.vast_status = observed.vast_actual_status
+        record.label = observed.label or record.label
+        self.changed = True
+
+    def _enter(
+        self,
+        record: InstanceRecord,
+        from_state: InstanceState | None,
+        to_state: InstanceState,
+        at_s: float,
+        detail: str,
+    ) -> Transition:
+        """Book-keeping shared by a first sighting and a move: counts, history, deadlines."""
+        if from_state is not None and from_state != S.GONE:
+            self.counts[from_state] -= 1
+        if to_state != S.GONE:
+            self.counts[to_state] += 1
+        record.state, record.state_since_s = to_state, at_s
+        if to_state != S.FAILED:
+            record.failure_reason = None
+        if to_state == S.PRODUCING:
+            record.producing_since_s = at_s
+            self.producing_entered_s = max(self.producing_entered_s or at_s, at_s)
+        record.history.append(HistoryEntry(at_s, from_state, to_state, detail, True))
+        self._schedule(record, self._first_deadline(record))
+        self._touch(record)
+        self.changed = True
+        return Transition(
+            instance_id=record.instance_id,
+            from_state=from_state,
+            to_state=to_state,
+            at=_utc(at_s),
+            failure_reason=record.failure_reason,
+            detail=detail[:500],
+            gpu_model=record.gpu_model,
+            price_usd_per_h=record.price_usd_per_h,
+            host_id=record.host_id,
+            machine_id=record.machine_id,
+        )
+
+    def _move(
+        self,
+        record: InstanceRecord,
+        to_state: InstanceState,
+        at_s: float,
+        detail: str,
+        reason: FailureReason | None = None,
+    ) -> list[Transition]:
+        from_state = record.state
+        if to_state == from_state:
+            return []
+        if not allowed(from_state, to_state):
+            kind = "backwards" if is_backwards(from_state, to_state) else "not allowed"
+            self._ignore(record, HistoryEntry(at_s, from_state, to_state, f"ignored ({kind}): {detail}", False))
+            return []
+        if to_state == S.FAILED:
+            record.failure_reason = reason
+        # a late event cannot date a move before the state it leaves began
+        return [self._enter(record, from_state, to_state, max(at_s, record.state_since_s), detail)]
+
+    def _ignore(self, record: InstanceRecord, entry: HistoryEntry) -> None:
+        last = record.history[-1] if record.history else None
+        repeated = last is not None and (last.from_state, last.to_state) == (entry.from_state, entry.to_state)
+        if repeated and last is not None and not last.applied:
+            return  # the provisioner repeating itself every poll is one record, not hundreds
+        record.history.append(entry)
+        self.ignored_moves += 1
+        ignored = [i for i, e in enumerate(record.history) if not e.applied]
+        if len(ignored) > self.config.ignored_moves_kept:
+            del record.history[ignored[0]]
+        self._touch(record)
+
+    def _first_deadline(self, record: InstanceRecord) -> float:
+        """A lower bound of when this state could need action (refined when it comes due)."""
+        limits = {
+            S.REQUESTED: self.config.stuck_loading_s,
+            S.LOADING: self.config.stuck_loading_s,
+            S.RUNNING: self.config.never_registered_s,
+            S.BENCHMARKED: self.config.silent_dead_s,
+            S.PRODUCING: self.config.silent_dead_s,
+            S.GONE: self.config.gone_retention_s,
+        }
+        limit = limits.get(record.state)
+        return float("inf") if limit is None else record.state_since_s + limit
+
+    def _schedule(self, record: InstanceRecord, due_s: float) -> None:
+        if due_s != float("inf"):
+            heapq.heappush(self._deadlines, (due_s, next(self._order), record.instance_id, record.state))
+
+    def _due(self, record: InstanceRecord, now_s: float) -> tuple[float, FailureReason | None, str]:
+        c = self.config
+        since = record.state_since_s
+        if record.state in (S.REQUESTED, S.LOADING):
+            detail = f"{record.state.value} for {c.stuck_loading_s / 3600:g} h"
+            return since + c.stuck_loading_s, FailureReason.STUCK_LOADING, detail
+        if record.state == S.RUNNING:
+            return (
+                since + c.never_registered_s,
+                FailureReason.NEVER_REGISTERED,
+                (f"running {c.never_registered_s / 60:g} min and no worker registered"),
+            )
+        if record.state in SILENCE_JUDGED:
+            if not self.tasks_queued(now_s):
+                return now_s + c.silent_dead_s, None, ""  # nothing waiting: silence means nothing
+            heard_s = max(
+                record.last_task_at_s or since, since, self.queued_since_s or since, self.watching_since_s or since
+            )
+            return (
+                heard_s + c.silent_dead_s,
+                FailureReason.DEAD,
+                (f"no task event for {c.silent_dead_s / 60:g} min while {self.queue_pending} tasks were queued"),
+            )
+        if record.state == S.GONE:
+            return since + c.gone_retention_s, None, ""
+        return float("inf"), None, ""
+
+    def _forget(self, record: InstanceRecord) -> None:
+        del self.instances[record.instance_id]
+        for worker in record.workers:
+            if self.worker_instance.get(worker) == record.instance_id:
+                del self.worker_instance[worker]
+        self.dirty.discard(record.instance_id)
+        self.purged.add(record.instance_id)
+
+    def _producer_spoke(self, at_s: float) -> None:
+        if self.last_producer_event_s is None or at_s > self.last_producer_event_s:
+            self.last_producer_event_s = at_s
+
+    def _silence(self, now_s: float) -> list[Alert]:
+        """One alert per episode of every producer silent while tasks are queued."""
+        if self.counts[S.PRODUCING] == 0 or not self.tasks_queued(now_s):
+            self.silence_alerted = False
+            return []
+        heard_s = max(
+            self.last_producer_event_s or 0.0,
+            self.queued_since_s or 0.0,
+            self.producing_entered_s or 0.0,
+            self.watching_since_s or 0.0,
+        )
+        silent_s = now_s - heard_s
+        if silent_s < self.config.all_silent_s:
+            self.silence_alerted = False
+            return []
+        if self.silence_alerted:
+            return []
+        self.silence_alerted = True
+        detail = (
+            f"all {self.counts[S.PRODUCING]} producing instances silent for {silent_s / 60:.0f} min"
+            f" with {self.queue_pending} tasks queued"
+        )
+        return [Alert(TriggerReason.ALL_PRODUCERS_SILENT, detail, _utc(now_s))]
+
+    def _count_completion(self, record: InstanceRecord, at_s: float) -> None:
+        start_s, current, previous = self._rolled(record, at_s)
+        if at_s >= start_s:
+            current += 1
+        elif at_s >= start_s - self.config.throughput_window_s:
+            previous += 1  # a late completion still belongs to the previous window
+        record.window_start_s, record.window_count, record.previous_window_count = start_s, current, previous
+
+    def _rolled(self, record: InstanceRecord, at_s: float) -> tuple[float, int, int]:
+        """The instance's throughput windows as they stand at `at_s` (aligned to the window length)."""
+        window_s = self.config.throughput_window_s
+        start_s = record.window_start_s
+        if at_s < start_s + window_s:
+            return start_s, record.window_count, record.previous_window_count
+        aligned_s = (at_s // window_s) * window_s
+        previous = record.window_count if aligned_s - start_s < 2 * window_s else 0
+        return aligned_s, 0, previous
+
+
+def _utc(at_s: float) -> datetime:
+    return datetime.fromtimestamp(at_s, UTC)

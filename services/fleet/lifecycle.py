@@ -1,0 +1,128 @@
+"""The instance lifecycle as one transition table, and which transitions wake the decider how urgently.
+
+Each state maps to the states it may move to, with the real-world event behind every edge (after Ray
+autoscaler v2's instance manager). Anything not in the table is recorded on the instance and ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from shared.contract import FailureReason, InstanceState, TriggerPriority, TriggerReason
+
+S = InstanceState
+
+TRANSITIONS: Mapping[InstanceState, frozenset[InstanceState]] = {
+    S.REQUESTED: frozenset(
+        {
+            S.LOADING,  # vast accepted the rent; the host is pulling the image
+            S.RUNNING,  # the provisioner's first poll already finds the container running
+            S.REGISTERED,  # a worker reported before the provisioner's poll caught up
+            S.FAILED,  # vast refused or errored the create (vast_error), or it never loaded (stuck_loading)
+            S.GONE,  # destroyed before it ever loaded
+        }
+    ),
+    S.LOADING: frozenset(
+        {
+            S.RUNNING,  # the container started
+            S.REGISTERED,  # a worker reported before the provisioner's poll saw it running
+            S.FAILED,  # loading for hours (stuck_loading) or an error in vast's status message (vast_error)
+            S.GONE,  # destroyed while loading
+        }
+    ),
+    S.RUNNING: frozenset(
+        {
+            S.REGISTERED,  # the job system's worker on it sent its first task event
+            S.BENCHMARKED,  # the on-start benchmark reported before the worker's first task event
+            S.DRAINING,  # the decider drained it before it registered
+            S.FAILED,  # running but no worker ever registered (never_registered), or it went offline (lost)
+            S.GONE,  # stopped or destroyed
+        }
+    ),
+    S.REGISTERED: frozenset(
+        {
+            S.BENCHMARKED,  # the benchmark passed (pass or degraded)
+            S.PRODUCING,  # it completed a task before the benchmark verdict came back
+            S.DRAINING,  # the decider drained it
+            S.FAILED,  # the benchmark failed (bench_failed), or vast lost it (lost)
+            S.GONE,  # stopped or destroyed
+        }
+    ),
+    S.BENCHMARKED: frozenset(
+        {
+            S.PRODUCING,  # it completed its first task
+            S.DRAINING,  # the decider drained it
+            S.FAILED,  # silent while tasks were queued (dead), or lost
+            S.GONE,  # stopped or destroyed
+        }
+    ),
+    S.PRODUCING: frozenset(
+        {
+            S.DRAINING,  # the decider drained it: no longer counted as capacity
+            S.FAILED,  # silent while tasks were queued (dead), a late failing benchmark, or lost
+            S.GONE,  # stopped or destroyed (killed, if nobody drained it first)
+        }
+    ),
+    S.DRAINING: frozenset(
+        {
+            S.FAILED,  # vast lost it while it drained (lost)
+            S.GONE,  # the provisioner stopped or destroyed it once drained
+        }
+    ),
+    S.FAILED: frozenset(
+        {
+            S.GONE,  # destroyed (the decider's cleanup) or no longer listed by vast
+        }
+    ),
+    S.GONE: frozenset(),  # terminal: a late observation cannot bring it back
+}
+
+# How far along its life an instance is: every edge of the table climbs it, so nothing moves backwards.
+ORDER: Mapping[InstanceState, int] = {
+    S.REQUESTED: 0,
+    S.LOADING: 1,
+    S.RUNNING: 2,
+    S.REGISTERED: 3,
+    S.BENCHMARKED: 4,
+    S.PRODUCING: 5,
+    S.DRAINING: 6,
+    S.FAILED: 7,
+    S.GONE: 8,
+}
+
+# States the decider counts as capacity on its way (not yet producing).
+ARRIVING = frozenset({S.REQUESTED, S.LOADING, S.RUNNING, S.REGISTERED, S.BENCHMARKED})
+
+# vast's actual_status that each state implies; anything else is shown on the instance's line.
+EXPECTED_VAST_STATUS: Mapping[InstanceState, frozenset[str | None]] = {
+    S.REQUESTED: frozenset({None, "created"}),
+    S.LOADING: frozenset({"created", "loading"}),
+    S.RUNNING: frozenset({"running"}),
+    S.REGISTERED: frozenset({"running"}),
+    S.BENCHMARKED: frozenset({"running"}),
+    S.PRODUCING: frozenset({"running"}),
+    S.DRAINING: frozenset({"running"}),
+    S.FAILED: frozenset(),
+    S.GONE: frozenset(),
+}
+
+
+def allowed(from_state: InstanceState, to_state: InstanceState) -> bool:
+    return to_state in TRANSITIONS[from_state]
+
+
+def is_backwards(from_state: InstanceState, to_state: InstanceState) -> bool:
+    return ORDER[to_state] < ORDER[from_state]
+
+
+def trigger_for(
+    from_state: InstanceState | None, to_state: InstanceState, reason: FailureReason | None
+) -> tuple[TriggerPriority, TriggerReason]:
+    """P0 when capacity appears or disappears unplanned; P1 for the rest (the decider debounces those)."""
+    if to_state == S.RUNNING:
+        return "p0", TriggerReason.INSTANCE_RUNNING
+    if to_state == S.FAILED:
+        return "p0", TriggerReason.INSTANCE_DEAD if reason == FailureReason.DEAD else TriggerReason.INSTANCE_FAILED
+    if to_state == S.GONE and from_state not in (None, S.DRAINING, S.FAILED):
+        return "p0", TriggerReason.INSTANCE_FAILED  # killed: gone without being drained first
+    return "p1", TriggerReason.INSTANCE_TRANSITION

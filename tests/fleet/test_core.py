@@ -1,0 +1,319 @@
+"""fleet's pure core at simulated time: a machine's life, the limits that judge it, the lines people read."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from services.fleet.config import FleetSettings
+from services.fleet.core import FleetCore, InstanceRecord
+from services.fleet.lines import format_line
+from shared.contract import (
+    BenchResult,
+    DrainInstance,
+    FailureReason,
+    InstanceObserved,
+    InstanceState,
+    QueueDepth,
+    QueueSnapshot,
+    RemovalReason,
+    TaskEvent,
+    TriggerReason,
+)
+
+S = InstanceState
+T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+ID = 33032712
+
+
+def observed(state: InstanceState, at: datetime, instance_id: int = ID, **kwargs: object) -> InstanceObserved:
+    fields: dict[str, object] = {"gpu_model": "RTX 4090", "price_usd_per_h": 0.5, "vast_actual_status": state.value}
+    fields.update(kwargs)
+    return InstanceObserved(
+        occurred_at=at,
+        source="provisioner",
+        instance_id=instance_id,
+        state=state,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def task(kind: str, at: datetime, instance_id: int = ID, task_id: str | None = None) -> TaskEvent:
+    return TaskEvent(
+        occurred_at=at,
+        source="jobs",
+        kind=kind,  # type: ignore[arg-type]
+        task_id=task_id or f"{kind}-{at.timestamp()}",
+        worker_id=f"worker-{instance_id}",
+        instance_id=instance_id,
+        gpu_model="RTX 4090",
+    )
+
+
+def bench(verdict: str, at: datetime, instance_id: int = ID) -> BenchResult:
+    return BenchResult(
+        occurred_at=at,
+        source="bench",
+        instance_id=instance_id,
+        kind="gpu",
+        device="cuda",
+        verdict=verdict,  # type: ignore[arg-type]
+    )
+
+
+def queue(pending: int, at: datetime) -> QueueSnapshot:
+    return QueueSnapshot(
+        occurred_at=at, source="jobs", queues=[QueueDepth(task_type="prove", pending=pending, running=0)]
+    )
+
+
+def producing(core: FleetCore, at: datetime, instance_id: int = ID) -> datetime:
+    """Walk one instance to producing; returns the moment it got there."""
+    core.observe_instance(observed(S.REQUESTED, at, instance_id, vast_actual_status=None), at)
+    core.observe_instance(observed(S.LOADING, at + timedelta(minutes=1), instance_id), at + timedelta(minutes=1))
+    core.observe_instance(observed(S.RUNNING, at + timedelta(minutes=60), instance_id), at + timedelta(minutes=60))
+    core.observe_task(task("started", at + timedelta(minutes=65), instance_id), at + timedelta(minutes=65))
+    core.observe_bench(bench("pass", at + timedelta(minutes=70), instance_id), at + timedelta(minutes=70))
+    done = at + timedelta(minutes=75)
+    core.observe_task(task("completed", done, instance_id), done)
+    return done
+
+
+def test_a_machine_lives_requested_to_gone_with_a_timestamp_on_every_step() -> None:
+    core = FleetCore()
+    steps = []
+    steps += core.observe_instance(observed(S.REQUESTED, T0, vast_actual_status=None), T0)
+    steps += core.observe_instance(observed(S.LOADING, T0 + timedelta(minutes=1)), T0 + timedelta(minutes=1))
+    steps += core.observe_instance(observed(S.RUNNING, T0 + timedelta(minutes=70)), T0 + timedelta(minutes=70))
+    steps += core.observe_task(task("started", T0 + timedelta(minutes=72)), T0 + timedelta(minutes=72))
+    steps += core.observe_bench(bench("degraded", T0 + timedelta(minutes=80)), T0 + timedelta(minutes=80))
+    steps += core.observe_task(task("completed", T0 + timedelta(minutes=84)), T0 + timedelta(minutes=84))
+    drain = DrainInstance(
+        occurred_at=T0 + timedelta(hours=5),
+        source="decider",
+        idempotency_key="drain-0001",
+        requested_by="policy",
+        instance_id=ID,
+        reason=RemovalReason.IDLE,
+    )
+    steps += core.drain(drain, T0 + timedelta(hours=5))
+    steps += core.observe_instance(
+        observed(S.GONE, T0 + timedelta(hours=5, minutes=10)), T0 + timedelta(hours=5, minutes=10)
+    )
+    assert [(t.from_state, t.to_state) for t in steps] == [
+        (None, S.REQUESTED),
+        (S.REQUESTED, S.LOADING),
+        (S.LOADING, S.RUNNING),
+        (S.RUNNING, S.REGISTERED),
+        (S.REGISTERED, S.BENCHMARKED),
+        (S.BENCHMARKED, S.PRODUCING),
+        (S.PRODUCING, S.DRAINING),
+        (S.DRAINING, S.GONE),
+    ]
+    assert [t.at for t in steps] == sorted(t.at for t in steps)
+    assert steps[2].at == T0 + timedelta(minutes=70)
+    assert core.instances[ID].bench_verdict == "degraded"
+    assert core.snapshot(T0 + timedelta(hours=6)).instances == []
+
+
+def test_a_backwards_observation_is_recorded_once_and_ignored() -> None:
+    core = FleetCore()
+    at = producing(core, T0)
+    for minute in range(5):  # the provisioner polls every minute and keeps saying "loading"
+        moment = at + timedelta(minutes=minute)
+        assert core.observe_instance(observed(S.LOADING, moment), moment) == []
+    record = core.instances[ID]
+    assert record.state == S.PRODUCING
+    ignored = [e for e in record.history if not e.applied]
+    assert len(ignored) == 1
+    assert (ignored[0].from_state, ignored[0].to_state) == (S.PRODUCING, S.LOADING)
+    assert "backwards" in ignored[0].detail
+    # "running" from vast is what a producing machine looks like there: nothing to record
+    core.observe_instance(observed(S.RUNNING, at), at)
+    assert len([e for e in core.instances[ID].history if not e.applied]) == 1
+
+
+def test_stuck_in_loading_fails_at_three_hours_and_not_before() -> None:
+    core = FleetCore()
+    core.observe_instance(observed(S.LOADING, T0), T0)
+    assert core.check(T0 + timedelta(hours=3) - timedelta(seconds=1)).transitions == []
+    tick = core.check(T0 + timedelta(hours=3))
+    assert [(t.to_state, t.failure_reason) for t in tick.transitions] == [(S.FAILED, FailureReason.STUCK_LOADING)]
+
+
+def test_running_but_never_registered_fails_at_45_minutes_and_not_before() -> None:
+    core = FleetCore()
+    core.observe_instance(observed(S.LOADING, T0), T0)
+    running_at = T0 + timedelta(minutes=50)
+    core.observe_instance(observed(S.RUNNING, running_at), running_at)
+    assert core.check(running_at + timedelta(minutes=45) - timedelta(seconds=1)).transitions == []
+    tick = core.check(running_at + timedelta(minutes=45))
+    assert [(t.to_state, t.failure_reason) for t in tick.transitions] == [(S.FAILED, FailureReason.NEVER_REGISTERED)]
+
+
+def test_a_registered_worker_stops_the_never_registered_clock() -> None:
+    core = FleetCore()
+    core.observe_instance(observed(S.RUNNING, T0), T0)
+    core.observe_task(task("started", T0 + timedelta(minutes=44)), T0 + timedelta(minutes=44))
+    assert core.check(T0 + timedelta(hours=2)).transitions == []
+    assert core.instances[ID].state == S.REGISTERED
+
+
+def test_a_producer_silent_while_tasks_are_queued_dies_at_the_limit_and_not_before() -> None:
+    core = FleetCore()
+    last = producing(core, T0)
+    minute = last
+    while minute < last + timedelta(minutes=20):
+        core.observe_queue(queue(30, minute), minute)
+        minute += timedelta(minutes=1)
+        if minute < last + timedelta(minutes=15):
+            assert core.check(minute).transitions == []
+    tick = core.check(last + timedelta(minutes=15))
+    assert [(t.to_state, t.failure_reason) for t in tick.transitions] == [(S.FAILED, FailureReason.DEAD)]
+
+
+def test_silence_with_an_empty_queue_or_a_stale_snapshot_is_not_death() -> None:
+    core = FleetCore()
+    last = producing(core, T0)
+    core.observe_queue(queue(0, last), last)
+    assert core.check(last + timedelta(hours=3)).transitions == []
+    # a queue snapshot saying "30 waiting" that is never refreshed: believed for 10 minutes only
+    stale_at = last + timedelta(hours=3)
+    core.observe_queue(queue(30, stale_at), stale_at)
+    assert core.check(stale_at + timedelta(hours=1)).transitions == []
+    assert core.instances[ID].state == S.PRODUCING
+
+
+def test_silence_counts_from_when_tasks_started_waiting() -> None:
+    core = FleetCore()
+    last = producing(core, T0)
+    core.observe_queue(queue(0, last), last)
+    core.check(last + timedelta(hours=1))
+    queued_at = last + timedelta(hours=1)
+    for minute in range(16):
+        moment = queued_at + timedelta(minutes=minute)
+        core.observe_queue(queue(8, moment), moment)
+        tick = core.check(moment)
+        assert (tick.transitions != []) == (minute >= 15)
+
+
+def test_all_producers_silent_alerts_once_per_episode() -> None:
+    core = FleetCore()
+    producing(core, T0, 1)
+    last = producing(core, T0, 2)
+    alerts = []
+    for minute in range(1, 14):
+        moment = last + timedelta(minutes=minute)
+        core.observe_queue(queue(59, moment), moment)
+        alerts += core.check(moment).alerts
+    assert [a.reason for a in alerts] == [TriggerReason.ALL_PRODUCERS_SILENT]
+    assert "all 2 producing instances silent for 10 min with 59 tasks queued" in alerts[0].detail
+    # one speaks again, then they fall silent once more: a new episode
+    spoke = last + timedelta(minutes=14)
+    core.observe_task(task("completed", spoke, 1), spoke)
+    assert core.check(spoke).alerts == []
+
+
+def test_a_failed_benchmark_fails_the_instance() -> None:
+    core = FleetCore()
+    core.observe_instance(observed(S.RUNNING, T0), T0)
+    core.observe_task(task("started", T0 + timedelta(minutes=5)), T0 + timedelta(minutes=5))
+    [transition] = core.observe_bench(bench("fail", T0 + timedelta(minutes=9)), T0 + timedelta(minutes=9))
+    assert (transition.to_state, transition.failure_reason) == (S.FAILED, FailureReason.BENCH_FAILED)
+
+
+def test_a_worker_on_an_unknown_instance_registers_it_and_the_provisioner_fills_in_the_price() -> None:
+    core = FleetCore()
+    [transition] = core.observe_task(task("started", T0, 77), T0)
+    assert (transition.from_state, transition.to_state) == (None, S.REGISTERED)
+    assert core.observe_instance(observed(S.RUNNING, T0, 77, price_usd_per_h=0.43), T0) == []
+    assert core.snapshot(T0).instances[0].price_usd_per_h == 0.43
+    # the worker id alone now names the instance
+    later = T0 + timedelta(minutes=3)
+    bare = TaskEvent(occurred_at=later, source="jobs", kind="completed", task_id="x", worker_id="worker-77")
+    assert [t.to_state for t in core.observe_task(bare, later)] == [S.PRODUCING]
+
+
+def test_a_redelivered_completion_counts_once() -> None:
+    core = FleetCore()
+    at = producing(core, T0)
+    event = task("completed", at + timedelta(seconds=30))
+    core.observe_task(event, at + timedelta(seconds=30))
+    core.observe_task(event, at + timedelta(seconds=31))
+    assert core.instances[ID].tasks_completed == 2  # the first completion plus this one
+
+
+def test_the_line_reads_like_the_example() -> None:
+    now_s = T0.timestamp()
+    record = InstanceRecord(
+        instance_id=33032712,
+        state=S.PRODUCING,
+        created_at_s=now_s - 2.3 * 3600,
+        state_since_s=now_s - 3600,
+        gpu_model="RTX 4090",
+        price_usd_per_h=0.5,
+        vast_status="running",
+    )
+    assert format_line(record, now_s, 118.0) == "#33032712 RTX 4090 producing $0.50/h 2.3h up 118 tasks/h"
+    record.state, record.failure_reason, record.vast_status = S.FAILED, FailureReason.STUCK_LOADING, "loading"
+    assert (
+        format_line(record, now_s, None) == "#33032712 RTX 4090 failed(stuck_loading) [vast: loading] $0.50/h 2.3h up"
+    )
+    record.state, record.failure_reason, record.vast_status, record.num_gpus = S.LOADING, None, "exited", 2
+    assert format_line(record, now_s, None) == "#33032712 2x RTX 4090 loading [vast: exited] $0.50/h 2.3h up"
+
+
+def test_measured_throughput_on_the_line() -> None:
+    core = FleetCore()
+    start = producing(core, T0)
+    for i in range(1, 240):  # one completion every 30 s for two hours
+        moment = start + timedelta(seconds=30 * i)
+        core.observe_task(task("completed", moment, task_id=f"c{i}"), moment)
+    now = start + timedelta(hours=2)
+    [line] = core.snapshot(now).instances
+    assert line.throughput_tasks_per_h == pytest.approx(120, rel=0.05)
+    assert line.line.endswith("tasks/h") and "producing $0.50/h 3.2h up" in line.line
+
+
+def test_snapshot_counts_spend_and_what_is_arriving() -> None:
+    core = FleetCore()
+    producing(core, T0, 1)
+    core.observe_instance(observed(S.LOADING, T0, 2, price_usd_per_h=0.4), T0)
+    core.observe_instance(observed(S.FAILED, T0, 3, failure_reason=FailureReason.VAST_ERROR, price_usd_per_h=0.3), T0)
+    core.observe_instance(observed(S.GONE, T0, 4), T0)
+    snapshot = core.snapshot(T0 + timedelta(hours=2))
+    assert snapshot.counts_by_state == {S.PRODUCING: 1, S.LOADING: 1, S.FAILED: 1}
+    assert snapshot.spend_usd_per_h == pytest.approx(1.2)  # a failed machine bills until destroyed
+    assert (snapshot.producing_instances, snapshot.arriving_instances) == (1, 1)
+    assert [line.instance_id for line in snapshot.instances] == [1, 2, 3]
+
+
+def test_state_rebuilt_after_a_restart_holds_every_instance_once_and_keeps_judging() -> None:
+    core = FleetCore(FleetSettings())
+    producing(core, T0, 1)
+    core.observe_instance(observed(S.LOADING, T0, 2), T0)
+    saved, deleted = core.take_changes()
+    assert deleted == []
+    stored = {record["instance_id"]: json.loads(json.dumps(record)) for record in saved}
+    now = T0 + timedelta(hours=2)
+    restored = FleetCore.from_state(list(stored.values()), json.loads(json.dumps(core.meta_state())), now)
+    assert restored.snapshot(now).model_dump(exclude={"event_id"}) == core.snapshot(now).model_dump(
+        exclude={"event_id"}
+    )
+    # the same provisioner observations again change nothing and duplicate nothing
+    restored.observe_instance(observed(S.LOADING, now, 2), now)
+    assert len(restored.instances) == 2
+    tick = restored.check(T0 + timedelta(hours=3))
+    assert [(t.instance_id, t.failure_reason) for t in tick.transitions] == [(2, FailureReason.STUCK_LOADING)]
+
+
+def test_gone_instances_are_forgotten_after_a_day() -> None:
+    core = FleetCore()
+    core.observe_instance(observed(S.RUNNING, T0), T0)
+    core.observe_instance(observed(S.GONE, T0 + timedelta(hours=1)), T0 + timedelta(hours=1))
+    core.take_changes()
+    core.check(T0 + timedelta(hours=25, seconds=1))
+    assert ID not in core.instances
+    assert core.take_changes() == ([], [ID])

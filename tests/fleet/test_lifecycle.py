@@ -1,0 +1,150 @@
+"""The transition table, and the property that whatever arrives, in whatever order, no instance moves backwards."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.fleet.core import FleetCore
+from services.fleet.lifecycle import ORDER, TRANSITIONS, allowed, trigger_for
+from shared.contract import (
+    BenchResult,
+    DrainInstance,
+    FailureReason,
+    InstanceObserved,
+    InstanceState,
+    QueueDepth,
+    QueueSnapshot,
+    RemovalReason,
+    TaskEvent,
+    TriggerReason,
+)
+
+S = InstanceState
+T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+
+
+def test_every_state_has_a_row_and_every_edge_climbs() -> None:
+    assert set(TRANSITIONS) == set(InstanceState)
+    for from_state, targets in TRANSITIONS.items():
+        for to_state in targets:
+            assert ORDER[to_state] > ORDER[from_state], (from_state, to_state)
+    assert TRANSITIONS[S.GONE] == frozenset()
+
+
+def test_the_happy_path_is_allowed_step_by_step() -> None:
+    path = [S.REQUESTED, S.LOADING, S.RUNNING, S.REGISTERED, S.BENCHMARKED, S.PRODUCING, S.DRAINING, S.GONE]
+    for a, b in itertools.pairwise(path):
+        assert allowed(a, b)
+    assert not allowed(S.PRODUCING, S.LOADING)
+    assert not allowed(S.FAILED, S.PRODUCING)
+
+
+def test_triggers_wake_the_decider_now_only_when_capacity_appears_or_vanishes_unplanned() -> None:
+    assert trigger_for(S.LOADING, S.RUNNING, None) == ("p0", TriggerReason.INSTANCE_RUNNING)
+    assert trigger_for(S.PRODUCING, S.FAILED, FailureReason.DEAD) == ("p0", TriggerReason.INSTANCE_DEAD)
+    assert trigger_for(S.LOADING, S.FAILED, FailureReason.STUCK_LOADING) == ("p0", TriggerReason.INSTANCE_FAILED)
+    assert trigger_for(S.PRODUCING, S.GONE, None) == ("p0", TriggerReason.INSTANCE_FAILED)  # killed
+    assert trigger_for(S.DRAINING, S.GONE, None) == ("p1", TriggerReason.INSTANCE_TRANSITION)
+    assert trigger_for(S.BENCHMARKED, S.PRODUCING, None) == ("p1", TriggerReason.INSTANCE_TRANSITION)
+
+
+observed_states = st.sampled_from([S.REQUESTED, S.LOADING, S.RUNNING, S.FAILED, S.GONE])
+inputs = st.lists(
+    st.one_of(
+        st.tuples(st.just("observed"), st.integers(1, 3), observed_states),
+        st.tuples(st.just("task"), st.integers(1, 3), st.sampled_from(["started", "completed"])),
+        st.tuples(st.just("bench"), st.integers(1, 3), st.sampled_from(["pass", "degraded", "fail"])),
+        st.tuples(st.just("drain"), st.integers(1, 3), st.just("")),
+        st.tuples(st.just("queue"), st.integers(0, 40), st.just("")),
+        st.tuples(st.just("check"), st.integers(0, 0), st.just("")),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(inputs, st.lists(st.integers(0, 4000), min_size=40, max_size=40))
+def test_no_instance_ever_moves_backwards_and_counts_stay_true(
+    steps: list[tuple[str, int, object]], gaps_s: list[int]
+) -> None:
+    core = FleetCore()
+    now = T0
+    for n, ((kind, number, value), gap_s) in enumerate(zip(steps, gaps_s, strict=False)):
+        now += timedelta(seconds=gap_s)
+        # events may be dated before `now`, as late deliveries are
+        at = now - timedelta(seconds=(gap_s * 7) % 900)
+        if kind == "observed":
+            state = S(str(value))
+            core.observe_instance(
+                InstanceObserved(
+                    occurred_at=at,
+                    source="provisioner",
+                    instance_id=number,
+                    state=state,
+                    failure_reason=FailureReason.VAST_ERROR if state == S.FAILED else None,
+                    price_usd_per_h=0.5,
+                ),
+                now,
+            )
+        elif kind == "task":
+            core.observe_task(
+                TaskEvent(
+                    occurred_at=at,
+                    source="jobs",
+                    kind=str(value),  # type: ignore[arg-type]
+                    task_id=f"t{n}",
+                    worker_id=f"w{number}",
+                    instance_id=number,
+                ),
+                now,
+            )
+        elif kind == "bench":
+            core.observe_bench(
+                BenchResult(
+                    occurred_at=at,
+                    source="bench",
+                    instance_id=number,
+                    kind="gpu",
+                    device="cpu",
+                    verdict=str(value),  # type: ignore[arg-type]
+                ),
+                now,
+            )
+        elif kind == "drain":
+            core.drain(
+                DrainInstance(
+                    occurred_at=at,
+                    source="decider",
+                    idempotency_key=f"drain-{n:04d}",
+                    requested_by="policy",
+                    instance_id=number,
+                    reason=RemovalReason.IDLE,
+                ),
+                now,
+            )
+        elif kind == "queue":
+            core.observe_queue(
+                QueueSnapshot(
+                    occurred_at=at, source="jobs", queues=[QueueDepth(task_type="t", pending=number, running=0)]
+                ),
+                now,
+            )
+        else:
+            core.check(now)
+
+    for record in core.instances.values():
+        applied = [entry for entry in record.history if entry.applied]
+        ranks = [ORDER[entry.to_state] for entry in applied]
+        assert ranks == sorted(set(ranks)), record.history
+        times = [entry.at_s for entry in applied]
+        assert times == sorted(times)
+        assert applied[-1].to_state == record.state
+    recount = {state: 0 for state in InstanceState}
+    for record in core.instances.values():
+        if record.state != S.GONE:
+            recount[record.state] += 1
+    assert {s: n for s, n in core.counts.items() if s != S.GONE} == {s: n for s, n in recount.items() if s != S.GONE}
