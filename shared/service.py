@@ -50,7 +50,7 @@ class ServiceContext:
         Runs before the subscribers start (they bind to streams with declare=False), so it connects first.
         """
         await self.broker.connect()
-        await ensure_streams(self.broker.config.connection_state.stream, self.subjects)
+        await ensure_streams(self.broker.config.connection_state.stream, self.subjects, self.settings.stream_replicas)
 
 
 def asgi_app(ctx: ServiceContext) -> AsgiFastStream:

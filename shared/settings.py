@@ -26,6 +26,9 @@ class Settings(BaseSettings):
     nats_password: SecretStr | None = Field(default=None, description="NATS password (secret)")
     nats_creds_file: str | None = Field(default=None, description="NATS .creds file (JWT + NKEY seed)")
     nats_tls_ca_file: str | None = Field(default=None, description="CA bundle to verify a TLS NATS server")
+    stream_replicas: int = Field(
+        default=1, ge=1, le=5, description="JetStream replicas per stream (3 on a 3-node cluster, for HA)"
+    )
     subject_prefix: str = Field(
         default="fp", pattern=r"^[a-z][a-z0-9_-]{0,31}$", description="first token of every subject and stream name"
     )

@@ -38,8 +38,9 @@ class StreamSpec:
     def name(self, subjects: Subjects) -> str:
         return f"{subjects.prefix.upper().replace('-', '_')}_{self.suffix}"
 
-    def config(self, subjects: Subjects) -> StreamConfig:
+    def config(self, subjects: Subjects, replicas: int = 1) -> StreamConfig:
         return StreamConfig(
+            num_replicas=replicas,
             name=self.name(subjects),
             description=self.description,
             subjects=self.subjects(subjects),
@@ -104,11 +105,11 @@ ALL_STREAMS: tuple[StreamSpec, ...] = (
 )
 
 
-async def ensure_streams(js: JetStreamContext, subjects: Subjects) -> list[str]:
+async def ensure_streams(js: JetStreamContext, subjects: Subjects, replicas: int = 1) -> list[str]:
     """Create each stream, or bring an existing one to this config. Returns the stream names."""
     names = []
     for spec in ALL_STREAMS:
-        config = spec.config(subjects)
+        config = spec.config(subjects, replicas)
         try:
             await js.stream_info(config.name or "")
             await js.update_stream(config)

@@ -44,6 +44,7 @@ REQUIRED_METRICS: dict[str, tuple[str, ...]] = {
         "fleetpilot_vast_rate_limited_total",
         "fleetpilot_vast_api_latency_seconds",
         "fleetpilot_spend_usd_per_hour",
+        "fleetpilot_budget_usd_per_hour",
         "fleetpilot_dead_letters_total",
     ),
     "decider": (
@@ -140,8 +141,8 @@ async def scrape_metrics(stack: Stack) -> dict[str, dict[str, Any]]:
             except httpx.HTTPError as error:
                 found[name] = {"url": url, "error": str(error), "missing": list(required)}
                 continue
-            exported = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
-            found[name] = {"url": url, "missing": [m for m in required if m not in exported]}
+            exported = sorted({line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")})
+            found[name] = {"url": url, "missing": [m for m in required if m not in exported], "exported": exported}
     return found
 
 

@@ -69,6 +69,8 @@ def build(ctx: ServiceContext, config: ProvisionerSettings | None = None) -> Asg
 def assemble(ctx: ServiceContext, config: ProvisionerSettings | None = None) -> ProvisionerService:
     config = config or ProvisionerSettings()
     metrics = ProvisionerMetrics(ctx.metrics.registry)
+    metrics.budget.set(ctx.settings.budget_usd_per_h)
+    metrics.max_instances.set(ctx.settings.max_instances)
     redis = Redis.from_url(ctx.settings.redis_url)
     store = ProvisionerStore(redis, f"fleetpilot:{ctx.settings.subject_prefix}:{SERVICE}")
     client = VastClient(

@@ -53,6 +53,13 @@ class ProvisionerMetrics:
             "Committed spend: the $/h of every instance the provisioner knows and vast has not yet destroyed",
             registry=registry,
         )
+        # the limits themselves, so dashboards and the spend-above-budget alert compare against configuration
+        self.budget = Gauge(
+            "fleetpilot_budget_usd_per_hour", "The configured budget the provisioner enforces", registry=registry
+        )
+        self.max_instances = Gauge(
+            "fleetpilot_max_instances", "The configured most instances alive at once", registry=registry
+        )
         self.instances = Gauge(
             "fleetpilot_provisioner_instances",
             "Known instances by vast.ai actual_status",
