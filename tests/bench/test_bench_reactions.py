@@ -1,8 +1,8 @@
-"""What other services do with bench verdicts: the provisioner's host history learns from them.
+"""What other services do with bench verdicts: fleet moves the instance, the provisioner's host history learns.
 
-The chain is real: the provisioner launches on the vast.ai simulator, the instance's suite report reaches the
-bench service over HTTP, bench publishes its verdict, the provisioner consumes it from JetStream. (Fleet's
-reaction, benchmarked or failed(bench_failed), is tested once the fleet service exists.)
+The chains are real: suite reports reach the bench service over HTTP, fleet asks for the verdict when a worker
+registers, bench publishes it, fleet and the provisioner consume it from JetStream; the provisioner launches
+on the vast.ai simulator.
 """
 
 from __future__ import annotations
@@ -16,16 +16,29 @@ from nats.js import JetStreamContext
 from redis.asyncio import Redis
 
 from services.bench.app import build as build_bench
+from services.fleet.app import build as build_fleet
+from services.fleet.config import FleetSettings
 from services.provisioner.app import SERVICE as PROVISIONER
 from services.provisioner.app import assemble
 from services.provisioner.host_history import IncidentKind
 from services.provisioner.settings import ProvisionerSettings
 from services.provisioner.store import ProvisionerStore
+from shared.bus import event_headers
 from shared.clock import SimulatedClock
-from shared.contract import BenchResult, LaunchInstances
+from shared.contract import (
+    BenchResult,
+    Event,
+    FailureReason,
+    InstanceObserved,
+    InstanceState,
+    InstanceTransitioned,
+    LaunchInstances,
+    TaskEvent,
+)
 from shared.contract.commands import LaunchReason
 from shared.service import ServiceContext
 from shared.settings import Settings
+from shared.streams import DEMAND, INSTANCES, StreamSpec
 from sim.vast.scenario import Scenario
 from tests.bench.service_helpers import (
     bench_settings,
@@ -40,6 +53,11 @@ from tests.helpers import eventually
 from tests.sim_vast.harness import StartVast, start_vast
 
 __all__ = ["start_vast"]  # the fixture
+
+
+async def publish_to(js: JetStreamContext, subject: str, event: Event, spec: StreamSpec, settings: Settings) -> None:
+    stream = spec.name(settings.subjects)
+    await js.publish(subject, event.model_dump_json().encode(), headers=event_headers(event), stream=stream)
 
 
 @contextlib.asynccontextmanager
@@ -116,3 +134,56 @@ async def test_a_degraded_and_a_failed_machine_reach_the_provisioners_host_histo
     assert verdicts == {slow_id: "degraded", broken_id: "fail"}
     assert abs(history.measured[slow_machine].ratio_to_reference - 0.5) < 1e-6  # cheap enough per unit may still win
     assert broken_machine not in history.measured  # a failed bench leaves an incident, not a throughput
+
+
+async def test_fleet_asks_for_verdicts_and_moves_its_instances_on_them(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, sim_clock: SimulatedClock
+) -> None:
+    transitions = await collect(nc, settings.subjects.fleet_instance_all, InstanceTransitioned)
+    fleet = build_fleet(ServiceContext("fleet", settings, sim_clock), FleetSettings(tick_s=5))
+    bench = build_bench(ServiceContext("bench", settings, sim_clock), bench_settings())
+    subjects = settings.subjects
+    await fleet.start()
+    try:
+        async with over_http(bench) as bench_url:
+            # The suites report at container start, before any worker registers.
+            reports = {
+                401: suite_report(401, 0.5, gpu_name="NVIDIA GeForce RTX 4090"),
+                402: suite_report(402, 1.0, ["host_copy: CUDA error: an illegal memory access"], "RTX 4090"),
+                403: suite_report(403, 1.0, gpu_name="NVIDIA GeForce RTX 4090"),
+            }
+            for report in reports.values():
+                assert (await post_report(bench_url, report)).status_code == 202
+            for instance_id in reports:
+                observed = InstanceObserved(
+                    occurred_at=sim_clock.now(),
+                    source="provisioner",
+                    instance_id=instance_id,
+                    state=InstanceState.RUNNING,
+                    gpu_model="RTX 4090",
+                    price_usd_per_h=0.5,
+                )
+                await publish_to(js, subjects.provision_instance(InstanceState.RUNNING), observed, INSTANCES, settings)
+                started = TaskEvent(
+                    occurred_at=sim_clock.now(),
+                    source="jobs",
+                    kind="started",
+                    task_id=f"t-{instance_id}",
+                    worker_id=f"worker-{instance_id}",
+                    instance_id=instance_id,
+                )
+                await publish_to(js, subjects.task("started"), started, DEMAND, settings)
+
+            def settled() -> dict[int, InstanceTransitioned]:
+                final = {InstanceState.BENCHMARKED, InstanceState.FAILED}
+                moved = {t.instance_id: t for t in transitions if t.to_state in final}
+                return moved if len(moved) == 3 else {}
+
+            moved = await eventually(settled, timeout_s=20)
+    finally:
+        await fleet.stop()
+
+    assert moved[401].to_state is InstanceState.BENCHMARKED and "degraded" in moved[401].detail
+    assert moved[402].to_state is InstanceState.FAILED
+    assert moved[402].failure_reason is FailureReason.BENCH_FAILED
+    assert moved[403].to_state is InstanceState.BENCHMARKED and "pass" in moved[403].detail
