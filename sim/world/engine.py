@@ -422,6 +422,7 @@ class Engine:
             started_total=self.queue.started,
             completed_total=completed,
             arrivals_by_minute=self.trace.arrivals_per_min[:minute],
+            prehistory_arrivals_per_min=self.trace.arrivals_per_min[:60],
             machines=machines,
             machines_by_id=self.machines,
             events=events,

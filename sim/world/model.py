@@ -292,6 +292,9 @@ class WorldView:
     started_total: float
     completed_total: float
     arrivals_by_minute: Sequence[int]  # the trace up to and including the current minute
+    # what the world assumes happened in the hour before t=0 (the first hour of the trace, which the initial
+    # fleet is sized for): a policy with memory may warm up on it
+    prehistory_arrivals_per_min: Sequence[int]
     machines: Sequence[MachineView]
     machines_by_id: Mapping[int, MachineView]
     events: Sequence[FleetEvent]  # since the previous decision

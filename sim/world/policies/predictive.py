@@ -56,7 +56,7 @@ from shared.contract import (
 )
 from shared.settings import Settings
 from sim.vast.scenario import Scenario
-from sim.world.model import Action, Launch, Remove, WorldConfig, WorldView
+from sim.world.model import Action, Launch, MachineState, Remove, WorldConfig, WorldView
 
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday: the bundled week starts on one
 TASK_TYPE = "default"
@@ -151,6 +151,8 @@ class PredictiveAdapter:
 
     def decide(self, view: WorldView) -> Sequence[Action]:
         now = self._now = EPOCH + timedelta(seconds=view.now_s)
+        if not self.reported:
+            self._warm_up(view)
         self._feed_demand(view, now)
         refs = self._observe_instances(view, now)
         if view.now_s - self.last_bulk_s >= self.bulk_feed_s:
@@ -176,6 +178,26 @@ class PredictiveAdapter:
             self.scheduler.finish(now)
             self.runs += 1
             self.run_labels[batch.label] += 1
+
+    def _warm_up(self, view: WorldView) -> None:
+        """FleetPilot ran before t=0 too: demand gets the hour before (the world's prehistory, served at once by
+        the initial fleet), so the first runs do not decide from empty windows."""
+        history = view.prehistory_arrivals_per_min
+        initial = [m for m in view.machines if m.state is MachineState.PRODUCING]
+        if not history or not initial:
+            return
+        seconds_per_task = len(initial) * 3600.0 / sum(m.tasks_per_h for m in initial)
+        gpu_model = Counter(m.gpu_model for m in initial).most_common(1)[0][0]
+        workers = tuple(f"worker-{m.instance_id}" for m in initial)
+        for minute in range(-60, 0):
+            n = history[minute % len(history)]
+            at = EPOCH + timedelta(seconds=minute * 60 + 30)
+            counts = TaskCounts(
+                at=at, task_type=TASK_TYPE, submitted=n, started=n, completed=n, duration_sum_s=n * view.task_s,
+                durations=n, busy_completions=n, busy_s=n * seconds_per_task, gpu_model=gpu_model,
+                worker_ids=workers if minute >= -15 else (),
+            )  # fmt: skip
+            self.demand.ingest_counts(counts, at)
 
     # --- what the job system says: aggregated counts per minute to demand, a queue snapshot to both ----------
 
