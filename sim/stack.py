@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from sim.infra import NatsServer, RedisServer, free_port, wait_for_port
 SERVICES = ("demand", "fleet", "provisioner", "decider", "bench")
 TRACES_DIR = Path(__file__).resolve().parent / "traces"
 DEMO_API_KEY = "demo-key-not-a-secret"
+BENCH_REPORT_TOKEN = "demo-bench-token-not-a-secret"
 AGENT_FACTORY = "services.decider.agent.agent:create_agent"
 
 
@@ -48,59 +50,86 @@ class StackPlan:
 
 
 class Stack:
-    """Every process of the demo; `close` stops them all (and is safe to call twice)."""
+    """Every process of the demo; `close` stops them all (and is safe to call twice).
 
-    def __init__(self, plan: StackPlan, workdir: Path) -> None:
+    The fault suite also kills, restarts and re-configures single processes: `kill` (SIGKILL, as in a crash),
+    `restart` (same command, port and log, with extra environment or a shifted clock if asked).
+    """
+
+    def __init__(
+        self,
+        plan: StackPlan,
+        workdir: Path,
+        *,
+        api_key: str = DEMO_API_KEY,
+        process_env: dict[str, dict[str, str]] | None = None,
+        vast_scenario: Path | None = None,
+        log_level: str = "warning",
+    ) -> None:
         self.plan = plan
         self.workdir = workdir
+        self.api_key = api_key
+        self.vast_scenario = vast_scenario
+        self.log_level = log_level
         self.nats = NatsServer(data_dir=workdir / "nats")
         self.redis = RedisServer(data_dir=workdir / "redis")
         self.ports = {name: free_port() for name in (*SERVICES, "vast", "ollama")}
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.commands: dict[str, tuple[list[str], int | None]] = {}
+        # per process: extra FLEETPILOT_* settings, and how far its clock runs ahead of the shared epoch
+        self.process_env: dict[str, dict[str, str]] = {k: dict(v) for k, v in (process_env or {}).items()}
+        self.clock_offsets_s: dict[str, float] = {}
         self.sim_epoch = datetime(2026, 3, 2, tzinfo=UTC) + timedelta(minutes=plan.start_minute)
         self.wall_epoch_s = 0.0
         self.job_summary_path = workdir / "jobs-summary.json"
 
-    def env(self, http_port: int | None = None) -> dict[str, str]:
+    def env(self, http_port: int | None = None, name: str | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPILOT_")}
+        sim_epoch = self.sim_epoch + timedelta(seconds=self.clock_offsets_s.get(name or "", 0.0))
         env.update(
             {
                 "FLEETPILOT_NATS_URL": self.nats.url,
                 "FLEETPILOT_REDIS_URL": self.redis.url,
                 "FLEETPILOT_SUBJECT_PREFIX": "fp",
                 "FLEETPILOT_VAST_API_URL": f"http://127.0.0.1:{self.ports['vast']}",
-                "FLEETPILOT_VAST_API_KEY": DEMO_API_KEY,
+                "FLEETPILOT_VAST_API_KEY": self.api_key,
                 "FLEETPILOT_OLLAMA_HOST": f"http://127.0.0.1:{self.ports['ollama']}",
                 "FLEETPILOT_BUDGET_USD_PER_H": str(self.plan.budget_usd_per_h),
                 "FLEETPILOT_MAX_INSTANCES": str(self.plan.max_instances),
                 "FLEETPILOT_CLOCK_SPEED": str(self.plan.speed),
-                "FLEETPILOT_CLOCK_SIM_EPOCH": self.sim_epoch.isoformat(),
+                "FLEETPILOT_CLOCK_SIM_EPOCH": sim_epoch.isoformat(),
                 "FLEETPILOT_CLOCK_WALL_EPOCH_S": repr(self.wall_epoch_s),
                 "FLEETPILOT_HTTP_HOST": "127.0.0.1",
                 "FLEETPILOT_DECIDER_ADVISOR": AGENT_FACTORY,
+                "FLEETPILOT_BENCH_REPORT_TOKEN": BENCH_REPORT_TOKEN,
             }
         )
         if http_port is not None:
             env["FLEETPILOT_HTTP_PORT"] = str(http_port)
+        env.update(self.process_env.get(name or "", {}))
         return env
 
     def spawn(self, name: str, args: list[str], http_port: int | None = None) -> None:
-        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it until it exits
-        self.processes[name] = subprocess.Popen(
-            [sys.executable, *args], env=self.env(http_port), stdout=log, stderr=subprocess.STDOUT
-        )
+        self.commands[name] = (args, http_port)
+        with open(self.workdir / f"{name}.log", "ab") as log:  # appended to across restarts
+            self.processes[name] = subprocess.Popen(
+                [sys.executable, *args], env=self.env(http_port, name), stdout=log, stderr=subprocess.STDOUT
+            )
 
     def start(self) -> None:
         self.nats.start()
         self.redis.start()
         self.wall_epoch_s = time.time()
         cli = ["-m", "services.cli.main"]
-        self.spawn("vast", [*cli, "sim", "vast", "--port", str(self.ports["vast"]), "--speed", str(self.plan.speed)])
+        vast = [*cli, "sim", "vast", "--port", str(self.ports["vast"]), "--speed", str(self.plan.speed)]
+        if self.vast_scenario is not None:
+            vast += ["--scenario", str(self.vast_scenario)]
+        self.spawn("vast", [*vast, "--log-level", "warning"])
         self.spawn("ollama", [*cli, "sim", "ollama", "--port", str(self.ports["ollama"]), "--behaviour", "follow"])
         wait_for_port(self.ports["vast"], 30)
         wait_for_port(self.ports["ollama"], 30)
         for name in SERVICES:
-            self.spawn(name, [*cli, "run", name, "--log-level", "warning"], http_port=self.ports[name])
+            self.spawn(name, [*cli, "run", name, "--log-level", self.log_level], http_port=self.ports[name])
         for name in SERVICES:
             wait_for_port(self.ports[name], 60)
 
@@ -115,8 +144,53 @@ class Stack:
                 "--scale", str(self.plan.scale),
                 "--drain-limit-s", str(self.plan.drain_limit_s),
                 "--summary", str(self.job_summary_path),
+                "--bench-report-url", f"http://127.0.0.1:{self.ports['bench']}/bench/report",
             ],
         )  # fmt: skip
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: no shutdown hooks, no final checkpoint, as in a crash or an OOM kill."""
+        process = self.processes[name]
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+
+    def stop(self, name: str, timeout_s: float = 15.0) -> None:
+        """SIGTERM and wait (the graceful path), SIGKILL if it does not go."""
+        process = self.processes[name]
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill(name)
+
+    def restart(
+        self,
+        name: str,
+        *,
+        env: dict[str, str] | None = None,
+        clock_offset_s: float | None = None,
+        wait_s: float = 60.0,
+    ) -> None:
+        """Stop `name` if it still runs, then start it again with the same command (and port).
+
+        `env` adds FLEETPILOT_* settings from now on; `clock_offset_s` moves its clock that far ahead of the
+        shared epoch (a clock that jumped), the other processes' clocks staying where they are.
+        """
+        self.stop(name)
+        if env is not None:
+            self.process_env.setdefault(name, {}).update(env)
+        if clock_offset_s is not None:
+            self.clock_offsets_s[name] = clock_offset_s
+        args, http_port = self.commands[name]
+        self.spawn(name, args, http_port)
+        port = http_port or self.ports.get(name)
+        if port is not None and wait_s > 0:
+            wait_for_port(port, wait_s)
+
+    def pid(self, name: str) -> int:
+        return self.processes[name].pid
 
     def crashed(self) -> list[str]:
         return [name for name, p in self.processes.items() if p.poll() is not None and name != "jobs"]

@@ -109,6 +109,15 @@ class DemandRuntime:
             for raw in to_ack:
                 await raw.ack()
 
+    async def checkpoint_observation(self) -> None:
+        """After a queue or fleet snapshot: a failed checkpoint must not fail the handler. A snapshot is a latest
+        value, resent every minute, so acking it before Redis holds it loses at most a minute's view, whereas
+        failing would spend its redeliveries in milliseconds and dead-letter it while Redis is away."""
+        try:
+            await self.checkpoint()
+        except Exception as error:
+            log.warning("checkpoint after a snapshot failed (%r); the next checkpoint holds it", error)
+
     async def evaluate(self) -> Evaluation:
         evaluation = self.core.evaluate(self.ctx.clock.now())
         self.metrics.evaluated(evaluation)
@@ -164,10 +173,14 @@ class DemandRuntime:
                     log.warning("task fetch failed (%r); retrying", error)
                     await asyncio.sleep(RECONNECT_WAIT_S)
                     continue
-                if messages:
-                    await self.ingest_batch(messages)
-                elif self.unacked:
-                    await self.checkpoint()
+                try:
+                    if messages:
+                        await self.ingest_batch(messages)
+                    elif self.unacked:
+                        await self.checkpoint()
+                except Exception as error:  # Redis away: what was applied stays unacked until a checkpoint holds it
+                    log.warning("checkpoint failed (%r); retrying", error)
+                    await asyncio.sleep(RECONNECT_WAIT_S)
         finally:
             with contextlib.suppress(Exception):
                 await subscription.unsubscribe()
@@ -202,12 +215,12 @@ def build(ctx: ServiceContext, config: DemandSettings | None = None) -> AsgiFast
     @ctx.broker.subscriber(subjects.queue, **durable_pull(DEMAND, ctx.settings, "demand-queue"))
     async def on_queue_snapshot(snapshot: QueueSnapshot) -> None:
         runtime.core.observe_queue(snapshot, ctx.clock.now())
-        await runtime.checkpoint()
+        await runtime.checkpoint_observation()
 
     @ctx.broker.subscriber(subjects.fleet_snapshot_published, **durable_pull(LATEST, ctx.settings, "demand-fleet"))
     async def on_fleet_snapshot(snapshot: FleetSnapshot) -> None:
         runtime.core.observe_fleet(snapshot, ctx.clock.now())
-        await runtime.checkpoint()
+        await runtime.checkpoint_observation()
 
     app = asgi_app(ctx)
     app.on_startup(runtime.restore)
