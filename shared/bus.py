@@ -9,6 +9,7 @@ message that cannot be valid (bad JSON, wrong shape) is parked at once: redelive
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import ssl
@@ -45,6 +46,16 @@ _INVALID_MESSAGE_ERRORS: tuple[type[BaseException], ...] = (
     json.JSONDecodeError,
     UnicodeDecodeError,
 )
+
+
+# Seconds before the 2nd, 3rd, ... delivery of a message whose handler failed. An immediate nak spent all
+# MAX_DELIVER deliveries within milliseconds, so a Redis restart of a few seconds dead-lettered every message
+# that arrived meanwhile (found by the fault suite); these give a dependency ~15 s to come back.
+REDELIVERY_DELAYS_S = (1.0, 2.0, 4.0, 8.0)
+
+
+def redelivery_delay_s(deliveries: int) -> float:
+    return REDELIVERY_DELAYS_S[min(max(deliveries, 1), len(REDELIVERY_DELAYS_S)) - 1]
 
 
 def classify_failure(error: BaseException) -> str:
@@ -125,7 +136,10 @@ class _DeadLetterScope(BaseMiddleware):
         deliveries = delivery_count(raw)
         if reason == "handler_failed" and deliveries is not None and deliveries < MAX_DELIVER:
             log.warning("handler failed on %s (delivery %d of %d): %r", raw.subject, deliveries, MAX_DELIVER, exc_val)
-            return False  # NACK_ON_ERROR: JetStream redelivers
+            # NACK_ON_ERROR: JetStream redelivers, but after a pause (the ack middleware's own nak finds it done)
+            with contextlib.suppress(Exception):  # broker away: it redelivers after the ack wait instead
+                await raw.nak(delay=redelivery_delay_s(deliveries))
+            return False
         await self.owner.park(raw, reason, exc_val, deliveries or 1)
         return True  # handled: the ack middleware acknowledges it
 

@@ -1,0 +1,193 @@
+"""The job system for the fault suite: the job stand-in's world replayed on the shared clock, every publish retried
+until JetStream acknowledges it, and every acknowledged event id kept, so "lost" and "duplicated" can be counted.
+
+The demo's job runner (sim/jobs) gives up on a failed publish; a real job system with an outbox retries, with the
+same Nats-Msg-Id, so a retry after a lost ack is de-duplicated by JetStream. That is the producer the exactly-once
+checks assume, hence this driver instead of the demo's process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+import nats
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+
+from shared.bus import event_headers
+from shared.clock import Clock
+from shared.contract import Event, QueueDepth, QueueSnapshot, TaskEvent
+from shared.gpu_models import reference_tasks_per_h
+from shared.settings import Settings
+from shared.streams import DEMAND
+from sim.jobs.runner import SOURCE, TASK_TYPE, running_instances, throughput_factors, to_event
+from sim.jobs.world import REFERENCE_TASKS_PER_H, JobWorld
+
+log = logging.getLogger("fleetpilot.faults.replay")
+
+PUBLISH_TIMEOUT_S = 2.0  # wall: one try; the retry loop is unbounded (an outbox does not drop events)
+RETRY_WAIT_S = 0.2
+
+
+async def _quiet(error: Exception) -> None:
+    """Connection errors are expected here: the suite kills the broker."""
+
+
+class Replayer:
+    """Submits a per-minute arrival trace, runs tasks on the instances vast.ai lists as running, publishes steps."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Clock,
+        arrivals_per_min: Sequence[int],
+        *,
+        step_s: float = 30.0,
+        worker_boot_s: float = 600.0,
+        instance_poll_s: float = 60.0,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.trace = list(arrivals_per_min)
+        self.step_s = step_s
+        self.worker_boot_s = worker_boot_s
+        self.instance_poll_s = instance_poll_s
+        self.world = JobWorld()
+        self.running_since: dict[int, datetime] = {}
+        self.acked: dict[str, str] = {}  # event id → kind, in acknowledgement order
+        self.recent: deque[TaskEvent] = deque(maxlen=1000)  # for re-publishing (the duplicate-delivery fault)
+        self.publish_retries = 0
+        self.running = asyncio.Event()  # cleared to pause
+        self.running.set()
+        self.idle = asyncio.Event()  # set while paused and no publish is in flight
+        self._task: asyncio.Task[None] | None = None
+        self.nc: NatsClient | None = None
+        self.js: JetStreamContext | None = None
+
+    async def start(self) -> None:
+        self.nc = await nats.connect(
+            servers=self.settings.nats_servers, max_reconnect_attempts=-1, reconnect_time_wait=0.2, error_cb=_quiet
+        )
+        self.js = self.nc.jetstream()
+        self._task = asyncio.create_task(self._run(), name="fault-replayer")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.nc is not None:
+            with contextlib.suppress(Exception):
+                await self.nc.close()
+
+    async def pause(self) -> None:
+        """Stop publishing (the world's clock goes on; the steps it owes are published on resume)."""
+        self.running.clear()
+        await self.idle.wait()
+
+    def resume(self) -> None:
+        self.running.set()
+
+    @property
+    def acked_ids(self) -> list[str]:
+        return list(self.acked)
+
+    async def publish(self, subject: str, event: Event, *, msg_id: str | None = None) -> None:
+        """Until JetStream acknowledges it; `msg_id` other than the event id makes a distinct message of it."""
+        assert self.js is not None
+        headers = event_headers(event)
+        if msg_id is not None:
+            headers["Nats-Msg-Id"] = msg_id
+        payload = event.model_dump_json().encode()
+        while True:
+            try:
+                await self.js.publish(
+                    subject,
+                    payload,
+                    headers=headers,
+                    stream=DEMAND.name(self.settings.subjects),
+                    timeout=PUBLISH_TIMEOUT_S,
+                )
+                return
+            except Exception as error:  # broker away or JetStream not ready yet: the same message again
+                self.publish_retries += 1
+                log.debug("publish to %s failed (%r); retrying", subject, error)
+                await asyncio.sleep(RETRY_WAIT_S)
+
+    async def publish_task(self, event: TaskEvent, *, msg_id: str | None = None) -> None:
+        await self.publish(self.settings.subjects.task(event.kind), event, msg_id=msg_id)
+        self.acked[event.event_id] = event.kind
+        self.recent.append(event)
+
+    async def _run(self) -> None:
+        api_key = self.settings.vast_api_key.get_secret_value()
+        async with httpx.AsyncClient(
+            base_url=self.settings.vast_api_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=10.0
+        ) as vast:
+            start = self.clock.now()
+            next_poll = start
+            minute_done = 0
+            while True:
+                if not self.running.is_set():
+                    self.idle.set()
+                    await self.running.wait()
+                    self.idle.clear()
+                now = self.clock.now()
+                elapsed_min = int((now - start).total_seconds() // 60)
+                steps = []
+                while minute_done <= min(elapsed_min, len(self.trace) - 1):
+                    steps += self.world.submit(self.trace[minute_done], start + timedelta(minutes=minute_done))
+                    minute_done += 1
+                if now >= next_poll:
+                    await self._refresh_workers(vast, now)
+                    next_poll = now + timedelta(seconds=self.instance_poll_s)
+                    await self._publish_queue(now)
+                steps += self.world.advance(now)
+                events = [to_event(step) for step in steps]
+                for offset in range(0, len(events), 200):
+                    await asyncio.gather(*(self.publish_task(e) for e in events[offset : offset + 200]))
+                await self.clock.sleep(self.step_s)
+
+    async def _refresh_workers(self, vast: httpx.AsyncClient, now: datetime) -> None:
+        listed = await running_instances(vast)
+        if listed is None:
+            return  # unknown, not empty
+        factors = await throughput_factors(vast)
+        up: dict[int, tuple[str, float]] = {}
+        for instance in listed:
+            instance_id = int(instance["id"])
+            if instance.get("actual_status") != "running":
+                self.running_since.pop(instance_id, None)
+                continue
+            since = self.running_since.setdefault(instance_id, now)
+            if (now - since).total_seconds() < self.worker_boot_s:
+                continue
+            gpu_model = str(instance.get("gpu_name") or "unknown")
+            per_gpu = reference_tasks_per_h(gpu_model) or REFERENCE_TASKS_PER_H
+            speed = factors.get(instance_id, 1.0)
+            up[instance_id] = (gpu_model, per_gpu * int(instance.get("num_gpus") or 1) * speed)
+        self.world.set_workers(up)
+
+    async def _publish_queue(self, now: datetime) -> None:
+        snapshot = QueueSnapshot(
+            occurred_at=now,
+            source=SOURCE,
+            queues=[QueueDepth(task_type=TASK_TYPE, pending=self.world.pending, running=self.world.running)],
+        )
+        await self.publish(self.settings.subjects.queue, snapshot)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "tasks_submitted": self.world.submitted,
+            "tasks_completed": self.world.completed,
+            "tasks_pending": self.world.pending,
+            "events_acked": len(self.acked),
+            "publish_retries": self.publish_retries,
+        }
