@@ -125,10 +125,13 @@ def test_no_sequence_of_commands_and_market_states_exceeds_the_budget(
                     break
                 left.remove(choice)
                 fleet.append((choice.price_usd_per_h * (1 + margin), InstanceState.REQUESTED))
-        elif fleet:
-            index = n % len(fleet)
-            price, _ = fleet[index]
-            fleet[index] = (price, InstanceState.DRAINING if verb == "stop" else InstanceState.GONE)
+        else:
+            # vast answers no_such_instance for a destroyed one: a stop or destroy never brings it back
+            alive = [i for i, (_, state) in enumerate(fleet) if state is not InstanceState.GONE]
+            if alive:
+                index = alive[n % len(alive)]
+                price, _ = fleet[index]
+                fleet[index] = (price, InstanceState.DRAINING if verb == "stop" else InstanceState.GONE)
         committed = commitment_of(fleet)
         assert committed.instances <= max_instances
         assert committed.usd_per_h <= budget_usd_per_h + 1e-6
