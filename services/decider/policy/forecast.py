@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from shared.contract import DemandSignal, DemandTrend, InstanceLine, InstanceState
+from shared.contract import DemandSignal, InstanceLine, InstanceState, WindowStats
 
 ARRIVING_STATES = frozenset(
     {
@@ -80,31 +80,107 @@ def backlog_after(
     return max(0.0, backlog + (arrival_per_h - machines * throughput_per_h) * (duration_s - t_s) / 3600)
 
 
-def keep_arrival_rate_per_h(signal: DemandSignal, startup_s: float) -> float:
+def keep_arrival_rate_per_h(
+    signal: DemandSignal, startup_s: float, declining: bool = False, trend_window_s: float = 3600.0
+) -> float:
     """The arrival rate scale-down must still serve: the busiest window at least a startup time long.
 
     A machine given back costs a startup time to replace, so a lull shorter than that must not shed it; with
-    no window that long, the longest one stands in.
+    no window that long, the longest one stands in. While arrivals fall significantly (see `falling`) the
+    decline is no lull: the trend window alone stands in (the 6 h window kept a day's peak fleet for hours).
     """
     rates = [signal.sustained_arrival_rate_per_h]
+    trend = _window(signal, trend_window_s)
+    if declining and trend is not None:
+        return max(rates + [trend.arrival_rate_per_h])
     if signal.windows:
         longest_s = max(window.window_s for window in signal.windows)
         rates += [w.arrival_rate_per_h for w in signal.windows if w.window_s >= min(startup_s, longest_s)]
     return max(rates)
 
 
-def arrival_forecast_per_h(signal: DemandSignal, horizon_mid_s: float, cap_factor: float) -> float:
-    """Sustained rate, extrapolated along a rising trend to the middle of the planning horizon, capped.
+def slope_standard_error_per_h2(window: WindowStats, bucket_s: float = 60.0) -> float:
+    """Standard error of a window's least-squares arrival slope if minute counts were Poisson at its mean rate.
 
-    A falling trend is not extrapolated: shrinking is decided by `keep_arrival_rate_per_h`, idle time and
-    hysteresis, never by a slope.
+    Var(slope) = 12 λ / (m (m² − 1)) per bucket² for m buckets of mean λ; at 600 tasks/h over one hour of
+    minutes that is ≈ 85 tasks/h per h, so a ramp of a few hundred per hour per hour stands out of the noise.
     """
-    rate = signal.sustained_arrival_rate_per_h
-    if not signal.windows or signal.trend is not DemandTrend.RISING:
+    buckets = max(2.0, window.window_s / bucket_s)
+    per_bucket = max(window.arrival_rate_per_h, 1.0) * bucket_s / 3600
+    per_bucket2 = math.sqrt(12 * per_bucket / (buckets * (buckets * buckets - 1)))
+    return per_bucket2 * (3600 / bucket_s) ** 2
+
+
+def _window(signal: DemandSignal, window_s: float) -> WindowStats | None:
+    """The published window closest to `window_s` long."""
+    if not signal.windows:
+        return None
+    return min(signal.windows, key=lambda w: abs(w.window_s - window_s))
+
+
+def rising_slope_per_h2(
+    signal: DemandSignal, trend_window_s: float, min_z: float, max_jump_fraction: float = 0.3
+) -> float:
+    """The trend window's arrival slope when it is positive and stands out of minute noise, else 0.
+
+    Demand's `rising` state needs arrivals up by half over an hour and stayed `steady` through most of a
+    diurnal morning, so the policy reads the slope itself. Two gates keep bursts from being extrapolated:
+    the slope must be `min_z` Poisson standard errors above zero, and the short window must still be above the
+    trend window's mean (a burst that has passed leaves a positive slope but a lower recent rate). A step
+    is no ramp either: the short window more than `max_jump_fraction` above the trend window's mean (a
+    diurnal morning adds ≈ 15% per quarter hour, a spike several times the rate) is not extrapolated.
+    """
+    trend = _window(signal, trend_window_s)
+    if trend is None or trend.arrival_trend_per_h2 <= 0:
+        return 0.0
+    if trend.arrival_trend_per_h2 < min_z * slope_standard_error_per_h2(trend):
+        return 0.0
+    short = min(signal.windows, key=lambda w: w.window_s)
+    if short.arrival_rate_per_h < trend.arrival_rate_per_h:
+        return 0.0
+    # a ramp puts the short window on the trend line; a step (a spike) puts it well above: the line's rise from
+    # the trend window's middle to the short window's, plus noise, must cover the short window's excess
+    rise = trend.arrival_trend_per_h2 * (trend.window_s - short.window_s) / 2 / 3600
+    short_error = math.sqrt(max(short.arrival_rate_per_h, 1.0) * 3600 / short.window_s)
+    excess = short.arrival_rate_per_h - trend.arrival_rate_per_h
+    if (
+        excess > 1.5 * rise + min_z * short_error
+        or excess > max_jump_fraction * trend.arrival_rate_per_h + min_z * short_error
+    ):
+        return 0.0
+    return trend.arrival_trend_per_h2
+
+
+def falling(signal: DemandSignal, trend_window_s: float, min_z: float) -> bool:
+    """Arrivals falling significantly over the trend window and the short window below its mean: a decline."""
+    trend = _window(signal, trend_window_s)
+    if trend is None or trend.arrival_trend_per_h2 >= 0:
+        return False
+    short = min(signal.windows, key=lambda w: w.window_s)
+    significant = -trend.arrival_trend_per_h2 >= min_z * slope_standard_error_per_h2(trend)
+    return significant and short.arrival_rate_per_h <= trend.arrival_rate_per_h
+
+
+def base_arrival_rate_per_h(signal: DemandSignal) -> float:
+    """The rate to plan from: the higher of the shortest window's and the sustained rate (sustained is the
+    lower of 15 and 30 min, which lags a ramp by a quarter of an hour)."""
+    short = min(signal.windows, key=lambda w: w.window_s).arrival_rate_per_h if signal.windows else 0.0
+    return max(signal.sustained_arrival_rate_per_h, short)
+
+
+def arrival_forecast_per_h(
+    signal: DemandSignal, horizon_mid_s: float, cap_factor: float, *, slope_per_h2: float
+) -> float:
+    """Base rate, extrapolated along a significant rising slope to the middle of the planning horizon, capped.
+
+    The shortest window's mean lies half a window in the past, so the extrapolation starts from there. A
+    falling trend is not extrapolated: shrinking is decided by the keep rate, idle time and hysteresis.
+    """
+    rate = base_arrival_rate_per_h(signal)
+    if slope_per_h2 <= 0 or not signal.windows:
         return rate
-    longest = max(signal.windows, key=lambda w: w.window_s)
-    slope_per_h2 = max(0.0, longest.arrival_trend_per_h2)
-    return min(rate + slope_per_h2 * horizon_mid_s / 3600, max(rate * cap_factor, rate + longest.arrival_rate_per_h))
+    lag_s = min(w.window_s for w in signal.windows) / 2
+    return min(rate + slope_per_h2 * (horizon_mid_s + lag_s) / 3600, rate * cap_factor)
 
 
 def ceil_machines(machines: float, slack: float) -> int:

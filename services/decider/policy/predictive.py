@@ -15,11 +15,14 @@ from services.decider.policy.forecast import (
     ARRIVING_STATES,
     arrival_forecast_per_h,
     backlog_after,
+    base_arrival_rate_per_h,
     ceil_machines,
+    falling,
     keep_arrival_rate_per_h,
     learned_startup_s,
     rank_gpu_models,
     ready_offsets_s,
+    rising_slope_per_h2,
     throughput_per_machine,
 )
 from shared.contract import (
@@ -64,6 +67,14 @@ class PolicyConfig:
     sustained_for_s: float = 900.0
     # a backlog below this many machine-hours is not worth a machine that arrives in 1.5 h (8 tasks ≈ 4 min)
     backlog_tolerance_machine_h: float = 0.25
+    # the arrival slope is read over this window (demand publishes 15 min, 1 h, 6 h): an hour smooths minute
+    # noise and still follows a morning ramp
+    trend_window_s: float = 3600.0
+    # a slope counts only this many Poisson standard errors from zero (≈ 85/h² at 600 tasks/h), so bursts
+    # and noise are not extrapolated
+    trend_min_z: float = 3.0
+    # a short window this far above the trend window's mean is a step (spike, burst), not a ramp: no slope
+    trend_max_jump_fraction: float = 0.3
     # a rising trend is extrapolated to the middle of the horizon, never beyond this multiple of the rate
     trend_cap_factor: float = 2.0
     # a need within this fraction of a machine does not buy another (no launch for 2.05 machines' worth)
@@ -71,6 +82,9 @@ class PolicyConfig:
     # scale-down: a machine idle this long, and only when capacity exceeds the keep target by the margin
     idle_before_scale_down_s: float = 1800.0
     scale_down_margin_fraction: float = 0.2
+    # while arrivals fall significantly the decline is not a trough: keep only what the last hour needs, with
+    # this margin (20% left ~70 idle machine-hours on a day-long decline)
+    falling_margin_fraction: float = 0.05
     min_machines: int = 0
     # a producer without a finished task this long while tasks wait is stalled (replaced, never removed)
     stalled_after_s: float = 900.0
@@ -143,9 +157,18 @@ def recommend(
     stalled = stalled_producers(fleet.producing, now, config) if stalled_state else []
     healthy = len(fleet.producing) - len(stalled)
     pending = signal.pending_tasks
-    rate_now = signal.sustained_arrival_rate_per_h
-    rate_up = arrival_forecast_per_h(signal, startup_s + config.planning_window_s / 2, config.trend_cap_factor)
-    rate_keep = max(rate_up, keep_arrival_rate_per_h(signal, startup_s))
+    slope_per_h2 = rising_slope_per_h2(
+        signal, config.trend_window_s, config.trend_min_z, config.trend_max_jump_fraction
+    )
+    declining = falling(signal, config.trend_window_s, config.trend_min_z)
+    horizon_mid_s = startup_s + config.planning_window_s / 2
+    rate_up = arrival_forecast_per_h(signal, horizon_mid_s, config.trend_cap_factor, slope_per_h2=slope_per_h2)
+    # arrivals until new machines land: the mean of the base rate and the forecast at the startup horizon
+    rate_now = (
+        base_arrival_rate_per_h(signal)
+        + arrival_forecast_per_h(signal, startup_s, config.trend_cap_factor, slope_per_h2=slope_per_h2)
+    ) / 2
+    rate_keep = max(rate_up, keep_arrival_rate_per_h(signal, startup_s, declining, config.trend_window_s))
     offsets = ready_offsets_s(fleet.arriving, now, startup_s) + [startup_s] * unobserved_launches
     arriving = len(fleet.arriving) + unobserved_launches
     capacity = healthy + arriving
@@ -169,7 +192,7 @@ def recommend(
     if demand_present:
         target, keep = max(target, 1), max(keep, 1)
 
-    sustained = signal.above_capacity_for_s >= config.sustained_for_s
+    sustained = signal.above_capacity_for_s >= config.sustained_for_s or (slope_per_h2 > 0 and target > capacity)
     undrainable = backlog_at(startup_s + config.backlog_drain_target_s) > config.backlog_tolerance_machine_h * thr
     nobody_serving = capacity == 0 and pending > 0
     figures = PolicyFigures(
@@ -220,7 +243,10 @@ def recommend(
                 reason = LaunchReason.MINIMUM_FLEET
             launches.append(LaunchPlan(growth, priority, reason, gpu_models))
     elif not stalled_state:
-        removals += _scale_down(fleet, now, config, capacity=capacity, keep=keep, demand_present=demand_present)
+        margin = config.falling_margin_fraction if declining else config.scale_down_margin_fraction
+        removals += _scale_down(
+            fleet, now, config, capacity=capacity, keep=keep, demand_present=demand_present, margin_fraction=margin
+        )
 
     explanation = _explain(launches, removals, numbers, stalled_state)
     return Recommendation(tuple(launches), tuple(removals), explanation, figures)
@@ -244,10 +270,17 @@ def _failed_and_drained(fleet: _Fleet, now: datetime, config: PolicyConfig, stal
 
 
 def _scale_down(
-    fleet: _Fleet, now: datetime, config: PolicyConfig, *, capacity: int, keep: int, demand_present: bool
+    fleet: _Fleet,
+    now: datetime,
+    config: PolicyConfig,
+    *,
+    capacity: int,
+    keep: int,
+    demand_present: bool,
+    margin_fraction: float,
 ) -> list[RemovalPlan]:
     surplus = capacity - keep
-    margin = max(1, math.ceil(keep * config.scale_down_margin_fraction))
+    margin = max(1, math.ceil(keep * margin_fraction))
     if surplus < margin:
         return []
     idle = [line for line in fleet.producing if _silent_for_s(line, now) >= config.idle_before_scale_down_s]
