@@ -160,8 +160,10 @@ def test_gpu_preferences_rank_by_measured_dollars_per_task() -> None:
         2, NOW, first_id=300, gpu_model="RTX 5090", price_usd_per_h=0.43
     )
     demand = signal(NOW, pending=10, rate_per_h=1200, above_capacity_for_s=3600)
-    rec = recommend(demand, snapshot(NOW, fleet), NOW)
-    assert rec.launches[0].gpu_models == ("RTX 5090", "RTX 4090")
+    # by default any allowed model: the provisioner filters on the list, and the fleet's models run out
+    assert recommend(demand, snapshot(NOW, fleet), NOW).launches[0].gpu_models == ()
+    ranked = PredictivePolicy(PolicyConfig(rank_fleet_gpu_models=True))
+    assert ranked.recommend(demand, snapshot(NOW, fleet), NOW).launches[0].gpu_models == ("RTX 5090", "RTX 4090")
     preferred = PredictivePolicy(PolicyConfig(preferred_gpu_models=("H100",)))
     assert preferred.recommend(demand, snapshot(NOW, fleet), NOW).launches[0].gpu_models == ("H100",)
 
@@ -182,3 +184,38 @@ def test_fluid_backlog_counts_machines_as_they_arrive() -> None:
     assert left == 40  # flat for 30 min, then draining at 120/h for 30 min
     assert backlog_after(3600, backlog_tasks=0, arrival_per_h=0, machines_now=0, ready_offsets=[],
                          throughput_per_h=120) == 0  # fmt: skip
+
+
+def test_a_significant_one_hour_ramp_launches_before_arrivals_exceed_capacity() -> None:
+    fleet = snapshot(NOW, producing(8, NOW))  # 960 tasks/h of capacity
+    # demand still says steady and arrivals are under capacity, but they rise by 400/h every hour
+    ramp = [window(900, 900), window(3600, 800, trend_per_h2=400), window(21600, 700)]
+    rec = recommend(signal(NOW, rate_per_h=800, windows=ramp, producing_workers=8), fleet, NOW)
+    # from the 15 min rate, 400/h² over startup + half the window + half the 15 min window: ≈ 1750/h
+    assert 1700 < rec.figures.arrival_forecast_per_h < 1800
+    assert [plan.reason for plan in rec.launches] == [LaunchReason.SUSTAINED_DEMAND]
+    assert rec.launch_count >= 7
+    flat = [window(900, 800), window(3600, 800), window(21600, 700)]
+    assert recommend(signal(NOW, rate_per_h=800, windows=flat, producing_workers=8), fleet, NOW).is_hold
+    # a slope inside the minute noise (≈ 98/h² at 800/h) is not extrapolated
+    noise = [window(900, 820), window(3600, 800, trend_per_h2=150), window(21600, 700)]
+    assert recommend(signal(NOW, rate_per_h=800, windows=noise, producing_workers=8), fleet, NOW).is_hold
+
+
+def test_a_step_is_not_extrapolated_as_a_ramp() -> None:
+    fleet = snapshot(NOW, producing(8, NOW))
+    spike = [window(900, 3000), window(3600, 1400, trend_per_h2=2000), window(21600, 1000)]
+    rec = recommend(signal(NOW, rate_per_h=1400, windows=spike, producing_workers=8), fleet, NOW)
+    assert rec.figures.arrival_forecast_per_h == 1400  # the sustained rate, no slope
+
+
+def test_a_significant_decline_sheds_to_the_last_hour_with_a_small_margin() -> None:
+    idle = snapshot(NOW, producing(12, NOW, last_task_ago_s=2400))
+    falling = [window(900, 400), window(3600, 600, trend_per_h2=-400), window(21600, 1200)]
+    rec = recommend(signal(NOW, rate_per_h=400, windows=falling), idle, NOW)
+    assert rec.figures.keep_machines == 5  # 600/h: the 6 h window's 1200/h is a day's peak, not a lull
+    assert len(rec.removals_of("drain")) == 7
+    # the same windows without a slope are a lull: the 6 h window stands, 20% margin
+    lull = [window(900, 400), window(3600, 600), window(21600, 1200)]
+    rec = recommend(signal(NOW, rate_per_h=400, windows=lull), idle, NOW)
+    assert rec.figures.keep_machines == 10 and len(rec.removals_of("drain")) == 2

@@ -161,10 +161,12 @@ def falling(signal: DemandSignal, trend_window_s: float, min_z: float) -> bool:
     return significant and short.arrival_rate_per_h <= trend.arrival_rate_per_h
 
 
-def base_arrival_rate_per_h(signal: DemandSignal) -> float:
-    """The rate to plan from: the higher of the shortest window's and the sustained rate (sustained is the
-    lower of 15 and 30 min, which lags a ramp by a quarter of an hour)."""
-    short = min(signal.windows, key=lambda w: w.window_s).arrival_rate_per_h if signal.windows else 0.0
+def base_arrival_rate_per_h(signal: DemandSignal, slope_per_h2: float = 0.0) -> float:
+    """The rate to plan from: the sustained rate (the lower of 15 and 30 min, so a burst is not taken for
+    demand); along a significant rising slope, the shortest window's (sustained lags a ramp by 15 min)."""
+    if slope_per_h2 <= 0 or not signal.windows:
+        return signal.sustained_arrival_rate_per_h
+    short = min(signal.windows, key=lambda w: w.window_s).arrival_rate_per_h
     return max(signal.sustained_arrival_rate_per_h, short)
 
 
@@ -176,7 +178,7 @@ def arrival_forecast_per_h(
     The shortest window's mean lies half a window in the past, so the extrapolation starts from there. A
     falling trend is not extrapolated: shrinking is decided by the keep rate, idle time and hysteresis.
     """
-    rate = base_arrival_rate_per_h(signal)
+    rate = base_arrival_rate_per_h(signal, slope_per_h2)
     if slope_per_h2 <= 0 or not signal.windows:
         return rate
     lag_s = min(w.window_s for w in signal.windows) / 2

@@ -92,8 +92,12 @@ class PolicyConfig:
     drain_grace_s: float = 600.0
     max_drain_s: float = 3600.0
     max_launches_per_decision: int = 20
-    # GPU models to ask for, preferred first; empty: rank by this fleet's measured dollars per task
+    # GPU models to ask for, preferred first; empty: any allowed model, the provisioner ranks offers by expected
+    # dollars per task. The provisioner takes the list as a filter, so asking only for models already in the
+    # fleet refused every launch once their offers ran out (the week trace: 22,674 refused, 700 of 1,000 peak)
     preferred_gpu_models: tuple[str, ...] = ()
+    # ask for the fleet's measured cheapest models (per dollar per task) when no preference is configured
+    rank_fleet_gpu_models: bool = False
 
 
 DEFAULT_CONFIG = PolicyConfig()
@@ -165,7 +169,7 @@ def recommend(
     rate_up = arrival_forecast_per_h(signal, horizon_mid_s, config.trend_cap_factor, slope_per_h2=slope_per_h2)
     # arrivals until new machines land: the mean of the base rate and the forecast at the startup horizon
     rate_now = (
-        base_arrival_rate_per_h(signal)
+        base_arrival_rate_per_h(signal, slope_per_h2)
         + arrival_forecast_per_h(signal, startup_s, config.trend_cap_factor, slope_per_h2=slope_per_h2)
     ) / 2
     rate_keep = max(rate_up, keep_arrival_rate_per_h(signal, startup_s, declining, config.trend_window_s))
@@ -225,7 +229,9 @@ def recommend(
     replaceable = len(fleet.failed) + len(stalled)
     if deficit > 0:
         priority: LaunchPriority = "emergency" if healthy == 0 and pending > 0 else "normal"
-        gpu_models = config.preferred_gpu_models or rank_gpu_models(fleet.producing)
+        gpu_models = config.preferred_gpu_models or (
+            rank_gpu_models(fleet.producing) if config.rank_fleet_gpu_models else ()
+        )
         count = min(deficit, config.max_launches_per_decision)
         # lost capacity the forecast needs is replaced at once; growth waits for sustained demand or backlog
         replacements = min(count, replaceable)
