@@ -92,7 +92,7 @@ def keep_arrival_rate_per_h(
     rates = [signal.sustained_arrival_rate_per_h]
     trend = _window(signal, trend_window_s)
     if declining and trend is not None:
-        return max(rates + [trend.arrival_rate_per_h])
+        return max([*rates, trend.arrival_rate_per_h])
     if signal.windows:
         longest_s = max(window.window_s for window in signal.windows)
         rates += [w.arrival_rate_per_h for w in signal.windows if w.window_s >= min(startup_s, longest_s)]
