@@ -189,6 +189,23 @@ class Stack:
         if port is not None and wait_s > 0:
             wait_for_port(port, wait_s)
 
+    def restart_all(self, names: list[str], *, clock_offset_s: float | None = None, wait_s: float = 60.0) -> None:
+        """`restart` for several processes at once: all stop, then all start (a host rebooting, a clock stepping)."""
+        for name in names:
+            if self.processes[name].poll() is None:
+                self.processes[name].terminate()
+        for name in names:
+            self.stop(name)
+            if clock_offset_s is not None:
+                self.clock_offsets_s[name] = clock_offset_s
+        for name in names:
+            args, http_port = self.commands[name]
+            self.spawn(name, args, http_port)
+        for name in names:
+            port = self.commands[name][1] or self.ports.get(name)
+            if port is not None and wait_s > 0:
+                wait_for_port(port, wait_s)
+
     def pid(self, name: str) -> int:
         return self.processes[name].pid
 

@@ -32,9 +32,9 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared.contract import DeadLetter, DecisionRecord, FleetSnapshot, FleetSnapshotRequest
+from shared.contract import DeadLetter, DecisionRecord, FleetSnapshot, FleetSnapshotRequest, TaskEvent
 from shared.settings import Settings
-from shared.streams import AUDIT, BENCH, DLQ, INSTANCES, LATEST, OPERATOR, TRIGGERS
+from shared.streams import AUDIT, BENCH, DEMAND, DLQ, INSTANCES, LATEST, OPERATOR, TRIGGERS
 from sim.infra import RedisServer
 from sim.jobs.runner import window_of
 from sim.stack import SERVICES, TRACES_DIR, Stack, StackPlan
@@ -285,6 +285,24 @@ class FaultStack:
                 await subscription.unsubscribe()
         return found
 
+    async def stream_census(self) -> dict[str, Any]:
+        """The task events the DEMAND stream holds, against what the job system was told was acknowledged."""
+        assert self.replayer is not None
+        ids: Counter[str] = Counter()
+        for raw in await self.read_stream(DEMAND.name(SUBJECTS)):
+            with contextlib.suppress(ValueError):
+                ids[TaskEvent.model_validate_json(raw).event_id] += 1
+        acked = set(self.replayer.acked)
+        unacked_in_stream = [i for i in ids if i not in acked]
+        return {
+            "stream_task_messages": sum(ids.values()),
+            "stream_unique": len(ids),
+            "in_stream_not_acked": len(unacked_in_stream),
+            "not_acked_but_applied": sum(1 for i in unacked_in_stream if i in self.journal_counts),
+            "acked_not_in_stream": sum(1 for i in acked if i not in ids),
+            "publish_retries": self.replayer.publish_retries,
+        }
+
     async def dead_letters(self) -> list[DeadLetter]:
         return [DeadLetter.model_validate_json(raw) for raw in await self.read_stream(DLQ.name(SUBJECTS))]
 
@@ -388,8 +406,8 @@ class FaultStack:
                 return
             await asyncio.sleep(POLL_S)
 
-    async def measure(self, window: Window, recovery_s: float) -> Row:
-        """Settle, then count; the job system resumes afterwards."""
+    async def finish(self, window: Window, recovery_s: float, rows: list[Row]) -> Row:
+        """Settle, count, add the row to the table, then check every invariant; the job system resumes after."""
         assert self.replayer is not None
         await self.settle()
         try:
@@ -397,7 +415,7 @@ class FaultStack:
             ledger = await self.ledger()
             assert ledger is not None
             processed = sum(1 for i in ids if i in self.journal_counts)
-            return Row(
+            row = Row(
                 fault=window.fault,
                 published=len(ids),
                 processed=processed,
@@ -407,6 +425,9 @@ class FaultStack:
                 budget_breaches=budget_breaches(ledger, self.plan) - window.budget_breaches,
                 recovery_s=recovery_s,
             )
+            rows.append(row)
+            await self.check_invariants(row)
+            return row
         finally:
             self.replayer.resume()
 
@@ -425,7 +446,9 @@ class FaultStack:
             applied = metric_total(await self.metrics("demand"), "fleetpilot_demand_task_events_total")
             assert self.replayer is not None
             journalled = sum(1 for event_id in self.replayer.acked if event_id in self.journal_counts)
-            assert applied == journalled, f"demand counted {applied} applied task events, its journal {journalled}"
+            assert applied == journalled, (
+                f"demand counted {applied} applied task events, its journal {journalled}: {await self.stream_census()}"
+            )
         letters = Counter((letter.service, letter.original_subject) for letter in await self.dead_letters())
         assert letters == self.expected_dead_letters, (
             f"{row.fault}: dead letters other than the poison: {letters - self.expected_dead_letters}, "
