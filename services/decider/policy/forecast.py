@@ -119,7 +119,7 @@ def _window(signal: DemandSignal, window_s: float) -> WindowStats | None:
 
 
 def rising_slope_per_h2(
-    signal: DemandSignal, trend_window_s: float, min_z: float, max_jump_fraction: float = 0.3
+    signal: DemandSignal, trend_window_s: float, min_z: float, max_jump_fraction: float = 0.2
 ) -> float:
     """The trend window's arrival slope when it is positive and stands out of minute noise, else 0.
 

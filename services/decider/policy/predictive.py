@@ -74,7 +74,8 @@ class PolicyConfig:
     # and noise are not extrapolated
     trend_min_z: float = 3.0
     # a short window this far above the trend window's mean is a step (spike, burst), not a ramp: no slope
-    trend_max_jump_fraction: float = 0.3
+    # (a diurnal morning puts it ≈ 15% above; 0.3 let the bursty trace's steps through: 258 → 208 $ at 0.2)
+    trend_max_jump_fraction: float = 0.2
     # a rising trend is extrapolated to the middle of the horizon, never beyond this multiple of the rate
     trend_cap_factor: float = 2.0
     # a need within this fraction of a machine does not buy another (no launch for 2.05 machines' worth)
