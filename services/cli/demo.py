@@ -26,6 +26,7 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 
+from services.cli.demo_dashboard import MetricSamples
 from shared.contract import DeadLetter, DecisionRecord, DemandSignal, FleetSnapshot, InstanceTransitioned
 from shared.settings import Settings
 from shared.streams import DLQ
@@ -199,7 +200,16 @@ def check(summary: dict[str, Any]) -> list[str]:
     return problems
 
 
-async def run_demo(plan: StackPlan, console: Console, live_view: bool, timeout_s: float) -> dict[str, Any]:
+async def sample_metrics_until_done(stack: Stack, samples: MetricSamples, every_s: float = 2.0) -> None:
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while True:
+            await samples.sample(client, stack.ports, stack.now())
+            await asyncio.sleep(every_s)
+
+
+async def run_demo(
+    plan: StackPlan, console: Console, live_view: bool, timeout_s: float, dashboard_png: Path | None = None
+) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="fleetpilot-demo-"))
     stack = Stack(plan, workdir)
     state = LiveState()
@@ -211,6 +221,8 @@ async def run_demo(plan: StackPlan, console: Console, live_view: bool, timeout_s
         nc = await nats.connect(stack.nats.url)
         await follow(nc, state)
         stack.start_jobs()
+        samples = MetricSamples()
+        sampler = asyncio.create_task(sample_metrics_until_done(stack, samples)) if dashboard_png else None
         deadline = time.monotonic() + timeout_s
         jobs = stack.processes["jobs"]
         if live_view:
@@ -231,6 +243,10 @@ async def run_demo(plan: StackPlan, console: Console, live_view: bool, timeout_s
                         f"decisions={sum(state.decision_outcomes.values())}"
                     )
                 await asyncio.sleep(0.5)
+        if sampler is not None and dashboard_png is not None:
+            sampler.cancel()
+            samples.draw(dashboard_png)
+            console.print(f"dashboard picture: {dashboard_png}")
         async with httpx.AsyncClient(timeout=5.0) as client:
             ledger = (await client.get(f"http://127.0.0.1:{stack.ports['vast']}/_sim/ledger")).json()
         metrics = await scrape_metrics(stack)
@@ -271,6 +287,7 @@ def demo(
     summary_json: Path = typer.Option(None, help="also write the summary as JSON here"),
     live: bool = typer.Option(None, help="live terminal view (default: when the output is a terminal)"),
     timeout_s: float = typer.Option(None, help="wall-clock limit for the replay (default 600, fast 240)"),
+    dashboard_png: Path = typer.Option(None, help="sample every service's /metrics and draw the dashboards here"),
 ) -> None:
     """Run the whole system on simulated vast.ai and Ollama: a day of demand in a few minutes."""
     console = Console()
@@ -281,7 +298,7 @@ def demo(
         f"FleetPilot demo: {plan.minutes / 60:.0f} simulated hours of {plan.trace.name} "
         f"at x{plan.speed:.0f}, budget ${plan.budget_usd_per_h:.0f}/h"
     )
-    summary = asyncio.run(run_demo(plan, console, live_view, limit))
+    summary = asyncio.run(run_demo(plan, console, live_view, limit, dashboard_png))
     print_summary(console, summary)
     if summary_json:
         summary_json.write_text(json.dumps(summary, indent=2) + "\n")
