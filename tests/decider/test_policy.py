@@ -191,8 +191,9 @@ def test_a_significant_one_hour_ramp_launches_before_arrivals_exceed_capacity() 
     # demand still says steady and arrivals are under capacity, but they rise by 400/h every hour
     ramp = [window(900, 900), window(3600, 800, trend_per_h2=400), window(21600, 700)]
     rec = recommend(signal(NOW, rate_per_h=800, windows=ramp, producing_workers=8), fleet, NOW)
-    # from the 15 min rate, 400/h² over startup + half the window + half the 15 min window: ≈ 1750/h
-    assert 1700 < rec.figures.arrival_forecast_per_h < 1800
+    # from the 15 min rate, 400/h² over startup (1.5 h) + half the window (1 h) + half the 15 min window would be
+    # 1950/h: capped at twice the rate
+    assert rec.figures.arrival_forecast_per_h == 1800
     assert [plan.reason for plan in rec.launches] == [LaunchReason.SUSTAINED_DEMAND]
     assert rec.launch_count >= 7
     flat = [window(900, 800), window(3600, 800), window(21600, 700)]
