@@ -86,8 +86,9 @@ def keep_arrival_rate_per_h(
     """The arrival rate scale-down must still serve: the busiest window at least a startup time long.
 
     A machine given back costs a startup time to replace, so a lull shorter than that must not shed it; with
-    no window that long, the longest one stands in. While arrivals fall significantly (see `falling`) the
-    decline is no lull: the trend window alone stands in (the 6 h window kept a day's peak fleet for hours).
+    no window that long, the longest one stands in; a window much longer is narrowed to the startup time.
+    While arrivals fall significantly (see `falling`) the decline is no lull: the trend window alone stands in
+    (the 6 h window kept a day's peak fleet for hours).
     """
     rates = [signal.sustained_arrival_rate_per_h]
     trend = _window(signal, trend_window_s)
@@ -95,7 +96,20 @@ def keep_arrival_rate_per_h(
         return max([*rates, trend.arrival_rate_per_h])
     if signal.windows:
         longest_s = max(window.window_s for window in signal.windows)
-        rates += [w.arrival_rate_per_h for w in signal.windows if w.window_s >= min(startup_s, longest_s)]
+        span_s = min(startup_s, longest_s)
+        shorter = [w for w in signal.windows if w.window_s < span_s]
+        inner = max(shorter, key=lambda w: w.window_s) if shorter else None
+        for w in signal.windows:
+            if w.window_s < span_s:
+                continue
+            if inner is None or w.window_s <= span_s:
+                rates.append(w.arrival_rate_per_h)
+                continue
+            # the rate over the last startup time, taking the part of the long window before the inner one as
+            # uniform: a 6 h window stands for 1.5 h, so the evening's decline no longer keeps the night's fleet
+            inner_tasks = inner.arrival_rate_per_h * inner.window_s
+            rest_per_s = (w.arrival_rate_per_h * w.window_s - inner_tasks) / (w.window_s - inner.window_s)
+            rates.append((inner_tasks + rest_per_s * (span_s - inner.window_s)) / span_s)
     return max(rates)
 
 
