@@ -49,6 +49,7 @@ class DemandRuntime:
         self.unacked: list[Msg] = []  # applied, waiting for the checkpoint that makes them durable
         self.lock = asyncio.Lock()
         self.tasks: list[asyncio.Task[None]] = []
+        self.stopping = False
         self.dead_letters = next(m for m in ctx.broker.middlewares if isinstance(m, DeadLetterMiddleware))
 
     async def restore(self) -> None:
@@ -144,7 +145,7 @@ class DemandRuntime:
         return evaluation
 
     async def evaluate_forever(self) -> None:
-        while True:
+        while not self.stopping:
             try:
                 await self.evaluate()
             except Exception:
@@ -164,7 +165,7 @@ class DemandRuntime:
             subjects.tasks_all, durable=TASKS_DURABLE, stream=DEMAND.name(subjects), config=consumer
         )
         try:
-            while True:
+            while not self.stopping:
                 try:
                     messages = await subscription.fetch(self.config.batch_size, timeout=self.config.batch_wait_s)
                 except TimeoutError:  # asyncio's and nats' alike: nothing arrived
@@ -186,17 +187,15 @@ class DemandRuntime:
                 await subscription.unsubscribe()
 
     async def start(self) -> None:
+        self.stopping = False
         self.tasks = [
             asyncio.create_task(self.consume_tasks(), name="demand-consume"),
             asyncio.create_task(self.evaluate_forever(), name="demand-evaluate"),
         ]
 
     async def stop(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self.stopping = True
+        await stop_tasks(self.tasks)
         self.tasks = []
         try:
             await self.checkpoint()
@@ -205,6 +204,17 @@ class DemandRuntime:
 
     async def close(self) -> None:
         await self.store.close()
+
+
+async def stop_tasks(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel until done: on Python 3.11 `asyncio.wait_for` (inside nats-py) can swallow a cancellation that
+    lands as its inner call completes, and the loop would carry on into another sleep."""
+    for task in tasks:
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.5)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s ended with %r", task.get_name(), task.exception())
 
 
 def build(ctx: ServiceContext, config: DemandSettings | None = None) -> AsgiFastStream:

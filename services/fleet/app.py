@@ -4,7 +4,6 @@ into the lifecycle core; transitions, triggers, bench requests and the fleet sna
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -49,6 +48,7 @@ class FleetRuntime:
         self.core = FleetCore(config)
         self.lock = asyncio.Lock()
         self.timer: asyncio.Task[None] | None = None
+        self.stopping = False
         self.last_snapshot_s: float | None = None
 
     async def restore(self) -> None:
@@ -163,7 +163,7 @@ class FleetRuntime:
             await self.publish_snapshot()
 
     async def tick_forever(self) -> None:
-        while True:
+        while not self.stopping:
             try:
                 await self.tick()
             except Exception:
@@ -171,13 +171,13 @@ class FleetRuntime:
             await self.ctx.clock.sleep(self.config.tick_s)
 
     async def start(self) -> None:
+        self.stopping = False
         self.timer = asyncio.create_task(self.tick_forever(), name="fleet-tick")
 
     async def stop(self) -> None:
+        self.stopping = True
         if self.timer is not None:
-            self.timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.timer
+            await stop_tasks([self.timer])
         try:
             await self.save()
         except Exception:
@@ -185,6 +185,17 @@ class FleetRuntime:
 
     async def close(self) -> None:
         await self.store.close()
+
+
+async def stop_tasks(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel until done: on Python 3.11 `asyncio.wait_for` (inside nats-py) can swallow a cancellation that
+    lands as its inner call completes, and the loop would carry on into another sleep."""
+    for task in tasks:
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.5)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s ended with %r", task.get_name(), task.exception())
 
 
 def build(ctx: ServiceContext, config: FleetSettings | None = None) -> AsgiFastStream:
