@@ -169,6 +169,8 @@ class FleetCore:
         self._deadlines: list[tuple[float, int, int, InstanceState]] = []
         self._order = itertools.count()
         self._seen: OrderedDict[str, None] = OrderedDict()
+        # task events of instances the provisioner has not reported yet, oldest instance first
+        self.unclaimed: OrderedDict[int, list[TaskEvent]] = OrderedDict()
         self.dirty: set[int] = set()  # instances changed since the adapter last saved them
         self.purged: set[int] = set()  # gone instances forgotten since the last save
         self.changed = False  # anything a snapshot shows changed since the adapter last published one
@@ -195,7 +197,11 @@ class FleetCore:
             if observed.state == S.FAILED:
                 record.failure_reason = observed.failure_reason or FailureReason.VAST_ERROR
             detail = "adopted by reconciliation" if observed.adopted else "first seen by the provisioner"
-            return [self._enter(record, None, observed.state, at_s, detail)]
+            transitions = [self._enter(record, None, observed.state, at_s, detail)]
+            for event in self.unclaimed.pop(observed.instance_id, []):  # its worker spoke first
+                if record.state not in (S.FAILED, S.GONE):
+                    transitions += self._apply_task(record, event, max(self._at(event.occurred_at, now), at_s))
+            return transitions
         self._update_attributes(record, observed)
         self._touch(record)
         target = observed.state
@@ -208,7 +214,11 @@ class FleetCore:
         return self._move(record, target, at_s, detail, reason)
 
     def observe_task(self, event: TaskEvent, now: datetime) -> list[Transition]:
-        """A worker's first event registers its instance; a completion marks it producing."""
+        """A worker's first event registers its instance; a completion marks it producing.
+
+        An instance the provisioner has not reported is not created from a task event (a replayed week of
+        events would resurrect long-gone machines): its events wait, bounded, until the provisioner sees it.
+        """
         if not self._first_time(event.event_id):
             return []
         instance_id = event.instance_id
@@ -216,15 +226,17 @@ class FleetCore:
             instance_id = self.worker_instance.get(event.worker_id)
         if instance_id is None:
             return []  # a worker outside the fleet (or one that never said where it runs)
-        at_s = self._at(event.occurred_at, now)
-        transitions: list[Transition] = []
         record = self.instances.get(instance_id)
-        worker = event.worker_id or f"instance-{instance_id}"
         if record is None:
-            record = self._new(instance_id, S.REGISTERED, at_s)
-            record.gpu_model = event.gpu_model
-            transitions.append(self._enter(record, None, S.REGISTERED, at_s, f"first task event from {worker}"))
-        elif record.state in (S.REQUESTED, S.LOADING, S.RUNNING):
+            self._hold_unclaimed(instance_id, event)
+            return []
+        return self._apply_task(record, event, self._at(event.occurred_at, now))
+
+    def _apply_task(self, record: InstanceRecord, event: TaskEvent, at_s: float) -> list[Transition]:
+        transitions: list[Transition] = []
+        instance_id = record.instance_id
+        worker = event.worker_id or f"instance-{instance_id}"
+        if record.state in (S.REQUESTED, S.LOADING, S.RUNNING):
             transitions += self._move(record, S.REGISTERED, at_s, f"first task event from {worker}")
         if event.worker_id is not None and event.worker_id not in self.worker_instance:
             self.worker_instance[event.worker_id] = instance_id
@@ -243,6 +255,16 @@ class FleetCore:
                 self._producer_spoke(at_s)
         self._touch(record)
         return transitions
+
+    def _hold_unclaimed(self, instance_id: int, event: TaskEvent) -> None:
+        held = self.unclaimed.get(instance_id)
+        if held is None:
+            held = self.unclaimed[instance_id] = []
+            if len(self.unclaimed) > self.config.unclaimed_instances_kept:
+                self.unclaimed.popitem(last=False)
+        held.append(event)
+        if len(held) > self.config.unclaimed_events_kept:
+            del held[1]  # keep the first (it dates the registration) and the latest
 
     def observe_bench(self, result: BenchResult, now: datetime) -> list[Transition]:
         if result.kind != "gpu" or result.instance_id is None:

@@ -17,7 +17,7 @@ TRANSITIONS: Mapping[InstanceState, frozenset[InstanceState]] = {
         {
             S.LOADING,  # vast accepted the rent; the host is pulling the image
             S.RUNNING,  # the provisioner's first poll already finds the container running
-            S.REGISTERED,  # a worker reported before the provisioner's poll caught up
+            S.REGISTERED,  # a worker reported before the provisioner's poll saw it loading or running
             S.FAILED,  # vast refused or errored the create (vast_error), or it never loaded (stuck_loading)
             S.GONE,  # destroyed before it ever loaded
         }

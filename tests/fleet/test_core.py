@@ -224,16 +224,25 @@ def test_a_failed_benchmark_fails_the_instance() -> None:
     assert (transition.to_state, transition.failure_reason) == (S.FAILED, FailureReason.BENCH_FAILED)
 
 
-def test_a_worker_on_an_unknown_instance_registers_it_and_the_provisioner_fills_in_the_price() -> None:
+def test_a_worker_heard_before_the_provisioner_registers_its_instance_once_the_provisioner_reports_it() -> None:
     core = FleetCore()
-    [transition] = core.observe_task(task("started", T0, 77), T0)
-    assert (transition.from_state, transition.to_state) == (None, S.REGISTERED)
-    assert core.observe_instance(observed(S.RUNNING, T0, 77, price_usd_per_h=0.43), T0) == []
-    assert core.snapshot(T0).instances[0].price_usd_per_h == 0.43
+    assert core.observe_task(task("started", T0, 77), T0) == []  # not created from a task event alone
+    assert core.snapshot(T0).instances == []
+    later = T0 + timedelta(minutes=1)
+    steps = core.observe_instance(observed(S.RUNNING, later, 77, price_usd_per_h=0.43), later)
+    assert [(t.from_state, t.to_state) for t in steps] == [(None, S.RUNNING), (S.RUNNING, S.REGISTERED)]
+    assert core.snapshot(later).instances[0].price_usd_per_h == 0.43
     # the worker id alone now names the instance
-    later = T0 + timedelta(minutes=3)
-    bare = TaskEvent(occurred_at=later, source="jobs", kind="completed", task_id="x", worker_id="worker-77")
-    assert [t.to_state for t in core.observe_task(bare, later)] == [S.PRODUCING]
+    done = later + timedelta(minutes=3)
+    bare = TaskEvent(occurred_at=done, source="jobs", kind="completed", task_id="x", worker_id="worker-77")
+    assert [t.to_state for t in core.observe_task(bare, done)] == [S.PRODUCING]
+
+
+def test_task_events_of_a_machine_never_reported_resurrect_nothing() -> None:
+    core = FleetCore(FleetSettings(unclaimed_instances_kept=2))
+    for instance_id in range(10):  # a replayed week of events from machines long gone
+        core.observe_task(task("completed", T0, instance_id), T0)
+    assert len(core.unclaimed) == 2 and core.instances == {}
 
 
 def test_a_redelivered_completion_counts_once() -> None:
