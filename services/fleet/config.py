@@ -21,8 +21,6 @@ class FleetSettings(BaseSettings):
     queue_stale_s: float = Field(default=10 * 60, gt=0)
     throughput_window_s: float = Field(default=3600, gt=0, description="window of an instance's tasks/h")
     gone_retention_s: float = Field(default=24 * 3600, gt=0, description="how long a gone instance is remembered")
-    unclaimed_instances_kept: int = Field(default=1000, ge=0, description="unreported instances whose events wait")
-    unclaimed_events_kept: int = Field(default=50, ge=2, description="events kept per unreported instance")
     ignored_moves_kept: int = Field(default=10, ge=0, description="ignored moves kept per instance")
 
     # the service's timer

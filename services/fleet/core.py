@@ -36,6 +36,10 @@ STATE_VERSION = 1
 # vast's own view is coarser than ours: "running" is all it can say about these
 RUNNING_REFINEMENTS = frozenset({S.REGISTERED, S.BENCHMARKED, S.PRODUCING, S.DRAINING})
 SILENCE_JUDGED = frozenset({S.BENCHMARKED, S.PRODUCING})
+# Task events of instances the provisioner has not reported yet wait here, bounded: a worker can speak a poll
+# before the provisioner sees its machine, but a replayed week of events must not fill memory.
+UNCLAIMED_INSTANCES_KEPT = 1000
+UNCLAIMED_EVENTS_KEPT = 50  # per instance: the first (it dates the registration) and the latest
 
 
 @dataclass(frozen=True)
@@ -260,11 +264,11 @@ class FleetCore:
         held = self.unclaimed.get(instance_id)
         if held is None:
             held = self.unclaimed[instance_id] = []
-            if len(self.unclaimed) > self.config.unclaimed_instances_kept:
+            if len(self.unclaimed) > UNCLAIMED_INSTANCES_KEPT:
                 self.unclaimed.popitem(last=False)
         held.append(event)
-        if len(held) > self.config.unclaimed_events_kept:
-            del held[1]  # keep the first (it dates the registration) and the latest
+        if len(held) > UNCLAIMED_EVENTS_KEPT:
+            del held[1]
 
     def observe_bench(self, result: BenchResult, now: datetime) -> list[Transition]:
         if result.kind != "gpu" or result.instance_id is None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.fleet.config import FleetSettings
-from services.fleet.core import FleetCore, InstanceRecord
+from services.fleet.core import UNCLAIMED_INSTANCES_KEPT, FleetCore, InstanceRecord
 from services.fleet.lines import format_line
 from shared.contract import (
     BenchResult,
@@ -239,10 +239,10 @@ def test_a_worker_heard_before_the_provisioner_registers_its_instance_once_the_p
 
 
 def test_task_events_of_a_machine_never_reported_resurrect_nothing() -> None:
-    core = FleetCore(FleetSettings(unclaimed_instances_kept=2))
-    for instance_id in range(10):  # a replayed week of events from machines long gone
+    core = FleetCore()
+    for instance_id in range(UNCLAIMED_INSTANCES_KEPT + 10):  # a replayed week of events from machines long gone
         core.observe_task(task("completed", T0, instance_id), T0)
-    assert len(core.unclaimed) == 2 and core.instances == {}
+    assert len(core.unclaimed) == UNCLAIMED_INSTANCES_KEPT and core.instances == {}
 
 
 def test_a_redelivered_completion_counts_once() -> None:
