@@ -31,6 +31,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import SecretStr
 
 from shared.contract import DeadLetter, DecisionRecord, FleetSnapshot, FleetSnapshotRequest, TaskEvent
 from shared.settings import Settings
@@ -100,6 +101,10 @@ class Health:
         return not self.problems
 
 
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
 def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
     return [
         (sample.name, dict(sample.labels), float(sample.value))
@@ -164,7 +169,7 @@ class FaultStack:
             redis_url=self.stack.redis.url,
             subject_prefix=PREFIX,
             vast_api_url=self.url("vast"),
-            vast_api_key=self.api_key,  # type: ignore[arg-type]
+            vast_api_key=SecretStr(self.api_key),
             clock_speed=self.plan.speed,
             clock_sim_epoch=self.stack.sim_epoch,
             clock_wall_epoch_s=self.stack.wall_epoch_s,
@@ -255,7 +260,7 @@ class FaultStack:
             new = await self.redis.lrange(JOURNAL_KEY, len(self.journal), -1)
         except Exception:
             return False
-        ids = [raw.decode() for raw in new]
+        ids = [_text(raw) for raw in new]
         self.journal += ids
         self.journal_counts.update(ids)
         assert len(self.journal) < DEMAND_SEEN_CAPACITY, "the journal reached demand's cap: shorten the run"
@@ -491,21 +496,20 @@ class FaultStack:
         found: dict[str, Any] = {}
         with contextlib.suppress(Exception):
             async for raw_key in client.scan_iter(count=500):
-                key = raw_key.decode()
-                kind = (await client.type(raw_key)).decode()
+                key = _text(raw_key)
+                kind = _text(await client.type(raw_key))
                 value: Any
                 if kind == "string":
-                    value = (await client.get(raw_key) or b"").decode(errors="replace")
+                    value = _text(await client.get(raw_key) or b"")
                 elif kind == "list":
-                    value = [v.decode(errors="replace") for v in await client.lrange(raw_key, 0, -1)]
+                    value = [_text(v) for v in await client.lrange(raw_key, 0, -1)]
                 elif kind == "hash":
-                    value = {k.decode(): v.decode(errors="replace") for k, v in (await client.hgetall(raw_key)).items()}
+                    value = {_text(k): _text(v) for k, v in (await client.hgetall(raw_key)).items()}
                 elif kind == "zset":
-                    value = [
-                        [m.decode(errors="replace"), s] for m, s in await client.zrange(raw_key, 0, -1, withscores=True)
-                    ]
+                    rows: list[Any] = await client.zrange(raw_key, 0, -1, withscores=True)
+                    value = [[_text(row[0]), row[1]] for row in rows]
                 elif kind == "set":
-                    value = sorted(v.decode(errors="replace") for v in await client.smembers(raw_key))
+                    value = sorted(_text(v) for v in await client.smembers(raw_key))
                 else:
                     value = f"<{kind}>"
                 volatile = (await client.pttl(raw_key)) > 0

@@ -111,3 +111,14 @@ async def test_clock_jumps_forward_an_hour(stack: FaultStack, fault_rows: list[R
     await stack.end_fault(window)
     recovery_s = await stack.recover(window)
     await stack.finish(window, recovery_s, fault_rows)
+
+
+async def test_the_secret_search_finds_a_planted_key(stack: FaultStack) -> None:
+    """The key search that every fault ends with can fail: a key written where a log would be is found."""
+    planted = stack.workdir / "planted.log"
+    planted.write_text(f"connecting with Authorization: Bearer {stack.api_key}\n")
+    try:
+        assert await stack.secret_findings() == ["planted.log"]
+    finally:
+        planted.unlink()
+    assert await stack.secret_findings() == []
