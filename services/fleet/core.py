@@ -41,6 +41,9 @@ SILENCE_JUDGED = frozenset({S.BENCHMARKED, S.PRODUCING})
 UNCLAIMED_INSTANCES_KEPT = 1000
 UNCLAIMED_EVENTS_KEPT = 50  # per instance: the first (it dates the registration) and the latest
 
+# how often an idle, unregistered machine is looked at again (cheap: one heap entry per such machine)
+IDLE_RECHECK_S = 60.0
+
 
 @dataclass(frozen=True)
 class HistoryEntry:
@@ -555,10 +558,18 @@ class FleetCore:
             detail = f"{record.state.value} for {c.stuck_loading_s / 3600:g} h"
             return since + c.stuck_loading_s, FailureReason.STUCK_LOADING, detail
         if record.state == S.RUNNING:
+            # Workers register with their first task, and the job system feeds its oldest workers first: a
+            # machine that arrives while the others cover the load gets no task and so cannot register. Only
+            # time with tasks waiting proves a worker broken (the world simulator saw 39 of 98 spike launches
+            # failed as idle newcomers before this).
+            if not self.tasks_queued(now_s):
+                # look again soon: the clock starts when tasks wait, not a full limit from now
+                return now_s + min(c.never_registered_s, IDLE_RECHECK_S), None, ""
+            waiting_since_s = max(since, self.queued_since_s or since, self.watching_since_s or since)
             return (
-                since + c.never_registered_s,
+                waiting_since_s + c.never_registered_s,
                 FailureReason.NEVER_REGISTERED,
-                (f"running {c.never_registered_s / 60:g} min and no worker registered"),
+                (f"running and no worker registered for {c.never_registered_s / 60:g} min while tasks were queued"),
             )
         if record.state in SILENCE_JUDGED:
             if not self.tasks_queued(now_s):

@@ -196,9 +196,11 @@ async def test_a_restart_rebuilds_every_instance_once_and_keeps_judging_time_in_
         ]
         await bus.observed(2, S.LOADING)  # a repeated observation after the restart adds nothing
         await bus.observed(2, S.REQUESTED)  # and a backwards one is ignored
+        await bus.queue(20)  # work is waiting, so a worker that never registers is broken, not idle
         sim_clock.advance(3 * 3600)
 
         async def all_failed() -> FleetSnapshot | None:
+            await bus.queue(20)
             await sim_clock.advance_and_settle(CONFIG.tick_s)
             snapshot = await bus.ask_snapshot()
             return snapshot if snapshot.counts_by_state.get(S.FAILED) == 3 else None

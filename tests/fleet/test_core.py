@@ -143,13 +143,36 @@ def test_stuck_in_loading_fails_at_three_hours_and_not_before() -> None:
     assert [(t.to_state, t.failure_reason) for t in tick.transitions] == [(S.FAILED, FailureReason.STUCK_LOADING)]
 
 
-def test_running_but_never_registered_fails_at_45_minutes_and_not_before() -> None:
+def test_running_but_never_registered_while_tasks_wait_fails_at_45_minutes_and_not_before() -> None:
     core = FleetCore()
     core.observe_instance(observed(S.LOADING, T0), T0)
     running_at = T0 + timedelta(minutes=50)
     core.observe_instance(observed(S.RUNNING, running_at), running_at)
+    for minute in range(0, 46, 5):
+        core.observe_queue(queue(30, running_at + timedelta(minutes=minute)), running_at + timedelta(minutes=minute))
+        if minute < 45:
+            assert core.check(running_at + timedelta(minutes=minute)).transitions == []
     assert core.check(running_at + timedelta(minutes=45) - timedelta(seconds=1)).transitions == []
     tick = core.check(running_at + timedelta(minutes=45))
+    assert [(t.to_state, t.failure_reason) for t in tick.transitions] == [(S.FAILED, FailureReason.NEVER_REGISTERED)]
+
+
+def test_an_idle_newcomer_is_not_failed_while_nothing_waits_for_it() -> None:
+    # the job system feeds its oldest workers first: a machine arriving while others cover the load gets no
+    # task, so it cannot register; that is not a broken worker
+    core = FleetCore()
+    core.observe_instance(observed(S.RUNNING, T0), T0)
+    for minute in range(0, 121, 5):
+        moment = T0 + timedelta(minutes=minute)
+        core.observe_queue(queue(0, moment), moment)
+        assert core.check(moment).transitions == []
+    assert core.instances[ID].state == S.RUNNING
+    # once tasks wait and it still takes none, the 45 minutes start
+    waiting_from = T0 + timedelta(minutes=125)
+    for minute in range(0, 46, 5):
+        moment = waiting_from + timedelta(minutes=minute)
+        core.observe_queue(queue(12, moment), moment)
+        tick = core.check(moment)
     assert [(t.to_state, t.failure_reason) for t in tick.transitions] == [(S.FAILED, FailureReason.NEVER_REGISTERED)]
 
 
