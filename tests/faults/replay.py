@@ -27,13 +27,16 @@ from shared.contract import Event, QueueDepth, QueueSnapshot, TaskEvent
 from shared.gpu_models import reference_tasks_per_h
 from shared.settings import Settings
 from shared.streams import DEMAND
-from sim.jobs.runner import SOURCE, TASK_TYPE, running_instances, throughput_factors, to_event
+from sim.jobs.runner import SOURCE, TASK_TYPE, throughput_factors, to_event
 from sim.jobs.world import REFERENCE_TASKS_PER_H, JobWorld
 
 log = logging.getLogger("fleetpilot.faults.replay")
 
 PUBLISH_TIMEOUT_S = 2.0  # wall: one try; the retry loop is unbounded (an outbox does not drop events)
 RETRY_WAIT_S = 0.2
+# vast.ai spaces list calls 1 s apart per key; paging 1,000 instances (40 pages) faster than that is refused
+LIST_SPACING_S = 1.1
+MAX_LIST_CALLS = 200
 
 
 async def _quiet(error: Exception) -> None:
@@ -156,7 +159,7 @@ class Replayer:
                 await self.clock.sleep(self.step_s)
 
     async def _refresh_workers(self, vast: httpx.AsyncClient, now: datetime) -> None:
-        listed = await running_instances(vast)
+        listed = await self._list_instances(vast)
         if listed is None:
             return  # unknown, not empty
         factors = await throughput_factors(vast)
@@ -174,6 +177,30 @@ class Replayer:
             speed = factors.get(instance_id, 1.0)
             up[instance_id] = (gpu_model, per_gpu * int(instance.get("num_gpus") or 1) * speed)
         self.world.set_workers(up)
+
+    async def _list_instances(self, vast: httpx.AsyncClient) -> list[dict[str, Any]] | None:
+        """Every instance vast.ai lists, paged at the documented spacing, a refused page asked again; None when
+        the list cannot be read (unknown, not empty)."""
+        instances: list[dict[str, Any]] = []
+        token: str | None = None
+        for _ in range(MAX_LIST_CALLS):
+            params = {"limit": "25", **({"after_token": token} if token else {})}
+            try:
+                response = await vast.get("/api/v1/instances/", params=params)
+            except httpx.HTTPError:
+                return None
+            if response.status_code == 429 or response.status_code >= 500:
+                await self.clock.sleep(LIST_SPACING_S)
+                continue
+            if response.status_code != 200:
+                return None
+            body = response.json()
+            instances += body.get("instances", [])
+            token = body.get("next_token")
+            if not token:
+                return instances
+            await self.clock.sleep(LIST_SPACING_S)
+        return None
 
     async def _publish_queue(self, now: datetime) -> None:
         snapshot = QueueSnapshot(
