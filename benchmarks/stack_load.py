@@ -242,7 +242,8 @@ def main() -> None:
     parser.add_argument("--trace-minutes", type=int, default=60)
     parser.add_argument("--ramp-limit-s", type=float, default=240.0, help="wall seconds to wait for the fleet")
     parser.add_argument("--drain-limit-s", type=float, default=120.0, help="wall seconds to wait for catch-up")
-    parser.add_argument("--reference-events", type=int, default=200_000, help="for benchmarks.demand")
+    # the same million events as benchmarks.demand alone: its result file is shared, so it must stay the run
+    parser.add_argument("--reference-events", type=int, default=1_000_000, help="for benchmarks.demand")
     args = parser.parse_args()
     reference = demand_reference(args.reference_events)
     result = asyncio.run(run(args))
