@@ -16,7 +16,7 @@ from tests.faults.conftest import format_table
 
 def main(argv: list[str]) -> int:
     marker = "soak" if "--soak" in argv else "not soak"
-    path = RESULTS_DIR / "faults.json"
+    path = RESULTS_DIR / ("faults-soak.json" if marker == "soak" else "faults.json")
     path.unlink(missing_ok=True)
     code = subprocess.call([sys.executable, "-m", "pytest", "-q", "-m", marker, "tests/faults"])
     if path.exists():
