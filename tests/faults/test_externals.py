@@ -78,7 +78,7 @@ async def test_vast_5xx_and_429_storm(stack: FaultStack, fault_rows: list[Row]) 
     assert len(mine) <= 2, f"one command of 2 instances delivered twice rented {len(mine)}"
     calls = await stack.vast_admin("calls", method="GET")
     assert any(c["outcome"] == "rate_limited" for c in calls) and any(c["outcome"] == "injected_error" for c in calls)
-    assert leftover == [] or all(f["endpoint"] != "list_v1" for f in leftover)
+    assert all(f["endpoint"] in ENDPOINTS for f in leftover)  # what the storm did not use up was withdrawn
 
 
 async def test_ambiguous_creates(stack: FaultStack, fault_rows: list[Row]) -> None:

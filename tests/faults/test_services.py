@@ -87,8 +87,6 @@ async def test_poison_on_every_consumed_subject(stack: FaultStack, fault_rows: l
     await stack.end_fault(window)
     recovery_s = await stack.recover(window)
     await stack.finish(window, recovery_s, fault_rows)  # its dead-letter check wants exactly these, once each
-    for service in {s for services in CONSUMED.values() for s in services}:
-        assert stack.url(service)
     assert not stack.stack.crashed()
 
 
