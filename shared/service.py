@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 
@@ -64,3 +65,14 @@ def asgi_app(ctx: ServiceContext) -> AsgiFastStream:
     )
     app.on_startup(ctx.declare_streams)
     return app
+
+
+async def stop_tasks(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel until done: on Python 3.11 `asyncio.wait_for` (inside nats-py) can swallow a cancellation that
+    lands as its inner call completes, and a service's timer loop would carry on into another sleep."""
+    for task in tasks:
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.5)
+        if not task.cancelled() and task.exception() is not None:
+            logging.getLogger("fleetpilot.service").error("%s ended with %r", task.get_name(), task.exception())

@@ -26,7 +26,7 @@ from services.demand.metrics import DemandMetrics
 from services.demand.store import DemandStore
 from shared.bus import DeadLetterMiddleware, delivery_count, durable_pull, publish_event
 from shared.contract import FleetSnapshot, QueueSnapshot, TaskEvent, Trigger
-from shared.service import ServiceContext, asgi_app
+from shared.service import ServiceContext, asgi_app, stop_tasks
 from shared.settings import Settings
 from shared.streams import DEMAND, LATEST, MAX_DELIVER, TRIGGERS, durable_consumer
 
@@ -204,17 +204,6 @@ class DemandRuntime:
 
     async def close(self) -> None:
         await self.store.close()
-
-
-async def stop_tasks(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel until done: on Python 3.11 `asyncio.wait_for` (inside nats-py) can swallow a cancellation that
-    lands as its inner call completes, and the loop would carry on into another sleep."""
-    for task in tasks:
-        while not task.done():
-            task.cancel()
-            await asyncio.wait({task}, timeout=0.5)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("%s ended with %r", task.get_name(), task.exception())
 
 
 def build(ctx: ServiceContext, config: DemandSettings | None = None) -> AsgiFastStream:
