@@ -18,12 +18,14 @@ from typing import Any
 
 import httpx
 import nats
+import nats.errors
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from services.bench.references import reference_for
 from services.bench.report import SuiteReport
 from shared.bus import event_headers, nats_connect_options
 from shared.clock import Clock
-from shared.contract import QueueDepth, QueueSnapshot, TaskEvent
+from shared.contract import Event, QueueDepth, QueueSnapshot, TaskEvent
 from shared.gpu_models import reference_tasks_per_h
 from shared.settings import Settings
 from shared.streams import DEMAND
@@ -88,6 +90,17 @@ async def throughput_factors(client: httpx.AsyncClient) -> dict[int, float]:
         return {int(e["instance_id"]): float(e["throughput_factor"]) for e in response.json()["entries"]}
     except (httpx.HTTPError, KeyError, ValueError):
         return {}
+
+
+@retry(
+    stop=stop_after_attempt(8),
+    wait=wait_exponential(multiplier=0.2, max=5.0),
+    retry=retry_if_exception_type((nats.errors.Error, asyncio.TimeoutError)),
+    reraise=True,
+)
+async def publish_with_retry(js: Any, subject: str, event: Event, stream: str) -> None:
+    """A job system retries an unacknowledged publish with the same Nats-Msg-Id: JetStream keeps it one event."""
+    await js.publish(subject, event.model_dump_json().encode(), headers=event_headers(event), stream=stream)
 
 
 def to_event(step: TaskStep) -> TaskEvent:
@@ -205,15 +218,7 @@ class JobRunner:
         for batch_start in range(0, len(steps), 500):
             batch = [to_event(step) for step in steps[batch_start : batch_start + 500]]
             await asyncio.gather(
-                *(
-                    js.publish(
-                        self.settings.subjects.task(event.kind),
-                        event.model_dump_json().encode(),
-                        headers=event_headers(event),
-                        stream=stream,
-                    )
-                    for event in batch
-                )
+                *(publish_with_retry(js, self.settings.subjects.task(e.kind), e, stream) for e in batch)
             )
 
     async def _publish_queue(self, js: Any, now: datetime) -> None:
@@ -222,12 +227,7 @@ class JobRunner:
             source=SOURCE,
             queues=[QueueDepth(task_type=TASK_TYPE, pending=self.world.pending, running=self.world.running)],
         )
-        await js.publish(
-            self.settings.subjects.queue,
-            snapshot.model_dump_json().encode(),
-            headers=event_headers(snapshot),
-            stream=DEMAND.name(self.settings.subjects),
-        )
+        await publish_with_retry(js, self.settings.subjects.queue, snapshot, DEMAND.name(self.settings.subjects))
 
     def summary(self) -> dict[str, Any]:
         waits_min = sorted(w / 60 for w in self.world.waits_s)
