@@ -28,7 +28,7 @@ from faststream.nats.security import NatsSecurity, NatsUserPassword
 from nats.aio.msg import Msg
 
 from shared.clock import Clock
-from shared.contract import DeadLetter, Event
+from shared.contract import DeadLetter, DeadLetterReason, Event
 from shared.metrics import BusMetrics
 from shared.settings import Settings
 from shared.streams import DLQ, MAX_DELIVER, StreamSpec, bound_stream, durable_consumer
@@ -58,7 +58,7 @@ def redelivery_delay_s(deliveries: int) -> float:
     return REDELIVERY_DELAYS_S[min(max(deliveries, 1), len(REDELIVERY_DELAYS_S)) - 1]
 
 
-def classify_failure(error: BaseException) -> str:
+def classify_failure(error: BaseException) -> DeadLetterReason:
     return "invalid_message" if isinstance(error, _INVALID_MESSAGE_ERRORS) else "handler_failed"
 
 
@@ -89,7 +89,7 @@ class DeadLetterMiddleware:
     def __call__(self, msg: Any, /, *, context: Any) -> _DeadLetterScope:
         return _DeadLetterScope(msg, context=context, owner=self)
 
-    async def park(self, raw: Msg, reason: str, error: BaseException, deliveries: int) -> None:
+    async def park(self, raw: Msg, reason: DeadLetterReason, error: BaseException, deliveries: int) -> None:
         if self.publish_raw is None:
             raise RuntimeError("dead-letter middleware used before its broker was built")
         data = bytes(raw.data or b"")
