@@ -50,6 +50,8 @@ DECIDER_LOCK_KEY = f"{PREFIX}:decider:lock"  # services/decider/lock.py
 DEMAND_SEEN_CAPACITY = 50_000  # services/demand/config.py seen_event_ids: the journal is complete below this
 POLL_S = 0.25
 
+CLOSE_STEP_S = 30.0  # wall seconds one teardown step may take before it is abandoned
+
 
 async def _quiet(error: Exception) -> None:
     """Connection errors are expected here: the suite kills the broker."""
@@ -190,13 +192,18 @@ class FaultStack:
         self.demand_pids.add(self.stack.pid("demand"))
 
     async def close(self) -> None:
+        # a client stuck on a broken server must not hold the suite: each step is bounded, and the processes
+        # are stopped (then killed) whatever happened before
         if self.replayer is not None:
-            await self.replayer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.replayer.close(), CLOSE_STEP_S)
         for client in (self.nc, self.redis):
             if client is not None:
                 with contextlib.suppress(Exception):
-                    await client.aclose() if isinstance(client, aioredis.Redis) else await client.close()
-        await self.http.aclose()
+                    closing = client.aclose() if isinstance(client, aioredis.Redis) else client.close()
+                    await asyncio.wait_for(closing, CLOSE_STEP_S)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.http.aclose(), CLOSE_STEP_S)
         await asyncio.to_thread(self.stack.close)
 
     def url(self, name: str) -> str:
