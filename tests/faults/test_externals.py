@@ -115,8 +115,11 @@ async def test_v0_instance_list_answers_410(stack: FaultStack, fault_rows: list[
     """A provisioner still on the retired v0 list: its 410 is "fleet unknown", never "no instances"."""
     window = await stack.begin("v0 instance list answers 410 (provisioner on v0, 20 sim-min)")
     assert (await stack.vast_admin("api", method="GET"))["v0_list"] == "gone"
-    before = await stack.ledger()
     await asyncio.to_thread(stack.stack.restart, "provisioner", env={"FLEETPILOT_PROVISIONER_INSTANCE_LIST_API": "v0"})
+    # read after the v1 provisioner has exited: a launch it was finishing when the window began is not the v0 one's
+    before = await stack.ledger()
+    # the window counts from the v0 provisioner's first list (a slow start would otherwise leave it none)
+    await eventually(lambda: _v0_list_refused(stack), timeout_s=30)
     await stack.sleep_sim(V0_SIM_S)
     during = await stack.ledger()
     snapshot = await stack.fleet_snapshot()
@@ -125,12 +128,15 @@ async def test_v0_instance_list_answers_410(stack: FaultStack, fault_rows: list[
     recovery_s = await stack.recover(window)
     await stack.finish(window, recovery_s, fault_rows)
     assert before is not None and during is not None and snapshot is not None
-    calls = await stack.vast_admin("calls", method="GET")
-    assert any(c["endpoint"] == "list_v0" and c["status"] == 410 for c in calls)
     # nothing rented blind, and nothing the fleet knew was dropped as gone
     assert {e["instance_id"] for e in during["entries"]} == {e["instance_id"] for e in before["entries"]}
     live = {e["instance_id"] for e in during["entries"] if e["destroyed_at"] is None}
     assert live <= {line.instance_id for line in snapshot.instances}
+
+
+async def _v0_list_refused(stack: FaultStack) -> bool:
+    calls = await stack.vast_admin("calls", method="GET")
+    return any(c["endpoint"] == "list_v0" and c["status"] == 410 for c in calls)
 
 
 async def ask_operator_question(stack: FaultStack) -> OperatorMessage:
