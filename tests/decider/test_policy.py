@@ -106,6 +106,28 @@ def test_scale_down_only_removes_machines_idle_long_enough_and_keeps_hysteresis(
     assert recommend(demand, snapshot(NOW, eleven), NOW).removals == ()
 
 
+def test_busy_producers_are_drained_when_the_queue_is_empty_and_those_left_keep_headroom() -> None:
+    """A job system that spreads tasks over every worker leaves none idle: the surplus must still go."""
+    busy = [line(100 + i, InstanceState.PRODUCING, NOW, last_task_ago_s=10 + 10 * i) for i in range(10)]
+    demand = signal(NOW, rate_per_h=240, pending=0, windows=[window(300, 240), window(7200, 240)])
+    rec = recommend(demand, snapshot(NOW, busy), NOW)
+    # keep 2 for 240/h; the 3 left serve it with 50% headroom (360/h); the least recently busy go first
+    assert [(plan.verb, plan.instance_id) for plan in rec.removals] == [("drain", 100 + i) for i in range(9, 2, -1)]
+    assert all(plan.reason is RemovalReason.OVER_PROVISIONED for plan in rec.removals)
+    # more than five minutes of the producers' work queued (10 × 120/h: 100 tasks): only idle machines go
+    queued = signal(NOW, rate_per_h=240, pending=150, windows=[window(300, 240), window(7200, 240)])
+    assert recommend(queued, snapshot(NOW, busy), NOW).removals == ()
+
+
+def test_machines_still_loading_never_make_busy_producers_look_surplus() -> None:
+    busy = producing(4, NOW, last_task_ago_s=30)
+    demand = signal(NOW, rate_per_h=480, pending=0, windows=[window(300, 480), window(7200, 480)])
+    rec = recommend(demand, snapshot(NOW, busy + loading(8, NOW)), NOW)
+    # 12 machines for a keep of 4 is a surplus, but the 4 producers are all that serve 480/h until the rest land
+    assert rec.figures.keep_machines == 4
+    assert rec.removals == ()
+
+
 def test_the_last_producer_is_never_shed_while_tasks_are_queued() -> None:
     idle = producing(3, NOW, last_task_ago_s=2400)
     demand = signal(NOW, pending=2, rate_per_h=0, windows=[window(300, 0), window(7200, 0)], throughput_per_h=1000)
