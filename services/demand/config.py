@@ -43,6 +43,13 @@ class DemandSettings(BaseSettings):
     max_task_types: int = Field(default=64, ge=1)
     seen_event_ids: int = Field(default=50_000, ge=100, description="event ids remembered for de-duplication")
 
+    # Job systems keep a daily rhythm: what followed this moment a day ago is published with every signal once
+    # a whole season (plus an hour, for the level then) has been watched, so the decider sees the next hours
+    # of yesterday's shape (0 turns it off). Quarter hours are fine enough for machines that take hours.
+    season_s: int = Field(default=86400, ge=0, description="period of the rhythm; 0: no echo")
+    season_bucket_s: int = Field(default=900, gt=0)
+    season_ahead_s: int = Field(default=6 * HOUR_S, gt=0, description="how far past one season ago the echo goes")
+
     # publication (the service, not the core's arithmetic)
     evaluate_interval_s: float = Field(default=15, gt=0)
     publish_interval_s: float = Field(default=60, gt=0)
@@ -67,6 +74,11 @@ class DemandSettings(BaseSettings):
         ]:
             if value <= 0 or value % self.bucket_s:
                 raise ValueError(f"{name}={value} must be a positive multiple of bucket_s={self.bucket_s}")
+        if self.season_s and (self.season_s % self.season_bucket_s or self.season_ahead_s > self.season_s):
+            raise ValueError(
+                f"season_s={self.season_s} must be a multiple of season_bucket_s={self.season_bucket_s}"
+                f" and at least season_ahead_s={self.season_ahead_s}"
+            )
         if list(self.windows_s) != sorted(set(self.windows_s)):
             raise ValueError(f"windows_s={self.windows_s} must be distinct and ascending")
         return self

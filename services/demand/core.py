@@ -15,6 +15,7 @@ from typing import Any
 
 from services.demand.config import HOUR_S, DemandSettings
 from services.demand.rules import Measurement, classify, next_trend
+from services.demand.season import ArrivalHistory
 from services.demand.windows import (
     ARRIVALS,
     BUSY_COMPLETIONS,
@@ -33,6 +34,7 @@ from shared.contract import (
     FleetSnapshot,
     InstanceState,
     QueueSnapshot,
+    SeasonEcho,
     TaskEvent,
     TaskTypeDemand,
     TriggerPriority,
@@ -167,6 +169,8 @@ class DemandCore:
         self.by_type: dict[str, BucketSeries] = {}
         self.by_gpu: dict[str, BucketSeries] = {}
         self.seen = SeenIds(c.seen_event_ids)
+        self.history = ArrivalHistory(c.season_bucket_s, c.season_s + HOUR_S + c.season_bucket_s)
+        self.history_since_s: float | None = None  # the history counts every arrival from here on
         self.workers: OrderedDict[str, WorkerRecord] = OrderedDict()  # by last activity, oldest first
         self.recent_producers: OrderedDict[str, float] = OrderedDict()  # by last completion, oldest first
         self.types_with_started: set[str] = set()
@@ -208,6 +212,7 @@ class DemandCore:
         self._track_pending(kind, task_type, at_s)
         if kind == "submitted":
             self._count(series, None, bucket, ARRIVALS, 1)
+            self.history.add(at_s, 1)
         elif kind == "started":
             self._count(series, None, bucket, STARTED, 1)
         elif kind == "completed":
@@ -247,6 +252,8 @@ class DemandCore:
         ):
             if amount:
                 self._count(series, None, bucket, field_index, amount)
+        if counts.submitted:
+            self.history.add(at_s, counts.submitted)
         if counts.busy_completions:
             self._count(series, gpu, bucket, BUSY_COMPLETIONS, counts.busy_completions)
             self._count(series, gpu, bucket, BUSY_S, counts.busy_s)
@@ -424,6 +431,8 @@ class DemandCore:
                 self.last_published.capacity_tasks_per_h,
             ],
             "signal_seq": self.signal_seq,
+            "history": self.history.to_state(),
+            "history_since_s": self.history_since_s,
         }
 
     @classmethod
@@ -459,6 +468,9 @@ class DemandCore:
             at_s, st, tr, pending, capacity = state["last_published"]
             core.last_published = PublishedMark(at_s, DemandState(st), DemandTrend(tr), pending, capacity)
         core.signal_seq = state["signal_seq"]
+        if "history" in state:  # a checkpoint from before the seasonal echo has none: it builds up again
+            core.history.load_state(state["history"])
+            core.history_since_s = state["history_since_s"]
         core.seen.load(seen_ids)
         return core
 
@@ -466,6 +478,8 @@ class DemandCore:
     def _observed(self, at_s: float) -> None:
         if self.observing_since_s is None or at_s < self.observing_since_s:
             self.observing_since_s = at_s
+        if self.history_since_s is None:
+            self.history_since_s = at_s
 
     def _track_pending(self, kind: str, task_type: str, at_s: float) -> None:
         if self.queue is not None and at_s <= self.queue.at_s:
@@ -702,4 +716,12 @@ class DemandCore:
             above_capacity_for_s=m.above_capacity_for_s,
             last_completion_at=last_completion,
             signal_seq=self.signal_seq,
+            season=self._season_echo(now_s),
         )
+
+    def _season_echo(self, now_s: float) -> SeasonEcho | None:
+        """Yesterday's next hours, once a whole season and the hour before it have been watched."""
+        c = self.config
+        if not c.season_s or self.history_since_s is None or now_s - self.history_since_s < c.season_s + HOUR_S:
+            return None
+        return self.history.echo(now_s, c.season_s, c.season_ahead_s)

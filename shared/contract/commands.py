@@ -15,6 +15,7 @@ RequestedBy = Literal["policy", "agent", "operator"]
 
 class LaunchReason(StrEnum):
     SUSTAINED_DEMAND = "sustained_demand"
+    FORECAST = "forecast"  # the daily rhythm (demand's echo of a day ago) says the demand is coming
     BACKLOG = "backlog"
     REPLACEMENT = "replacement"
     MINIMUM_FLEET = "minimum_fleet"

@@ -64,6 +64,20 @@ class WindowStats(ContractModel):
     arrival_trend_per_h2: float = Field(description="slope of the arrival rate over the window, tasks/h per h")
 
 
+class SeasonEcho(ContractModel):
+    """What arrivals did one season ago (a day by default): the shape of the next hours, as seen yesterday.
+
+    A machine takes hours to arrive, so the decider needs the coming hours; in a job system with a daily rhythm
+    the best guess for them is what followed this moment a day ago, scaled to today's level.
+    """
+
+    season_s: int = Field(gt=0)
+    bucket_s: int = Field(gt=0)
+    starts_at: UtcDatetime = Field(description="start of the first bucket, about one season before now")
+    level_then_per_h: float = Field(ge=0, description="arrival rate over the hour before starts_at")
+    rates_then_per_h: list[float] = Field(description="arrival rate per bucket from starts_at on")
+
+
 class TaskTypeDemand(ContractModel):
     task_type: str
     pending_tasks: int = Field(ge=0)
@@ -90,3 +104,4 @@ class DemandSignal(Event):
     above_capacity_for_s: float = Field(ge=0, description="how long arrivals have exceeded capacity without a break")
     last_completion_at: UtcDatetime | None = None
     signal_seq: int = Field(ge=0, description="increases with every signal a demand instance publishes")
+    season: SeasonEcho | None = Field(default=None, description="absent until demand has watched a whole season")

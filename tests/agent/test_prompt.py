@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from services.decider.agent import prompt
 from services.decider.agent.memory import Memory, PlanItem
 from services.decider.agent.tokens import estimate_tokens
-from shared.contract import DrainInstance, InstanceState, RemovalReason
+from shared.contract import DrainInstance, InstanceState, RemovalReason, SeasonEcho
 from sim.ollama.behaviours import parse_observation
-from tests.agent.builders import NOW, instance, large_fleet, launch, operator_message, run_inputs, snapshot
+from tests.agent.builders import (
+    NOW,
+    instance,
+    large_fleet,
+    launch,
+    operator_message,
+    run_inputs,
+    signal,
+    snapshot,
+)
 
 LIMITS = prompt.ObservationLimits(
     max_instance_lines=40, memories_shown=12, operator_messages_shown=5, budget_usd_per_h=20.0, max_instances=40
@@ -36,6 +47,22 @@ def test_observation_has_one_line_per_live_machine_and_the_policy_numbers() -> N
     assert "340 tasks pending" in text and "sustained arrivals 410 tasks/h" in text
     assert "POLICY RECOMMENDATION: launch 2: sustained arrivals 410/h" in text
     assert '- launch_instances {"count": 2, "gpu_models": ["RTX 4090"], "launch_priority": "normal"' in text
+
+
+def test_yesterdays_shape_is_one_line_of_hourly_rates() -> None:
+    echo = SeasonEcho(
+        season_s=86400,
+        bucket_s=900,
+        starts_at=NOW - timedelta(days=1),
+        level_then_per_h=600,
+        rates_then_per_h=[600] * 4 + [1200, 1400, 1600, 1800] + [2400] * 16,
+    )
+    demand = signal().model_copy(update={"season": echo})
+    text = prompt.render_observation(run_inputs(demand=demand), plan=[], memories=[], limits=LIMITS)
+    line = "24 h ago: 600 arrived/h in the hour before this time, then hour by hour 600, 1500, 2400, 2400, 2400, 2400"
+    assert line in text
+    without = prompt.render_observation(run_inputs(), plan=[], memories=[], limits=LIMITS)
+    assert "in the hour before this time" not in without
 
 
 def test_observation_stays_bounded_at_a_thousand_machines() -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from services.decider.policy import PolicyConfig, PredictivePolicy, recommend
 from services.decider.policy.forecast import backlog_after, learned_startup_s
-from shared.contract import DemandState, FailureReason, InstanceState, LaunchReason, RemovalReason
+from shared.contract import DemandState, FailureReason, InstanceState, LaunchReason, RemovalReason, SeasonEcho
 from tests.decider.factories import HOUR_S, line, loading, producing, signal, snapshot, window
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -243,3 +245,44 @@ def test_a_significant_decline_sheds_to_the_last_hour_with_a_small_margin() -> N
     lull = [window(900, 400), window(3600, 600), window(21600, 1200)]
     rec = recommend(signal(NOW, rate_per_h=400, windows=lull), idle, NOW)
     assert rec.figures.keep_machines == 7 and len(rec.removals_of("drain")) == 5
+
+
+def day_ago(level_per_h: float, rates_per_h: list[float]) -> SeasonEcho:
+    """demand's echo: the hour before this moment a day ago, and the quarter hours that followed it."""
+    return SeasonEcho(
+        season_s=86400,
+        bucket_s=900,
+        starts_at=NOW - timedelta(days=1),
+        level_then_per_h=level_per_h,
+        rates_then_per_h=rates_per_h,
+    )
+
+
+def test_yesterdays_morning_ramp_launches_before_todays_arrivals_rise() -> None:
+    fleet = snapshot(NOW, producing(5, NOW))
+    today = signal(NOW, rate_per_h=600, producing_workers=5, windows=[window(900, 600), window(3600, 600)])
+    assert recommend(today, fleet, NOW).is_hold  # nothing in today's own numbers says more is coming
+    # yesterday at this time ran at 600/h too, then climbed to 2400/h within two hours
+    morning = today.model_copy(update={"season": day_ago(600, [600] * 4 + [1200] * 4 + [2400] * 16)})
+    rec = recommend(morning, fleet, NOW)
+    # over [1.5 h, 3.5 h] ahead yesterday averaged (0.5 × 1200 + 1.5 × 2400) / 2 = 2100/h: 18 machines at 120/h
+    assert rec.figures.arrival_forecast_per_h == pytest.approx(2100)
+    assert rec.figures.season_level_ratio == 1.0
+    assert [(plan.reason, plan.count) for plan in rec.launches] == [(LaunchReason.FORECAST, 13)]
+    assert "a day ago's shape ×1.00" in rec.explanation
+
+
+def test_yesterdays_evening_lets_idle_machines_go_that_the_look_back_would_keep() -> None:
+    idle = snapshot(NOW, producing(20, NOW, last_task_ago_s=2400))
+    # 1200/h now, 2400/h over the last six hours: looking back, a startup's worth of that busier past is kept
+    today = signal(NOW, rate_per_h=1200, windows=[window(900, 1200), window(3600, 1200), window(21600, 2400)])
+    kept = recommend(today, idle, NOW)
+    assert kept.figures.keep_machines == 14
+    # yesterday's evening: twice today's level then, falling to a quarter of it: today's own rate is the floor
+    evening = today.model_copy(update={"season": day_ago(2400, [2400] * 2 + [600] * 22)})
+    rec = recommend(evening, idle, NOW)
+    assert rec.figures.season_level_ratio == 0.5 and rec.figures.keep_machines == 10
+    assert len(rec.removals) == 10 > len(kept.removals)
+    # a level far from yesterday's scales the shape only within the bounds (×2 at most)
+    busy_day = today.model_copy(update={"season": day_ago(240, [240] * 24)})
+    assert recommend(busy_day, idle, NOW).figures.season_level_ratio == 2.0

@@ -279,6 +279,46 @@ def test_aggregated_counts_give_the_same_rates_as_events() -> None:
     assert by_event.evaluate(now).signal.windows == by_count.evaluate(now).signal.windows
 
 
+def test_after_a_whole_season_the_signal_carries_what_followed_this_moment_then() -> None:
+    config = DemandSettings(season_s=7200, season_bucket_s=900, season_ahead_s=3600)
+    core = DemandCore(config)
+
+    def per_minute(minute: int) -> int:  # 120/h for an hour, 240/h for the next, then 180/h
+        return 2 if minute < 60 else 4 if minute < 120 else 3
+
+    for minute in range(190):
+        at = T0 + timedelta(minutes=minute, seconds=30)
+        core.ingest_counts(TaskCounts(at=at, task_type="prove", submitted=per_minute(minute)), at)
+        if minute < 180:  # a season and the hour before it not yet watched: no echo to trust
+            assert core.evaluate(at).signal.season is None
+    now = T0 + timedelta(minutes=190)
+    echo = core.evaluate(now).signal.season
+    assert echo is not None
+    # a season before now is T0 + 70 min; the echo starts at the next quarter-hour boundary
+    assert (echo.season_s, echo.bucket_s, echo.starts_at) == (7200, 900, T0 + timedelta(minutes=75))
+    assert echo.level_then_per_h == pytest.approx(150)  # T0+15..75 min: 45 min at 120/h, 15 at 240/h
+    assert echo.rates_then_per_h == pytest.approx([240, 240, 240, 180])
+    # the history survives a restart, and memory stays one number per quarter hour of the season
+    restored = DemandCore.from_state(json.loads(json.dumps(core.to_state())), config)
+    assert restored.evaluate(now).signal.season == echo
+    assert len(core.history.counts) == len(restored.history.counts) == 14
+    # a checkpoint written before the echo existed still loads, with no echo until a season is watched again
+    old_state = json.loads(json.dumps(core.to_state()))
+    del old_state["history"], old_state["history_since_s"]
+    old = DemandCore.from_state(old_state, config)
+    old.ingest_counts(TaskCounts(at=now, task_type="prove", submitted=3), now)
+    assert old.evaluate(now + timedelta(hours=2)).signal.season is None
+    assert old.evaluate(now + timedelta(hours=3)).signal.season is not None
+
+
+def test_settings_reject_a_season_that_is_not_whole_buckets_or_shorter_than_its_echo() -> None:
+    with pytest.raises(ValueError, match="season_s=1000 must be a multiple of season_bucket_s=900"):
+        DemandSettings(season_s=1000)
+    with pytest.raises(ValueError, match="at least season_ahead_s=7200"):
+        DemandSettings(season_s=3600, season_ahead_s=7200)
+    assert DemandSettings(season_s=0).season_s == 0  # no echo at all
+
+
 def test_settings_reject_a_window_that_is_not_a_whole_number_of_buckets() -> None:
     with pytest.raises(ValueError, match="windows_s=1000 must be a positive multiple of bucket_s=60"):
         DemandSettings(windows_s=(1000, 3600))

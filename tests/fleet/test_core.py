@@ -14,6 +14,7 @@ from shared.contract import (
     BenchResult,
     DrainInstance,
     FailureReason,
+    FleetSnapshot,
     InstanceObserved,
     InstanceState,
     QueueDepth,
@@ -320,6 +321,8 @@ def test_snapshot_counts_spend_and_what_is_arriving() -> None:
     assert snapshot.spend_usd_per_h == pytest.approx(1.2)  # a failed machine bills until destroyed
     assert (snapshot.producing_instances, snapshot.arriving_instances) == (1, 1)
     assert [line.instance_id for line in snapshot.instances] == [1, 2, 3]
+    # lines are built without re-validation: what goes on the wire must still be exactly what the contract reads
+    assert FleetSnapshot.model_validate_json(snapshot.model_dump_json()) == snapshot
 
 
 def test_state_rebuilt_after_a_restart_holds_every_instance_once_and_keeps_judging() -> None:

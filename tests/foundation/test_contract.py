@@ -37,6 +37,13 @@ SIGNAL = c.DemandSignal(
     backlog_worker_hours=0.025,
     above_capacity_for_s=0,
     signal_seq=7,
+    season=c.SeasonEcho(
+        season_s=86400,
+        bucket_s=900,
+        starts_at=NOW - timedelta(days=1),
+        level_then_per_h=110,
+        rates_then_per_h=[110, 130, 150],
+    ),
 )
 LAUNCH = c.LaunchInstances(
     **ENVELOPE,

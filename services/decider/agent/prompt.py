@@ -153,6 +153,15 @@ def _demand_block(signal: DemandSignal | None, now: datetime) -> list[str]:
             f"{window.completion_rate_per_h:.0f} completed/h, {window.failure_rate_per_h:.0f} failed/h, "
             f"trend {window.arrival_trend_per_h2:+.0f}/h²"
         )
+    if signal.season is not None:
+        echo = signal.season
+        per_hour = max(1, 3600 // echo.bucket_s)
+        rates = echo.rates_then_per_h
+        hourly = [sum(rates[i : i + per_hour]) / len(rates[i : i + per_hour]) for i in range(0, len(rates), per_hour)]
+        lines.append(
+            f"  {echo.season_s / 3600:.0f} h ago: {echo.level_then_per_h:.0f} arrived/h in the hour before this time,"
+            f" then hour by hour {', '.join(f'{rate:.0f}' for rate in hourly[:8])} arrived/h"
+        )
     for by_type in signal.by_task_type[:10]:
         lines.append(
             f"  task type {by_type.task_type}: {by_type.pending_tasks} pending, {by_type.running_tasks} running"

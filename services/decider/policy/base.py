@@ -44,6 +44,7 @@ class PolicyFigures:
     unobserved_launches: int = 0
     sustained: bool = False
     undrainable_backlog: bool = False
+    season_level_ratio: float | None = None  # set when demand's echo of a day ago shaped the forecast
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,10 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from shared.contract import DemandSignal, InstanceLine, InstanceState, WindowStats
+from shared.contract import DemandSignal, InstanceLine, InstanceState, SeasonEcho, WindowStats
 
 ARRIVING_STATES = frozenset(
     {
@@ -212,3 +213,57 @@ def rank_gpu_models(producing: Iterable[InstanceLine], limit: int = 3) -> tuple[
             usd_per_task[line.gpu_model].append(line.price_usd_per_h / line.throughput_tasks_per_h)
     ranked = sorted(usd_per_task, key=lambda model: statistics.mean(usd_per_task[model]))
     return tuple(ranked[:limit])
+
+
+@dataclass(frozen=True)
+class SeasonalForecast:
+    """Yesterday's shape, scaled to today's level: the arrival rates a day ago's next hours suggest."""
+
+    level_ratio: float  # today's last hour ÷ the same hour one season ago, within the configured bounds
+    planning_rate_per_h: float  # mean over [startup, startup + planning window]
+    keep_rate_per_h: float  # the busiest hour starting within the next startup time
+
+
+def _echo_rate_per_h(echo: SeasonEcho, then_s: float, from_s: float, to_s: float) -> float | None:
+    """Mean rate over [then + from, then + to] from the echo's buckets (overlap-weighted); None if not covered."""
+    start_s = echo.starts_at.timestamp()
+    total = covered = 0.0
+    for i, rate in enumerate(echo.rates_then_per_h):
+        lo = max(start_s + i * echo.bucket_s, then_s + from_s)
+        hi = min(start_s + (i + 1) * echo.bucket_s, then_s + to_s)
+        if hi > lo:
+            total += rate * (hi - lo)
+            covered += hi - lo
+    return total / covered if covered > 0 else None
+
+
+def seasonal_forecast(
+    signal: DemandSignal,
+    now: datetime,
+    *,
+    startup_s: float,
+    planning_window_s: float,
+    ratio_bounds: tuple[float, float],
+    level_window_s: float = 3600.0,
+) -> SeasonalForecast | None:
+    """What followed this moment one season ago, scaled by how today's last hour compares with that day's.
+
+    None without an echo, without arrivals in that hour (nothing to scale), or when the echo does not reach the
+    planning window. The ratio is bounded so that a quiet hour yesterday cannot multiply today's forecast.
+    """
+    echo = signal.season
+    level = _window(signal, level_window_s)
+    if echo is None or level is None or echo.level_then_per_h <= 0:
+        return None
+    low, high = ratio_bounds
+    ratio = min(high, max(low, level.arrival_rate_per_h / echo.level_then_per_h))
+    then_s = (now - timedelta(seconds=echo.season_s)).timestamp()
+    planning = _echo_rate_per_h(echo, then_s, startup_s, startup_s + planning_window_s)
+    if planning is None:
+        return None
+    hours = [
+        _echo_rate_per_h(echo, then_s, start_s, start_s + 3600.0)
+        for start_s in range(0, max(1, int(startup_s)), echo.bucket_s)
+    ]
+    keep = max((rate for rate in hours if rate is not None), default=planning)
+    return SeasonalForecast(ratio, planning * ratio, keep * ratio)

@@ -23,6 +23,7 @@ from services.decider.policy.forecast import (
     rank_gpu_models,
     ready_offsets_s,
     rising_slope_per_h2,
+    seasonal_forecast,
     throughput_per_machine,
 )
 from shared.contract import (
@@ -84,6 +85,9 @@ class PolicyConfig:
     trend_max_jump_fraction: float = 0.2
     # a rising trend is extrapolated to the middle of the horizon, never beyond this multiple of the rate
     trend_cap_factor: float = 2.0
+    # demand's echo of a day ago is scaled by today's last hour ÷ that day's, within these bounds (a weekend
+    # after a weekday reads ≈ 0.4; beyond the bounds the shape says little about today)
+    season_ratio_bounds: tuple[float, float] = (0.5, 2.0)
     # a need within this fraction of a machine does not buy another (no launch for 2.05 machines' worth)
     round_slack_machines: float = 0.1
     # scale-down: a machine idle this long, and only when capacity exceeds the keep target by the margin
@@ -184,7 +188,21 @@ def recommend(
         base_arrival_rate_per_h(signal, slope_per_h2)
         + arrival_forecast_per_h(signal, startup_s, config.trend_cap_factor, slope_per_h2=slope_per_h2)
     ) / 2
-    rate_keep = max(rate_up, keep_arrival_rate_per_h(signal, startup_s, declining, config.trend_window_s))
+    keep_rate = keep_arrival_rate_per_h(signal, startup_s, declining, config.trend_window_s)
+    season = seasonal_forecast(
+        signal,
+        now,
+        startup_s=startup_s,
+        planning_window_s=config.planning_window_s,
+        ratio_bounds=config.season_ratio_bounds,
+    )
+    if season is not None:
+        # a day ago's next hours know where a ramp flattens and when the evening falls, which no slope does:
+        # they replace the extrapolation and the look-back (week trace: 1.55 → 1.34 of the bound), while
+        # today's sustained rate still rules when today runs above yesterday's shape
+        rate_up = max(season.planning_rate_per_h, signal.sustained_arrival_rate_per_h)
+        keep_rate = max(season.keep_rate_per_h, signal.sustained_arrival_rate_per_h)
+    rate_keep = max(rate_up, keep_rate)
     offsets = ready_offsets_s(fleet.arriving, now, startup_s) + [startup_s] * unobserved_launches
     arriving = len(fleet.arriving) + unobserved_launches
     capacity = healthy + arriving
@@ -209,6 +227,8 @@ def recommend(
         target, keep = max(target, 1), max(keep, 1)
 
     sustained = signal.above_capacity_for_s >= config.sustained_for_s or (slope_per_h2 > 0 and target > capacity)
+    # yesterday's shape is no burst: when it says the demand is coming, machines leave in time to meet it
+    foreseen = season is not None and season.planning_rate_per_h > signal.sustained_arrival_rate_per_h
     undrainable = backlog_at(startup_s + config.backlog_drain_target_s) > config.backlog_tolerance_machine_h * thr
     nobody_serving = capacity == 0 and pending > 0
     figures = PolicyFigures(
@@ -226,9 +246,12 @@ def recommend(
         unobserved_launches=unobserved_launches,
         sustained=sustained,
         undrainable_backlog=undrainable,
+        season_level_ratio=None if season is None else round(season.level_ratio, 3),
     )
     numbers = (
-        f"need {target} machines for {rate_up:.0f} tasks/h at {thr:.0f}/h each over {startup_s / 3600:.1f}h startup"
+        f"need {target} machines for {rate_up:.0f} tasks/h"
+        + (f" (a day ago's shape ×{season.level_ratio:.2f})" if season is not None else "")
+        + f" at {thr:.0f}/h each over {startup_s / 3600:.1f}h startup"
         f" + {config.planning_window_s / 3600:.1f}h window"
         + (f" (+{backlog_at_horizon:.0f} tasks backlog then, {drain_machines:.1f} machines to drain in {drain_h:.1f}h)"
            if backlog_at_horizon >= 1 else "")
@@ -250,11 +273,15 @@ def recommend(
         if replacements:
             launches.append(LaunchPlan(replacements, priority, LaunchReason.REPLACEMENT, gpu_models))
         growth = count - replacements
-        if growth and (sustained or undrainable or nobody_serving or stalled_state or capacity < config.min_machines):
+        if growth and (
+            sustained or foreseen or undrainable or nobody_serving or stalled_state or capacity < config.min_machines
+        ):
             if stalled_state:
                 reason = LaunchReason.REPLACEMENT
             elif sustained:
                 reason = LaunchReason.SUSTAINED_DEMAND
+            elif foreseen:
+                reason = LaunchReason.FORECAST
             elif undrainable or nobody_serving:
                 reason = LaunchReason.BACKLOG
             else:
