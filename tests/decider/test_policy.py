@@ -283,6 +283,13 @@ def test_yesterdays_evening_lets_idle_machines_go_that_the_look_back_would_keep(
     rec = recommend(evening, idle, NOW)
     assert rec.figures.season_level_ratio == 0.5 and rec.figures.keep_machines == 10
     assert len(rec.removals) == 10 > len(kept.removals)
-    # a level far from yesterday's scales the shape only within the bounds (×2 at most)
-    busy_day = today.model_copy(update={"season": day_ago(240, [240] * 24)})
-    assert recommend(busy_day, idle, NOW).figures.season_level_ratio == 2.0
+    # today five times busier than that day: it is not that day, and the look-back decides again
+    busy_day = recommend(today.model_copy(update={"season": day_ago(240, [240] * 24)}), idle, NOW)
+    assert busy_day.figures.season_level_ratio is None and busy_day.figures.keep_machines == 14
+
+
+def test_a_queue_that_stopped_today_launches_nothing_for_yesterdays_shape() -> None:
+    quiet = signal(NOW, rate_per_h=0, windows=[window(900, 0), window(3600, 0)])
+    echo = quiet.model_copy(update={"season": day_ago(3000, [3000] * 24)})
+    rec = recommend(echo, snapshot(NOW, []), NOW)
+    assert rec.is_hold and rec.figures.season_level_ratio is None

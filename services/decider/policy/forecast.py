@@ -248,15 +248,18 @@ def seasonal_forecast(
 ) -> SeasonalForecast | None:
     """What followed this moment one season ago, scaled by how today's last hour compares with that day's.
 
-    None without an echo, without arrivals in that hour (nothing to scale), or when the echo does not reach the
-    planning window. The ratio is bounded so that a quiet hour yesterday cannot multiply today's forecast.
+    None without an echo, without arrivals in that hour (nothing to scale), when today's level is outside the
+    bounds of that day's (today is not that day: a queue that stopped, a holiday), or when the echo does not
+    reach the planning window.
     """
     echo = signal.season
     level = _window(signal, level_window_s)
     if echo is None or level is None or echo.level_then_per_h <= 0:
         return None
     low, high = ratio_bounds
-    ratio = min(high, max(low, level.arrival_rate_per_h / echo.level_then_per_h))
+    ratio = level.arrival_rate_per_h / echo.level_then_per_h
+    if not low <= ratio <= high:
+        return None
     then_s = (now - timedelta(seconds=echo.season_s)).timestamp()
     planning = _echo_rate_per_h(echo, then_s, startup_s, startup_s + planning_window_s)
     if planning is None:
