@@ -317,12 +317,11 @@ class PredictiveAdapter:
             reported.last_task_s = machine.last_task_s
             workers.setdefault(machine.gpu_model, []).append(f"worker-{machine.instance_id}")
             self.task_seq += 1
-            # validated once by the model's own types upstream; built without re-validation for speed
-            event = TaskEvent.model_construct(
+            # validated like any event (pydantic's validation is faster than its model_construct, too)
+            event = TaskEvent(
                 event_id=f"world-task-{self.task_seq}",
                 occurred_at=EPOCH + timedelta(seconds=machine.last_task_s),
                 source=SOURCE_JOBS,
-                schema_version=1,
                 kind="completed",
                 task_id=f"task-{self.task_seq}",
                 task_type=TASK_TYPE,
