@@ -79,6 +79,7 @@ class RunPorts:
     verdicts: list[GuardrailVerdict] = field(default_factory=list)
     commands_sent: list[str] = field(default_factory=list)
     launched: int = 0
+    answered: set[str] = field(default_factory=set)  # operator messages (event ids) replied to in this run
 
     async def act(self, action: Action) -> GuardrailVerdict:
         d = self.decider
@@ -150,6 +151,8 @@ class RunPorts:
     async def reply_to_operator(self, reply: OperatorReply) -> None:
         d = self.decider
         await publish_event(d.ctx.broker, d.ctx.subjects.operator_reply, reply, stream=OPERATOR.name(d.ctx.subjects))
+        if reply.in_reply_to is not None:
+            self.answered.add(reply.in_reply_to)
 
 
 class Decider:
@@ -417,6 +420,8 @@ class Decider:
             f"{explanation}. Actions: {'; '.join(done) if done else 'none'}."
         )[:8000]
         for message in messages:
+            if message.event_id in ports.answered:
+                continue  # the agent answered before it degraded: one question, one answer (the audit has the rest)
             reply = OperatorReply(
                 occurred_at=now,
                 source=SERVICE,

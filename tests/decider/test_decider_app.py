@@ -66,7 +66,7 @@ class ScriptedAdvisor:
     """A stand-in for the agent: records what it was given and does what the test scripts."""
 
     status: str = "ok"
-    act_on: list[str] = field(default_factory=list)  # "recommended", "oversized", "raise"
+    act_on: list[str] = field(default_factory=list)  # "recommended", "oversized", "reply", "raise"
     next_check_s: int | None = None
     calls: list[RunInputs] = field(default_factory=list)
     verdicts: list[GuardrailVerdict] = field(default_factory=list)
@@ -76,6 +76,13 @@ class ScriptedAdvisor:
         for step in self.act_on:
             if step == "raise":
                 raise ConnectionError("model unreachable")
+            if step == "reply":
+                for message in inputs.operator_messages:
+                    reply = OperatorReply(
+                        occurred_at=inputs.now, source="decider", conversation_id=message.conversation_id,
+                        in_reply_to=message.event_id, text="the agent's answer",
+                    )  # fmt: skip
+                    await ports.reply_to_operator(reply)
             if step == "recommended":
                 for action in inputs.recommended_actions:
                     self.verdicts.append(await ports.act(action))
@@ -292,6 +299,27 @@ async def test_an_operator_message_is_p0_and_answered_without_an_agent(
         reply = replies.items[0]
         assert reply.in_reply_to == message.event_id and reply.conversation_id == "c1"
         assert "hold:" in reply.text
+
+
+async def test_an_operator_answered_by_the_agent_before_it_degraded_gets_no_second_reply(
+    settings: Settings, nc: NatsClient, js: JetStreamContext
+) -> None:
+    await served_fleet(js, settings)
+    audit = await audit_log(nc, settings)
+    replies = await collect(nc, settings.subjects.operator_reply, OperatorReply)
+    answered = OperatorMessage(occurred_at=now(), source="cli", conversation_id="c3", operator="ana", text="why?")
+    async with running_decider(settings, ScriptedAdvisor(status="degraded", act_on=["reply"])):
+        await publish(js, settings.subjects.operator_message, answered, OPERATOR.name(settings.subjects))
+        await eventually(lambda: audit.items)
+        assert audit.items[0].outcome == "degraded"
+    unanswered = OperatorMessage(occurred_at=now(), source="cli", conversation_id="c4", operator="ana", text="and?")
+    async with running_decider(settings, ScriptedAdvisor(status="degraded")):
+        await publish(js, settings.subjects.operator_message, unanswered, OPERATOR.name(settings.subjects))
+        await eventually(lambda: len(audit.items) == 2 and len(replies.items) == 2)
+    assert [(r.conversation_id, r.text.startswith("The agent is not available")) for r in replies.items] == [
+        ("c3", False),
+        ("c4", True),
+    ]
 
 
 async def test_operator_messages_reach_the_advisor(settings: Settings, nc: NatsClient, js: JetStreamContext) -> None:
