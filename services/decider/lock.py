@@ -3,8 +3,8 @@
 The lock value is `<owner>:<token>`, the token an INCR counter, so every holder has a larger token than the last.
 Before each command is published the holder checks, atomically in Redis, that the value is still its own: a
 holder that stalled past the expiry finds a newer value and does not act. The residual gap (between that check
-and the publish) is closed only if the provisioner rejects tokens older than the newest it has seen; the token
-is carried in every DecisionRecord for that purpose and for the audit.
+and the publish) is closed by the token each command carries: the provisioner refuses a command whose token is
+older than the newest it has seen. The token is in every DecisionRecord too, for the audit.
 """
 
 from __future__ import annotations

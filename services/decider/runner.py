@@ -111,9 +111,11 @@ class RunPorts:
                 }
             )
             return refused, self.ledger
+        # the lock's token goes with the command: the provisioner refuses one older than the newest it has seen
+        fenced = action.model_copy(update={"fencing_token": self.lease.token})
         try:
             await publish_event(
-                d.ctx.broker, command_subject(d.ctx, action), action, stream=COMMANDS.name(d.ctx.subjects)
+                d.ctx.broker, command_subject(d.ctx, action), fenced, stream=COMMANDS.name(d.ctx.subjects)
             )
         except Exception as error:
             log.error("could not publish %s: %r", action.idempotency_key, error)

@@ -226,7 +226,7 @@ class Provisioner:
             previous = await self.store.result_for(command.idempotency_key)
             if previous is not None:
                 return previous
-            result = await self._launch(command, heartbeat)
+            result = await self._fence_refusal(command, "launch") or await self._launch(command, heartbeat)
             await self.store.save_result(result)
             self.metrics.commands.labels("launch", result.outcome).inc()
             if result.outcome == "refused" and result.refusal_rule is not None:
@@ -413,7 +413,7 @@ class Provisioner:
             previous = await self.store.result_for(command.idempotency_key)
             if previous is not None:
                 return previous
-            result = await self._remove_unlocked(command, verb, heartbeat)
+            result = await self._fence_refusal(command, verb) or await self._remove_unlocked(command, verb, heartbeat)
             await self.store.save_result(result)
             self.metrics.commands.labels(verb, result.outcome).inc()
             self._update_gauges()
@@ -575,6 +575,25 @@ class Provisioner:
                 adopted=instance.adopted,
             )
         )
+
+    async def _fence_refusal(
+        self, command: LaunchInstances | StopInstance | DestroyInstance, verb: Verb
+    ) -> ProvisionResult | None:
+        """A decider's command older than the newest token seen was sent by a holder that had lost the lock.
+
+        The decider checks its lock before each publish; this closes the gap between that check and the
+        publish. Commands without a token (an operator's, a script's) are not fenced.
+        """
+        token = command.fencing_token
+        if token is None:
+            return None
+        newest = await self.store.admit_fencing_token(token)
+        if token >= newest:
+            return None
+        return self._result(
+            command, verb, "refused", RefusalRule.STALE_FENCING_TOKEN,
+            f"fencing token {token} is older than {newest}: its decider no longer held the lock",
+        )  # fmt: skip
 
     def _result(
         self,

@@ -22,6 +22,17 @@ _RENEW = (
 )
 
 
+# keep the newest fencing token; answer the newest after this one (this one itself when it is not older)
+_FENCE = (
+    "local newest = tonumber(redis.call('get', KEYS[1]) or '0') local token = tonumber(ARGV[1]) "
+    "if token >= newest then redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2]) return token end "
+    "redis.call('expire', KEYS[1], ARGV[2]) return newest"
+)
+# the fence matters for a lock's expiry time (seconds); a day bounds the refusals should the decider's counter
+# ever restart lower (it lives in the same Redis, so a Redis that lost one lost both)
+FENCE_TTL_S = 86_400
+
+
 class ProvisionerStore:
     def __init__(self, redis: Redis, namespace: str) -> None:
         self.redis = redis
@@ -72,6 +83,12 @@ class ProvisionerStore:
 
     async def save_result(self, result: ProvisionResult) -> None:
         await self.redis.set(self._key("result", result.idempotency_key), result.model_dump_json(), ex=RESULT_TTL_S)
+
+    # ---- the decider's fencing token -----------------------------------------------------------------------
+    async def admit_fencing_token(self, token: int) -> int:
+        """Record `token` if it is the newest; the newest token seen so far either way."""
+        newest = await self.redis.eval(_FENCE, 1, self._key("fence"), str(token), str(FENCE_TTL_S))
+        return int(newest)
 
     # ---- a lease across replicas ------------------------------------------------------------------------
     async def try_lease(self, name: str, ttl_s: float) -> str | None:

@@ -41,6 +41,11 @@ class ProvisionCommand(Event):
 
     idempotency_key: str = Field(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     requested_by: RequestedBy
+    fencing_token: int | None = Field(
+        default=None,
+        ge=1,
+        description="the decider's lock token: a command older than the newest seen is refused (none: not fenced)",
+    )
 
 
 class LaunchInstances(ProvisionCommand):
@@ -76,6 +81,7 @@ class RefusalRule(StrEnum):
     AUTH = "auth"
     UNKNOWN_INSTANCE = "unknown_instance"
     VAST_ERROR = "vast_error"
+    STALE_FENCING_TOKEN = "stale_fencing_token"  # sent by a decider that had lost the lock by then
 
 
 class ProvisionResult(Event):

@@ -209,7 +209,10 @@ async def test_a_degraded_or_failing_advisor_falls_back_to_the_policy(
         assert record.outcome == "degraded"
         assert record.agent is not None and "model unreachable" in record.agent.decision
         assert len(record.commands_sent) == 1
-        assert sum(c.count for c in await launch_commands(js, settings)) == 8
+        commands = await launch_commands(js, settings)
+        assert sum(c.count for c in commands) == 8
+        # each command carries the run's lock token, for the provisioner's fence
+        assert record.fencing_token is not None and {c.fencing_token for c in commands} == {record.fencing_token}
 
 
 async def test_stale_inputs_only_hold_and_alert(settings: Settings, nc: NatsClient, js: JetStreamContext) -> None:

@@ -312,6 +312,35 @@ async def test_stop_and_destroy_act_on_ours_only_and_teach_the_host_history(
     assert offers.index(OFFER_A) > offers.index(OFFER_B)
 
 
+async def test_a_command_older_than_the_newest_fencing_token_is_refused(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    """A decider that lost the lock between its check and its publish: its command carries the older token."""
+    simulator, url = await start_vast(market_scenario())
+    bus = BusRecorder(nc, settings)
+    await bus.start()
+    async with running_provisioner(settings, sim_clock, url) as service:
+        await send(js, settings, "launch", launch("fenced-new", 1, fencing_token=8))
+        [instance_id] = (await bus.result_for("fenced-new")).instance_ids
+        await send(js, settings, "launch", launch("fenced-old", 1, fencing_token=7))
+        stale_launch = await bus.result_for("fenced-old")
+        stale = destroy("fenced-destroy", instance_id).model_copy(update={"fencing_token": 7})
+        await send(js, settings, "destroy", stale)
+        stale_destroy = await bus.result_for("fenced-destroy")
+        await send(js, settings, "launch", launch("unfenced", 1))  # an operator's command carries no token
+        unfenced = await bus.result_for("unfenced")
+        await send(js, settings, "launch", launch("fenced-same", 1, fencing_token=8))  # the same run, later
+        same_run = await bus.result_for("fenced-same")
+        refused = refusals(service, "stale_fencing_token")
+    assert stale_launch.outcome == "refused" and stale_launch.refusal_rule is RefusalRule.STALE_FENCING_TOKEN
+    assert "fencing token 7 is older than 8" in stale_launch.detail
+    assert stale_destroy.outcome == "refused" and stale_destroy.refusal_rule is RefusalRule.STALE_FENCING_TOKEN
+    assert unfenced.outcome == "done" and same_run.outcome == "done" and refused == 1
+    ledger = simulator.world.ledger(sim_clock.now()).entries
+    assert sorted(e.label.split(":")[1] for e in ledger) == ["fenced-new", "fenced-same", "unfenced"]
+    assert all(e.destroyed_at is None for e in ledger)
+
+
 async def test_reconciliation_adopts_ours_reports_foreign_and_marks_gone(
     settings: Settings, nc: NatsClient, start_vast: StartVast, sim_clock: SimulatedClock
 ) -> None:
