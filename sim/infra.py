@@ -23,6 +23,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+    """SIGTERM and wait (the graceful path: shutdown hooks run); SIGKILL if it has not gone by then."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def wait_for_port(port: int, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -94,13 +106,7 @@ class LocalServer:
     def stop(self, timeout_s: float = 10.0) -> None:
         if self.process is None:
             return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout_s)
         self.process = None
 
     def kill(self) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sim.infra import NatsServer, RedisServer, free_port, wait_for_port
+from sim.infra import NatsServer, RedisServer, free_port, stop_process, wait_for_port
 
 SERVICES = ("demand", "fleet", "provisioner", "decider", "bench")
 TRACES_DIR = Path(__file__).resolve().parent / "traces"
@@ -157,13 +157,7 @@ class Stack:
 
     def stop(self, name: str, timeout_s: float = 15.0) -> None:
         """SIGTERM and wait (the graceful path), SIGKILL if it does not go."""
-        process = self.processes[name]
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill(name)
+        stop_process(self.processes[name], timeout_s)
 
     def restart(
         self,

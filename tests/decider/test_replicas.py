@@ -21,7 +21,7 @@ from nats.js import JetStreamContext
 from shared.contract import DecisionRecord, Trigger, TriggerReason
 from shared.settings import Settings
 from shared.streams import TRIGGERS
-from sim.infra import free_port
+from sim.infra import free_port, stop_process
 from tests.decider.factories import producing, signal, snapshot
 from tests.decider.harness import audit_log, publish_inputs, publish_trigger
 from tests.helpers import eventually
@@ -68,13 +68,7 @@ class Replica:
         self.process.wait()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout_s=10)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from shared.settings import Settings
 from shared.streams import ensure_streams
-from sim.infra import NatsServer, RedisServer, free_port
+from sim.infra import NatsServer, RedisServer, free_port, stop_process
 from tests.helpers import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -165,13 +165,7 @@ class ServiceProcess:
         return 0.0
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout_s=15)
 
 
 @pytest.fixture
