@@ -92,6 +92,33 @@ async def throughput_factors(client: httpx.AsyncClient) -> dict[int, float]:
         return {}
 
 
+def workers_up(
+    listed: list[dict[str, Any]],
+    running_since: dict[int, datetime],
+    now: datetime,
+    worker_boot_s: float,
+    factors: dict[int, float],
+) -> dict[int, tuple[str, float]]:
+    """The workers serving now, by instance: GPU model and tasks/h (its model's reference × GPUs × the machine's
+    own speed), for the instances vast has said are running for at least a worker's boot time.
+
+    `running_since` remembers when each instance was first seen running; it is updated here.
+    """
+    up: dict[int, tuple[str, float]] = {}
+    for instance in listed:
+        instance_id = int(instance["id"])
+        if instance.get("actual_status") != "running":
+            running_since.pop(instance_id, None)
+            continue
+        since = running_since.setdefault(instance_id, now)
+        if (now - since).total_seconds() < worker_boot_s:
+            continue
+        gpu_model = str(instance.get("gpu_name") or "unknown")
+        per_gpu = reference_tasks_per_h(gpu_model) or REFERENCE_TASKS_PER_H
+        up[instance_id] = (gpu_model, per_gpu * int(instance.get("num_gpus") or 1) * factors.get(instance_id, 1.0))
+    return up
+
+
 @retry(
     stop=stop_after_attempt(8),
     wait=wait_exponential(multiplier=0.2, max=5.0),
@@ -166,22 +193,11 @@ class JobRunner:
         if listed is None:
             return  # unknown: keep the workers we had rather than pretend every machine vanished
         factors = await throughput_factors(vast)
-        up: dict[int, tuple[str, float]] = {}
-        for instance in listed:
-            instance_id = int(instance["id"])
-            if instance.get("actual_status") != "running":
-                self.running_since.pop(instance_id, None)
-                continue
-            since = self.running_since.setdefault(instance_id, now)
-            if (now - since).total_seconds() < self.config.worker_boot_s:
-                continue
-            gpu_model = str(instance.get("gpu_name") or "unknown")
-            per_gpu = reference_tasks_per_h(gpu_model) or REFERENCE_TASKS_PER_H
-            speed = factors.get(instance_id, 1.0)
-            up[instance_id] = (gpu_model, per_gpu * int(instance.get("num_gpus") or 1) * speed)
+        up = workers_up(listed, self.running_since, now, self.config.worker_boot_s, factors)
+        for instance_id, (gpu_model, _) in up.items():
             if instance_id not in self.reported:
                 self.reported.add(instance_id)
-                await self._report_benchmark(instance_id, gpu_model, speed, now)
+                await self._report_benchmark(instance_id, gpu_model, factors.get(instance_id, 1.0), now)
         self.world.set_workers(up)
 
     async def _report_benchmark(self, instance_id: int, gpu_name: str, speed: float, now: datetime) -> None:

@@ -24,11 +24,10 @@ from nats.js import JetStreamContext
 from shared.bus import event_headers
 from shared.clock import Clock
 from shared.contract import Event, QueueDepth, QueueSnapshot, TaskEvent
-from shared.gpu_models import reference_tasks_per_h
 from shared.settings import Settings
 from shared.streams import DEMAND
-from sim.jobs.runner import SOURCE, TASK_TYPE, throughput_factors, to_event
-from sim.jobs.world import REFERENCE_TASKS_PER_H, JobWorld
+from sim.jobs.runner import SOURCE, TASK_TYPE, throughput_factors, to_event, workers_up
+from sim.jobs.world import JobWorld
 
 log = logging.getLogger("fleetpilot.faults.replay")
 
@@ -163,20 +162,7 @@ class Replayer:
         if listed is None:
             return  # unknown, not empty
         factors = await throughput_factors(vast)
-        up: dict[int, tuple[str, float]] = {}
-        for instance in listed:
-            instance_id = int(instance["id"])
-            if instance.get("actual_status") != "running":
-                self.running_since.pop(instance_id, None)
-                continue
-            since = self.running_since.setdefault(instance_id, now)
-            if (now - since).total_seconds() < self.worker_boot_s:
-                continue
-            gpu_model = str(instance.get("gpu_name") or "unknown")
-            per_gpu = reference_tasks_per_h(gpu_model) or REFERENCE_TASKS_PER_H
-            speed = factors.get(instance_id, 1.0)
-            up[instance_id] = (gpu_model, per_gpu * int(instance.get("num_gpus") or 1) * speed)
-        self.world.set_workers(up)
+        self.world.set_workers(workers_up(listed, self.running_since, now, self.worker_boot_s, factors))
 
     async def _list_instances(self, vast: httpx.AsyncClient) -> list[dict[str, Any]] | None:
         """Every instance vast.ai lists, paged at the documented spacing, a refused page asked again; None when
