@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from nats.aio.client import Client as NatsClient
 from nats.errors import NoRespondersError
 from nats.js import JetStreamContext
@@ -36,6 +39,16 @@ from tests.helpers import eventually
 
 S = InstanceState
 CONFIG = FleetSettings(tick_s=5)
+
+
+@asynccontextmanager
+async def running_fleet(settings: Settings, clock: SimulatedClock) -> AsyncIterator[None]:
+    app = build(ServiceContext("fleet", settings, clock), CONFIG)
+    await app.start()
+    try:
+        yield
+    finally:
+        await app.stop()
 
 
 async def publish(js: JetStreamContext, subject: str, event: Event, stream: str) -> None:
@@ -118,9 +131,7 @@ async def test_a_machine_walks_its_lifecycle_over_the_bus(
     settings: Settings, js: JetStreamContext, nc: NatsClient, sim_clock: SimulatedClock
 ) -> None:
     bus = Bus(js, nc, settings, sim_clock)
-    app = build(ServiceContext("fleet", settings, sim_clock), CONFIG)
-    await app.start()
-    try:
+    async with running_fleet(settings, sim_clock):
         await bus.observed(101, S.LOADING)
         sim_clock.advance(3600)
         await bus.observed(101, S.RUNNING)
@@ -166,28 +177,20 @@ async def test_a_machine_walks_its_lifecycle_over_the_bus(
             return latest if latest.counts_by_state.get(S.DRAINING) == 1 else None
 
         await eventually(published, interval_s=0.1)
-    finally:
-        await app.stop()
 
 
 async def test_a_restart_rebuilds_every_instance_once_and_keeps_judging_time_in_state(
     settings: Settings, js: JetStreamContext, nc: NatsClient, sim_clock: SimulatedClock
 ) -> None:
     bus = Bus(js, nc, settings, sim_clock)
-    app = build(ServiceContext("fleet", settings, sim_clock), CONFIG)
-    await app.start()
-    try:
+    async with running_fleet(settings, sim_clock):
         for instance_id in (1, 2, 3):
             await bus.observed(instance_id, S.LOADING)
         await bus.observed(3, S.RUNNING)
         await eventually(lambda: bus.transition(S.RUNNING))
         await eventually(lambda: bus.state_of(2))
-    finally:
-        await app.stop()
 
-    restarted = build(ServiceContext("fleet", settings, sim_clock), CONFIG)
-    await restarted.start()
-    try:
+    async with running_fleet(settings, sim_clock):
         before = await bus.ask_snapshot()
         assert [(line.instance_id, line.state) for line in before.instances] == [
             (1, S.LOADING),
@@ -214,17 +217,13 @@ async def test_a_restart_rebuilds_every_instance_once_and_keeps_judging_time_in_
             3: (S.FAILED, FailureReason.NEVER_REGISTERED),
         }
         await eventually(lambda: bus.trigger("p0", TriggerReason.INSTANCE_FAILED))
-    finally:
-        await restarted.stop()
 
 
 async def test_silent_producers_with_tasks_queued_are_dead_and_raise_p0(
     settings: Settings, js: JetStreamContext, nc: NatsClient, sim_clock: SimulatedClock
 ) -> None:
     bus = Bus(js, nc, settings, sim_clock)
-    app = build(ServiceContext("fleet", settings, sim_clock), CONFIG)
-    await app.start()
-    try:
+    async with running_fleet(settings, sim_clock):
         await bus.observed(7, S.RUNNING)
         await bus.task(7, "completed", "t0")
         await eventually(lambda: bus.transition(S.PRODUCING))
@@ -239,5 +238,3 @@ async def test_silent_producers_with_tasks_queued_are_dead_and_raise_p0(
         assert "59 tasks were queued" in failed.detail
         assert (await eventually(lambda: bus.trigger("p0", TriggerReason.ALL_PRODUCERS_SILENT))).instance_id is None
         assert (await eventually(lambda: bus.trigger("p0", TriggerReason.INSTANCE_DEAD))).instance_id == 7
-    finally:
-        await app.stop()
