@@ -5,10 +5,15 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
+import pytest
+from nats.aio.client import Client as NatsClient
+
 from shared.clock import SimulatedClock
+from shared.settings import Settings
+from tests.provisioner.service_harness import BusRecorder
 from tests.sim_vast.harness import start_vast
 
-__all__ = ["AdvancingClock", "start_vast"]
+__all__ = ["AdvancingClock", "bus", "start_vast"]
 
 
 class AdvancingClock:
@@ -26,3 +31,11 @@ class AdvancingClock:
         self.slept.append(seconds)
         self.clock.advance(max(0.0, seconds))
         await asyncio.sleep(0)
+
+
+@pytest.fixture
+async def bus(nc: NatsClient, settings: Settings) -> BusRecorder:
+    """Everything the provisioner publishes, recorded from before it starts."""
+    recorder = BusRecorder(nc, settings)
+    await recorder.start()
+    return recorder

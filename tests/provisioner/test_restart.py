@@ -61,12 +61,11 @@ async def test_a_restart_between_launch_and_result_leaves_the_instance_known_onc
     start_vast: StartVast,
     sim_clock: SimulatedClock,
     tmp_path: Path,
+    bus: BusRecorder,
 ) -> None:
     simulator, url = await start_vast(market_scenario())
     # vast creates the instance at once but holds its answer: the first process dies waiting for it
     simulator.faults.append(ScriptedFault(endpoint=Endpoint.CREATE, kind="slow", delay_wall_s=6.0))
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     log_path = tmp_path / "provisioner-1.log"
     first = start_process(provisioner_environment(settings, url), log_path)
     try:

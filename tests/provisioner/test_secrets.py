@@ -37,6 +37,7 @@ async def test_the_key_is_never_written_anywhere(
     sim_clock: SimulatedClock,
     caplog: pytest.LogCaptureFixture,
     capfd: pytest.CaptureFixture[str],
+    bus: BusRecorder,
 ) -> None:
     caplog.set_level(logging.DEBUG)  # httpx and httpcore included: they log every request
     simulator, url = await start_vast(market_scenario())
@@ -47,8 +48,6 @@ async def test_the_key_is_never_written_anywhere(
             ScriptedFault(endpoint=Endpoint.LIST_V1, kind="error", status=500, count=1),
         ]
     )
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     # retries without waiting: the simulated clock does not move while the provisioner waits
     config = QUIET.model_copy(update={"request_timeout_s": 0.3, "rate_limited_wait_s": {"search": 0.0}})
     texts: list[str] = []

@@ -80,11 +80,14 @@ async def ask_offers(nc: NatsClient, settings: Settings, **fields: object) -> Of
 
 
 async def test_launch_rents_the_best_offer_per_task_and_reports_it(
-    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings,
+    nc: NatsClient,
+    js: JetStreamContext,
+    start_vast: StartVast,
+    sim_clock: SimulatedClock,
+    bus: BusRecorder,
 ) -> None:
     simulator, url = await start_vast(market_scenario())
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     async with running_provisioner(settings, sim_clock, url):
         offers = await ask_offers(nc, settings)
         assert offers.error is None
@@ -109,12 +112,15 @@ async def test_launch_rents_the_best_offer_per_task_and_reports_it(
 
 
 async def test_ranking_changes_after_a_hosts_machine_fails(
-    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings,
+    nc: NatsClient,
+    js: JetStreamContext,
+    start_vast: StartVast,
+    sim_clock: SimulatedClock,
+    bus: BusRecorder,
 ) -> None:
     simulator, url = await start_vast(market_scenario())
     simulator.world.set_machine_fate(500, Fate.EXIT_ERROR)
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     async with running_provisioner(settings, sim_clock, url):
         await send(js, settings, "launch", launch("launch-fail", 1))
         [instance_id] = (await bus.result_for("launch-fail")).instance_ids
@@ -131,12 +137,10 @@ async def test_ranking_changes_after_a_hosts_machine_fails(
 
 
 async def test_an_offer_taken_between_search_and_rent_gives_the_next_best(
-    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
 ) -> None:
     simulator, url = await start_vast(market_scenario())
     simulator.faults.append(ScriptedFault(endpoint=Endpoint.SEARCH, kind="take_offers", offer_ids=[OFFER_A]))
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     async with running_provisioner(settings, sim_clock, url):
         await send(js, settings, "launch", launch("launch-race", 1))
         result = await bus.result_for("launch-race")
@@ -147,12 +151,10 @@ async def test_an_offer_taken_between_search_and_rent_gives_the_next_best(
 
 
 async def test_a_timeout_after_the_create_yields_exactly_one_instance_found_by_label(
-    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
 ) -> None:
     simulator, url = await start_vast(market_scenario())
     simulator.faults.append(ScriptedFault(endpoint=Endpoint.CREATE, kind="slow", delay_wall_s=1.5))
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     config = QUIET.model_copy(update={"request_timeout_s": 0.4})
     async with running_provisioner(settings, sim_clock, url, config):
         await send(js, settings, "launch", launch("launch-slow", 1))
@@ -168,12 +170,10 @@ async def test_a_timeout_after_the_create_yields_exactly_one_instance_found_by_l
 
 
 async def test_a_create_answered_503_is_checked_by_label_then_retried_once(
-    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
 ) -> None:
     simulator, url = await start_vast(market_scenario())
     simulator.faults.append(ScriptedFault(endpoint=Endpoint.CREATE, kind="error", status=503))
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     async with running_provisioner(settings, sim_clock, url):
         await send(js, settings, "launch", launch("launch-503", 1))
         result = await bus.result_for("launch-503")
@@ -183,11 +183,9 @@ async def test_a_create_answered_503_is_checked_by_label_then_retried_once(
 
 
 async def test_a_v0_list_answering_410_never_leads_to_a_launch(
-    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
 ) -> None:
     simulator, url = await start_vast(market_scenario())
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     config = QUIET.model_copy(update={"instance_list_api": "v0"})
     async with running_provisioner(settings, sim_clock, url, config) as service:
         await send(js, settings, "launch", launch("launch-v0", 1))
@@ -200,11 +198,9 @@ async def test_a_v0_list_answering_410_never_leads_to_a_launch(
 
 
 async def test_a_failing_v1_list_never_leads_to_a_launch(
-    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
 ) -> None:
     simulator, url = await start_vast(market_scenario())
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     async with running_provisioner(settings, sim_clock, url) as service:
         await eventually(lambda: service.operations.fleet_known)  # the start-up reconciliation went fine
         simulator.faults.append(ScriptedFault(endpoint=Endpoint.LIST_V1, kind="error", status=502, count=1000))
@@ -218,11 +214,9 @@ async def test_a_failing_v1_list_never_leads_to_a_launch(
 
 
 async def test_a_bad_key_answered_404_is_a_clear_auth_failure_without_a_retry_loop(
-    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
 ) -> None:
     simulator, url = await start_vast(market_scenario(), api_key="the-real-key")
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     async with running_provisioner(settings, sim_clock, url):
         await eventually(lambda: len(simulator.calls) == 1)  # the start-up reconciliation, refused
         await send(js, settings, "launch", launch("launch-badkey", 1))
@@ -236,12 +230,10 @@ async def test_a_bad_key_answered_404_is_a_clear_auth_failure_without_a_retry_lo
 
 
 async def test_the_budget_refuses_whole_commands_and_the_ledger_never_exceeds_it(
-    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
 ) -> None:
     cheap = [OfferSpec(offer_id=300 + i, gpu_model="RTX 4090", price_usd_per_h=0.45) for i in range(6)]
     simulator, url = await start_vast(market_scenario(offers=cheap))
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     async with running_provisioner(settings, sim_clock, url, budget_usd_per_h=1.0, max_instances=3) as service:
         await send(js, settings, "launch", launch("launch-three", 3))
         too_much = await bus.result_for("launch-three")
@@ -261,12 +253,10 @@ async def test_the_budget_refuses_whole_commands_and_the_ledger_never_exceeds_it
 
 
 async def test_emergency_launches_may_pay_more_but_normal_ones_may_not(
-    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
 ) -> None:
     dear = [OfferSpec(offer_id=400, gpu_model="RTX 5090", price_usd_per_h=1.0)]
     simulator, url = await start_vast(market_scenario(offers=dear))
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     async with running_provisioner(settings, sim_clock, url):
         await send(js, settings, "launch", launch("launch-normal", 1))
         normal = await bus.result_for("launch-normal")
@@ -278,12 +268,15 @@ async def test_emergency_launches_may_pay_more_but_normal_ones_may_not(
 
 
 async def test_stop_and_destroy_act_on_ours_only_and_teach_the_host_history(
-    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings,
+    nc: NatsClient,
+    js: JetStreamContext,
+    start_vast: StartVast,
+    sim_clock: SimulatedClock,
+    bus: BusRecorder,
 ) -> None:
     simulator, url = await start_vast(market_scenario())
     foreign = simulator.world.create(OFFER_C, CreateRequest(image="x", disk=20, label="my-notebook"), sim_clock.now())
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     async with running_provisioner(settings, sim_clock, url):
         await send(js, settings, "launch", launch("launch-sd", 1))
         [instance_id] = (await bus.result_for("launch-sd")).instance_ids
@@ -313,12 +306,10 @@ async def test_stop_and_destroy_act_on_ours_only_and_teach_the_host_history(
 
 
 async def test_a_command_older_than_the_newest_fencing_token_is_refused(
-    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
 ) -> None:
     """A decider that lost the lock between its check and its publish: its command carries the older token."""
     simulator, url = await start_vast(market_scenario())
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     async with running_provisioner(settings, sim_clock, url) as service:
         await send(js, settings, "launch", launch("fenced-new", 1, fencing_token=8))
         [instance_id] = (await bus.result_for("fenced-new")).instance_ids
@@ -342,13 +333,11 @@ async def test_a_command_older_than_the_newest_fencing_token_is_refused(
 
 
 async def test_reconciliation_adopts_ours_reports_foreign_and_marks_gone(
-    settings: Settings, nc: NatsClient, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
 ) -> None:
     simulator, url = await start_vast(market_scenario())
     ours = simulator.world.create(OFFER_B, CreateRequest(image="x", disk=20, label="fleetpilot:old-cmd:0"), NOW)
     simulator.world.create(OFFER_C, CreateRequest(image="x", disk=20, label="my-notebook"), NOW)
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     async with running_provisioner(settings, sim_clock, url) as service:
         [adopted] = await eventually(lambda: bus.observed_of(ours.instance_id))
         assert adopted.adopted and adopted.idempotency_key == "old-cmd" and adopted.label == "fleetpilot:old-cmd:0"
@@ -366,11 +355,14 @@ async def test_reconciliation_adopts_ours_reports_foreign_and_marks_gone(
 
 
 async def test_bench_verdicts_teach_the_ranking(
-    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings,
+    nc: NatsClient,
+    js: JetStreamContext,
+    start_vast: StartVast,
+    sim_clock: SimulatedClock,
+    bus: BusRecorder,
 ) -> None:
     simulator, url = await start_vast(market_scenario())
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     async with running_provisioner(settings, sim_clock, url):
         await send(js, settings, "launch", launch("launch-bench", 2))  # A (machine 500) and A2 (machine 501)
         ids = (await bus.result_for("launch-bench")).instance_ids
@@ -395,7 +387,12 @@ async def test_bench_verdicts_teach_the_ranking(
 
 
 async def test_a_malformed_command_is_dead_lettered_and_the_next_is_handled(
-    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings,
+    nc: NatsClient,
+    js: JetStreamContext,
+    start_vast: StartVast,
+    sim_clock: SimulatedClock,
+    bus: BusRecorder,
 ) -> None:
     _, url = await start_vast(market_scenario())
     letters: list[DeadLetter] = []
@@ -404,8 +401,6 @@ async def test_a_malformed_command_is_dead_lettered_and_the_next_is_handled(
         letters.append(DeadLetter.model_validate_json(msg.data))
 
     await nc.subscribe(settings.subjects.dead_letter("provisioner"), cb=collect)
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     async with running_provisioner(settings, sim_clock, url):
         bad = launch("launch-bad1", 1).model_dump(mode="json") | {"count": 0}
         await js.publish(
@@ -464,12 +459,10 @@ async def test_observed_throughput_from_the_demand_signal_reorders_offers(
 
 
 async def test_two_replicas_share_the_commands_and_the_budget(
-    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
 ) -> None:
     same_price = [OfferSpec(offer_id=600 + i, gpu_model="RTX 4090", price_usd_per_h=0.5) for i in range(8)]
     simulator, url = await start_vast(market_scenario(offers=same_price))
-    bus = BusRecorder(nc, settings)
-    await bus.start()
     keys = [f"launch-replica-{n}" for n in range(6)]
     # the real clock: replicas waiting for each other's lease must see time pass
     limits: dict[str, object] = {"budget_usd_per_h": 2.2, "max_instances": 10}  # four at $0.50 (+5%) fit, not five
