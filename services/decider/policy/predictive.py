@@ -181,14 +181,11 @@ def recommend(
         signal, config.trend_window_s, config.trend_min_z, config.trend_max_jump_fraction
     )
     declining = falling(signal, config.trend_window_s, config.trend_min_z)
-    horizon_mid_s = startup_s + config.planning_window_s / 2
-    rate_up = arrival_forecast_per_h(signal, horizon_mid_s, config.trend_cap_factor, slope_per_h2=slope_per_h2)
     # arrivals until new machines land: the mean of the base rate and the forecast at the startup horizon
     rate_now = (
         base_arrival_rate_per_h(signal, slope_per_h2)
         + arrival_forecast_per_h(signal, startup_s, config.trend_cap_factor, slope_per_h2=slope_per_h2)
     ) / 2
-    keep_rate = keep_arrival_rate_per_h(signal, startup_s, declining, config.trend_window_s)
     season = seasonal_forecast(
         signal,
         now,
@@ -202,6 +199,10 @@ def recommend(
         # today's sustained rate still rules when today runs above yesterday's shape
         rate_up = max(season.planning_rate_per_h, signal.sustained_arrival_rate_per_h)
         keep_rate = max(season.keep_rate_per_h, signal.sustained_arrival_rate_per_h)
+    else:
+        horizon_mid_s = startup_s + config.planning_window_s / 2
+        rate_up = arrival_forecast_per_h(signal, horizon_mid_s, config.trend_cap_factor, slope_per_h2=slope_per_h2)
+        keep_rate = keep_arrival_rate_per_h(signal, startup_s, declining, config.trend_window_s)
     rate_keep = max(rate_up, keep_rate)
     offsets = ready_offsets_s(fleet.arriving, now, startup_s) + [startup_s] * unobserved_launches
     arriving = len(fleet.arriving) + unobserved_launches
