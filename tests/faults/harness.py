@@ -418,6 +418,11 @@ class FaultStack:
                 return
             await asyncio.sleep(POLL_S)
 
+    async def conclude(self, window: Window, rows: list[Row]) -> Row:
+        """The fault is over: `end_fault`, `recover` and `finish`, for a test with nothing to do in between."""
+        await self.end_fault(window)
+        return await self.finish(window, await self.recover(window), rows)
+
     async def finish(self, window: Window, recovery_s: float, rows: list[Row]) -> Row:
         """Settle, count, add the row to the table, then check every invariant; the job system resumes after."""
         assert self.replayer is not None

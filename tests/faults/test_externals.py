@@ -69,9 +69,7 @@ async def test_vast_5xx_and_429_storm(stack: FaultStack, fault_rows: list[Row]) 
     await stack.sleep_sim(STORM_SIM_S)
     await stack.vast_admin("api", {"server_error_rate": 0.0})
     leftover = await stack.vast_admin("faults", method="DELETE")
-    await stack.end_fault(window)
-    recovery_s = await stack.recover(window)
-    await stack.finish(window, recovery_s, fault_rows)
+    await stack.conclude(window, fault_rows)
     ledger = await stack.ledger()
     assert ledger is not None
     mine = [e for e in ledger["entries"] if (e["label"] or "").startswith(f"fleetpilot:{key}:")]
@@ -88,9 +86,7 @@ async def test_ambiguous_creates(stack: FaultStack, fault_rows: list[Row]) -> No
     key = f"ambiguous-{uuid.uuid4().hex[:12]}"
     await launch_twice(stack, key)
     await eventually(lambda: _faults_used(stack), timeout_s=30)
-    await stack.end_fault(window)
-    recovery_s = await stack.recover(window)
-    await stack.finish(window, recovery_s, fault_rows)
+    await stack.conclude(window, fault_rows)
     ledger = await stack.ledger()
     assert ledger is not None
     mine = [e for e in ledger["entries"] if (e["label"] or "").startswith(f"fleetpilot:{key}:")]
@@ -106,9 +102,7 @@ async def test_vast_ten_minute_outage(stack: FaultStack, fault_rows: list[Row]) 
     await stack.vast_admin("api", {"server_error_rate": 1.0})
     await stack.sleep_sim(OUTAGE_SIM_S)
     await stack.vast_admin("api", {"server_error_rate": 0.0})
-    await stack.end_fault(window)
-    recovery_s = await stack.recover(window)
-    await stack.finish(window, recovery_s, fault_rows)
+    await stack.conclude(window, fault_rows)
 
 
 async def test_v0_instance_list_answers_410(stack: FaultStack, fault_rows: list[Row]) -> None:
@@ -124,9 +118,7 @@ async def test_v0_instance_list_answers_410(stack: FaultStack, fault_rows: list[
     during = await stack.ledger()
     snapshot = await stack.fleet_snapshot()
     await asyncio.to_thread(stack.stack.restart, "provisioner", env={"FLEETPILOT_PROVISIONER_INSTANCE_LIST_API": "v1"})
-    await stack.end_fault(window)
-    recovery_s = await stack.recover(window)
-    await stack.finish(window, recovery_s, fault_rows)
+    await stack.conclude(window, fault_rows)
     assert before is not None and during is not None and snapshot is not None
     # nothing rented blind, and nothing the fleet knew was dropped as gone
     assert {e["instance_id"] for e in during["entries"]} == {e["instance_id"] for e in before["entries"]}
@@ -180,7 +172,5 @@ async def test_model_down_or_answering_garbage(stack: FaultStack, fault_rows: li
         await asyncio.to_thread(stack.stack.restart, "ollama")
     else:
         await stack.ollama_admin("behaviour", {"behaviour": "follow"})
-    await stack.end_fault(window)
-    recovery_s = await stack.recover(window)
-    await stack.finish(window, recovery_s, fault_rows)
+    await stack.conclude(window, fault_rows)
     assert await degraded_runs(stack) > degraded_before

@@ -44,9 +44,7 @@ async def test_nats_killed_and_restarted_twice(stack: FaultStack, fault_rows: li
         await asyncio.sleep(NATS_DOWN_S)
         await asyncio.to_thread(stack.stack.nats.start)
         await asyncio.sleep(0.5)  # the second kill lands while everyone is still reconnecting
-    await stack.end_fault(window)
-    recovery_s = await stack.recover(window)
-    await stack.finish(window, recovery_s, fault_rows)
+    await stack.conclude(window, fault_rows)
     assert caught_run, "no decider run was in progress to kill the broker under"
 
 
@@ -108,9 +106,7 @@ async def test_clock_jumps_forward_an_hour(stack: FaultStack, fault_rows: list[R
     window = await stack.begin("clock jumps +1 h (services only)")
     await asyncio.to_thread(stack.stack.restart_all, list(SERVICES), clock_offset_s=3600.0)
     stack.note_restart("demand")
-    await stack.end_fault(window)
-    recovery_s = await stack.recover(window)
-    await stack.finish(window, recovery_s, fault_rows)
+    await stack.conclude(window, fault_rows)
 
 
 async def test_the_secret_search_finds_a_planted_key(stack: FaultStack) -> None:

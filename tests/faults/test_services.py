@@ -66,9 +66,7 @@ async def test_duplicate_deliveries(stack: FaultStack, fault_rows: list[Row]) ->
     again = list(stack.replayer.recent)[-DUPLICATES:]
     for event in again:
         await stack.replayer.publish(SUBJECTS.task(event.kind), event, msg_id=f"{event.event_id}-again")
-    await stack.end_fault(window)
-    recovery_s = await stack.recover(window)
-    await stack.finish(window, recovery_s, fault_rows)
+    await stack.conclude(window, fault_rows)
     ignored = metric_total(await stack.metrics("demand"), "fleetpilot_duplicate_events_total", service="demand")
     assert ignored - ignored_before >= DUPLICATES
 
@@ -84,9 +82,7 @@ async def test_poison_on_every_consumed_subject(stack: FaultStack, fault_rows: l
         for service in services:
             stack.expected_dead_letters[(service, subject)] += 1
     await stack.nc.flush()
-    await stack.end_fault(window)
-    recovery_s = await stack.recover(window)
-    await stack.finish(window, recovery_s, fault_rows)  # its dead-letter check wants exactly these, once each
+    await stack.conclude(window, fault_rows)  # its dead-letter check wants exactly these, once each
     assert not stack.stack.crashed()
 
 
@@ -113,8 +109,6 @@ async def test_service_killed_mid_handler(stack: FaultStack, fault_rows: list[Ro
     await asyncio.sleep(0.5)
     await asyncio.to_thread(stack.stack.restart, service)
     stack.note_restart(service)
-    await stack.end_fault(window)
-    recovery_s = await stack.recover(window)
-    await stack.finish(window, recovery_s, fault_rows)
+    await stack.conclude(window, fault_rows)
     if service != "bench":  # bench's handler is a few milliseconds of Redis: it may be idle whenever we look
         assert caught, f"{service} was never seen mid-handler"
