@@ -84,6 +84,34 @@ def sim_vast(
     serve_forever(VastSimulator(world, api_key, clock), host=host, port=port, log_level=log_level)
 
 
+@sim_app.command("traces")
+def sim_traces(
+    family: str = typer.Option(..., help="the kind of demand (see sim/world/README.md: diurnal, weekly, batch, ...)"),
+    seed: int = typer.Option(..., help="draws every parameter of the trace; fit on 100-104, report on 200-209"),
+    days: int = typer.Option(3, help="length of the trace in days"),
+    out: str = typer.Option(None, help="write the CSV to this file (default: standard output)"),
+) -> None:
+    """Generate a trace (CSV minute,arrivals) from a family of demand and a seed, for `sim evaluate --trace`."""
+    import sys
+    from pathlib import Path
+
+    from sim.world.families import generate
+    from sim.world.trace import format_trace
+
+    try:
+        text = format_trace(generate(family, seed, days))
+        if out:
+            Path(out).write_text(text)
+        else:
+            sys.stdout.write(text)
+    except ValueError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    except OSError as error:
+        typer.echo(f"error: --out {out}: cannot write: {error.strerror or error}", err=True)
+        raise typer.Exit(2) from None
+
+
 @sim_app.command("evaluate")
 def sim_evaluate(
     trace: str = typer.Option(..., help="CSV trace with header minute,arrivals (see sim/traces/)"),

@@ -1,0 +1,28 @@
+"""Which policy constants were fitted by measuring them in the world simulator, on which demand and seeds.
+
+Constants chosen by measurement are only honest if the figures reported for them come from demand they were
+not fitted on. Each entry names the constant as it is spelled in the code, its value, the families of demand
+(sim/world/families.py) or bundled traces it was measured on, and the seeds: only TRAIN_SEEDS belong here,
+figures are reported on TEST_SEEDS. The family benchmark (benchmarks/policy.py) copies this list into its
+results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FittedConstant:
+    name: str  # as the config field or module constant is spelled, e.g. "PolicyConfig.launch_headroom"
+    value: float | int | str
+    families: tuple[str, ...]  # family names (sim/world/families.py) or bundled trace names
+    seeds: tuple[int, ...]
+    note: str = ""  # what was measured to choose it
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+FITTED_CONSTANTS: list[FittedConstant] = []
