@@ -33,6 +33,16 @@ DASHBOARD_METRICS: list[str] = [
     "fleetpilot_bus_received_processed_messages_duration_seconds",  # histogram {app_name, handler}
 ]
 
+# Metrics only the alert rules read (deploy/prometheus/alerts.yml)
+ALERT_METRICS: list[str] = [
+    "fleetpilot_demand_pending_tasks",  # gauge
+    "fleetpilot_vast_auth_ok",  # gauge: 1 while vast.ai accepts the key, 0 after a 401/403
+    "fleetpilot_vast_foreign_instances",  # gauge: instances on the account without FleetPilot's label
+    "fleetpilot_agent_degraded",  # gauge: 1 while the last agent run was degraded
+    "fleetpilot_decider_lock_backend_up",  # gauge: 0 while the decider cannot reach Redis
+    "fleetpilot_consumer_pending_messages",  # gauge {stream, consumer} (shared/consumer_lag.py)
+]
+
 HISTOGRAMS: frozenset[str] = frozenset(
     {
         "fleetpilot_decider_run_duration_seconds",

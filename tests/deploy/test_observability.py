@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -11,8 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.metric_names import DASHBOARD_METRICS, HISTOGRAMS, REQUIRED_METRICS
+from tests.deploy.metric_names import ALERT_METRICS, DASHBOARD_METRICS, HISTOGRAMS, REQUIRED_METRICS
 from tests.deploy.promql import metric_names, without_grafana_variables
+from tests.deploy.tools import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
 GRAFANA = REPO / "deploy" / "grafana"
@@ -21,10 +21,10 @@ DASHBOARDS = sorted((GRAFANA / "dashboards").glob("*.json"))
 PROMETHEUS_BUILTINS = frozenset({"up", "scrape_duration_seconds"})
 HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
 
-needs_promtool = pytest.mark.skipif(
-    shutil.which("promtool") is None,
-    reason="promtool not installed (Debian/Ubuntu: apt-get install prometheus); metric names are still checked",
-)
+
+@pytest.fixture
+def promtool() -> str:
+    return require_tool("promtool")
 
 
 def load_dashboard(path: Path) -> dict[str, Any]:
@@ -54,11 +54,11 @@ def alert_rules() -> list[dict[str, Any]]:
     return [rule for group in rules["groups"] for rule in group["rules"]]
 
 
-def unknown_metrics(expr: str) -> set[str]:
+def unknown_metrics(expr: str, known: list[str] = DASHBOARD_METRICS) -> set[str]:
     unknown = set()
     for name in metric_names(expr):
         histogram_part = any(name.endswith(s) and name.removesuffix(s) in HISTOGRAMS for s in HISTOGRAM_SERIES)
-        if name not in DASHBOARD_METRICS and name not in PROMETHEUS_BUILTINS and not histogram_part:
+        if name not in known and name not in PROMETHEUS_BUILTINS and not histogram_part:
             unknown.add(name)
     return unknown
 
@@ -155,20 +155,30 @@ def test_provisioning_points_at_the_dashboards_and_prometheus() -> None:
 
 # --- Prometheus: scrape config and alert rules ---
 
+ALERTS_OF_THE_ISSUE = (
+    "FleetPilotSpendNearBudget",
+    "FleetPilotSpendAboveBudget",
+    "FleetPilotSpendWithoutBudget",
+    "FleetPilotCoreServiceDown",
+    "FleetPilotWorkersStalled",
+    "FleetPilotVastAuthFailing",
+    "FleetPilotScrapeTargetDown",
+    "FleetPilotAgentDegraded",
+    "FleetPilotDeciderRedisUnreachable",
+    "FleetPilotConsumerLagGrowing",
+    "FleetPilotForeignInstances",
+    "FleetPilotDeadLettersRising",
+    "FleetPilotMachinesStuck",
+    "FleetPilotDeciderNotRunning",
+)
+
 
 def test_alert_rules_cover_the_issue_and_use_only_listed_metrics() -> None:
     rules = {rule["alert"]: rule for rule in alert_rules()}
-    for wanted in (
-        "FleetPilotWorkersStalled",
-        "FleetPilotSpendAboveBudget",
-        "FleetPilotMachinesStuck",
-        "FleetPilotDeciderNotRunning",
-        "FleetPilotDeadLettersRising",
-    ):
-        assert wanted in rules
+    assert set(ALERTS_OF_THE_ISSUE) <= set(rules)
     for name, rule in rules.items():
         assert metric_names(rule["expr"]), name
-        assert unknown_metrics(rule["expr"]) == set(), name
+        assert unknown_metrics(rule["expr"], DASHBOARD_METRICS + ALERT_METRICS) == set(), name
         assert rule["labels"]["severity"] in {"warning", "critical"}
         assert rule["annotations"]["summary"]
 
@@ -181,17 +191,24 @@ def test_every_service_is_scraped() -> None:
     assert set(SERVICES) <= scraped
 
 
-@needs_promtool
-def test_promtool_accepts_the_config_and_rules() -> None:
+def test_promtool_accepts_the_config_and_rules(promtool: str) -> None:
     for command in (["check", "config", "prometheus.yml"], ["check", "rules", "alerts.yml"]):
-        result = subprocess.run(["promtool", *command], cwd=PROMETHEUS, capture_output=True, text=True, check=False)
+        result = subprocess.run([promtool, *command], cwd=PROMETHEUS, capture_output=True, text=True, check=False)
         assert result.returncode == 0, result.stdout + result.stderr
 
 
-@needs_promtool
-def test_alerts_fire_on_their_stories_and_stay_quiet_otherwise() -> None:
+def test_every_alert_has_a_story_that_fires_it_and_one_that_does_not() -> None:
+    """Checked here, so that `promtool test rules` passing means each alert was shown firing and quiet."""
+    stories = yaml.safe_load((Path(__file__).parent / "alerts_test.yml").read_text())["tests"]
+    checks = [check for story in stories for check in story["alert_rule_test"]]
+    for name in (rule["alert"] for rule in alert_rules()):
+        assert any(c["alertname"] == name and c.get("exp_alerts") for c in checks), f"nothing shows {name} firing"
+        assert any(c["alertname"] == name and not c.get("exp_alerts") for c in checks), f"nothing shows {name} quiet"
+
+
+def test_alerts_fire_on_their_stories_and_stay_quiet_otherwise(promtool: str) -> None:
     result = subprocess.run(
-        ["promtool", "test", "rules", "alerts_test.yml"],
+        [promtool, "test", "rules", "alerts_test.yml"],
         cwd=Path(__file__).parent,
         capture_output=True,
         text=True,
@@ -200,8 +217,7 @@ def test_alerts_fire_on_their_stories_and_stay_quiet_otherwise() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@needs_promtool
-def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
+def test_every_dashboard_query_is_valid_promql(tmp_path: Path, promtool: str) -> None:
     """promtool parses recording rules: each dashboard query becomes one, Grafana's variables as durations."""
     rules = {
         "groups": [
@@ -216,5 +232,5 @@ def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
     }
     path = tmp_path / "dashboard-queries.yml"
     path.write_text(yaml.safe_dump(rules))
-    result = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, check=False)
+    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
