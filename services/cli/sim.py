@@ -115,7 +115,9 @@ def sim_traces(
 @sim_app.command("evaluate")
 def sim_evaluate(
     trace: str = typer.Option(..., help="CSV trace with header minute,arrivals (see sim/traces/)"),
-    policy: str = typer.Option(..., help="predictive, reactive, target-tracking or clairvoyant (the lower bound)"),
+    policy: str = typer.Option(
+        ..., help="predictive; reactive, target-tracking, aws-predictive, demand-based; clairvoyant (the bound)"
+    ),
     scenario: str = typer.Option(None, help="a scenario file (.yaml/.yml/.json), the one sim vast serves"),
     seed: int = typer.Option(None, help="overrides the scenario's seed (market prices and every machine's fate)"),
     json_output: bool = typer.Option(False, "--json", help="print exactly one JSON object"),

@@ -15,6 +15,8 @@ from sim.world.engine import Engine, RunResult, Sample, WorldPolicy
 from sim.world.fluid import FluidQueue
 from sim.world.model import Action, WorldConfig, WorldView
 from sim.world.objective import ObjectiveConfig, WaitStats
+from sim.world.policies.aws_predictive import AwsPredictivePolicy
+from sim.world.policies.demand_based import DemandBasedPolicy
 from sim.world.policies.reactive import ReactivePolicy
 from sim.world.policies.target_tracking import TargetTrackingPolicy
 from sim.world.trace import Trace
@@ -33,7 +35,11 @@ POLICY_FACTORIES: dict[str, Callable[[WorldConfig, Scenario], WorldPolicy]] = {
     "predictive": _predictive,
     "reactive": lambda world, scenario: ReactivePolicy(),
     "target-tracking": lambda world, scenario: TargetTrackingPolicy(),
+    "aws-predictive": lambda world, scenario: AwsPredictivePolicy(),
+    "demand-based": lambda world, scenario: DemandBasedPolicy(),
 }
+# the scalers a user would pick instead of FleetPilot's: what "the best baseline" is taken over
+BASELINES = ("reactive", "target-tracking", "aws-predictive", "demand-based")
 POLICIES = (*POLICY_FACTORIES, CLAIRVOYANT)
 
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
-from sim.world.engine import Engine
-from sim.world.model import Action, Launch, WorldConfig, WorldView
+from sim.world.engine import Engine, WorldPolicy
+from sim.world.evaluate import BASELINES, POLICIES
+from sim.world.model import Action, Launch, Remove, WorldConfig, WorldView
+from sim.world.policies.aws_predictive import AwsPredictiveConfig, AwsPredictivePolicy
+from sim.world.policies.demand_based import DemandBasedConfig, DemandBasedPolicy
 from sim.world.policies.reactive import ReactivePolicy
 from sim.world.policies.target_tracking import TargetTrackingPolicy
 from sim.world.trace import Trace
@@ -61,3 +65,99 @@ def test_target_tracking_sizes_the_fleet_to_load_over_target_utilisation() -> No
     assert result.peak_instances == 5
     assert result.launches == 1
     assert result.delay_cost_usd == 0
+
+
+class Recorder:
+    """Wraps a policy and keeps, for every decision, the time, the queue and the actions it returned."""
+
+    def __init__(self, policy: WorldPolicy) -> None:
+        self.policy = policy
+        self.name = policy.name
+        self.decision_interval_s = policy.decision_interval_s
+        self.decisions: list[tuple[float, float, list[Action]]] = []
+
+    def decide(self, view: WorldView) -> Sequence[Action]:
+        actions = list(self.policy.decide(view))
+        self.decisions.append((view.now_s, view.pending_tasks, actions))
+        return actions
+
+    def launches(self) -> list[tuple[float, int]]:
+        return [(t, a.count) for t, _, actions in self.decisions for a in actions if isinstance(a, Launch)]
+
+    def removals(self) -> list[tuple[float, float, Remove]]:
+        return [(t, q, a) for t, q, actions in self.decisions for a in actions if isinstance(a, Remove)]
+
+
+# two identical days: one machine's work, and from 10:00 to 14:00 eight machines' (ten at 80% utilisation)
+STEP_START_H, STEP_END_H = 10, 14
+TWO_DAYS = Trace.of(
+    [16 if STEP_START_H * 60 <= m % (24 * 60) < STEP_END_H * 60 else 2 for m in range(2 * 24 * 60)], "two-days"
+)
+
+
+def test_aws_predictive_is_target_tracking_until_it_has_a_day_of_history() -> None:
+    day_one = Trace.of(TWO_DAYS.arrivals_per_min[: 24 * 60], "day-one")
+    aws = Engine(day_one, AwsPredictivePolicy(), quiet_scenario(), 0, WorldConfig()).run()
+    tracking = Engine(day_one, TargetTrackingPolicy(), quiet_scenario(), 0, WorldConfig()).run()
+    assert aws.objective_usd == tracking.objective_usd
+    assert aws.launches == tracking.launches > 0
+
+
+def test_aws_predictive_launches_a_startup_ahead_of_yesterdays_busy_hours() -> None:
+    scenario = quiet_scenario()
+    aws = Recorder(AwsPredictivePolicy())
+    with_forecast = Engine(TWO_DAYS, aws, scenario, 0, WorldConfig()).run()
+    tracking = Recorder(TargetTrackingPolicy())
+    without = Engine(TWO_DAYS, tracking, scenario, 0, WorldConfig()).run()
+
+    day_two_step_s = (24 + STEP_START_H) * 3600.0
+    buffer_s = AwsPredictiveConfig().scheduling_buffer_s
+    early = [(t, n) for t, n in aws.launches() if day_two_step_s - buffer_s <= t < day_two_step_s]
+    # the step is launched as soon as the hour's forecast takes effect, a buffer before it starts: it needs
+    # 960 tasks/h x 1.1 / (120 x 0.8) = 11 machines, of which the night's load keeps one or two
+    assert early and early[0][0] == day_two_step_s - buffer_s
+    assert sum(n for _, n in early) >= 9
+    assert not [t for t, _ in tracking.launches() if day_two_step_s - buffer_s <= t < day_two_step_s]
+    assert with_forecast.delay_cost_usd < without.delay_cost_usd
+
+
+def test_aws_predictive_forecasts_from_the_same_hour_of_past_days_only() -> None:
+    policy = AwsPredictivePolicy()
+    seen = list(TWO_DAYS.arrivals_per_min[: 24 * 60 + 60])  # day one and the first hour of day two
+    view = Engine(Trace.of(seen, "seen"), Hold(), quiet_scenario(), 0, WorldConfig()).view()
+    view = replace(view, arrivals_by_minute=seen, now_s=(24 * 60 + 59) * 60.0)
+    assert policy.forecast_tasks_per_h(view, 24 + STEP_START_H) == 16 * 60
+    assert policy.forecast_tasks_per_h(view, 24 + 3) == 2 * 60
+    assert policy.forecast_tasks_per_h(view, 20) is None  # no day before the first
+
+
+def test_demand_based_packs_queued_tasks_onto_new_machines_within_its_upscaling_speed() -> None:
+    # one machine (8 slots: 120 tasks/h x 4 min), then 80 tasks queued at once
+    trace = Trace.of([80 if m == 60 else 2 for m in range(180)], "queued")
+    policy = Recorder(DemandBasedPolicy())
+    result = Engine(trace, policy, quiet_scenario(), 0, WorldConfig(initial_machines=1)).run()
+    first_time, first_count = policy.launches()[0]
+    assert first_time == 61 * 60
+    # ~75 tasks need ten machines of 8 slots; with one producing, five may be starting at a time
+    assert first_count == DemandBasedConfig().min_pending_launches
+    # no more while those five are all starting (a startup takes at least an hour here)
+    assert all(t >= first_time + 3600 for t, _ in policy.launches()[1:])
+    assert result.peak_instances <= 1 + 2 * first_count
+
+
+def test_demand_based_gives_back_empty_machines_after_the_idle_timeout_and_never_with_work_queued() -> None:
+    trace = Trace.of([1] * 120, "trickle")  # half of one machine's work; the job system fills the oldest first
+    policy = Recorder(DemandBasedPolicy())
+    result = Engine(trace, policy, quiet_scenario(), 0, WorldConfig(initial_machines=4)).run()
+    removals = policy.removals()
+    assert len(removals) == 3 and result.launches == 0
+    config = DemandBasedConfig()
+    for at_s, pending, removal in removals:
+        assert removal.reason == "idle"
+        assert pending < 0.5
+        assert at_s >= 240.0 + config.idle_timeout_s  # a task's length after producing, then the timeout
+
+
+def test_the_evaluator_lists_every_baseline() -> None:
+    assert set(BASELINES) == {"reactive", "target-tracking", "aws-predictive", "demand-based"}
+    assert set(BASELINES) <= set(POLICIES)

@@ -24,7 +24,7 @@ def trace_file(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("policy", ["reactive", "target-tracking", "clairvoyant"])
+@pytest.mark.parametrize("policy", ["reactive", "target-tracking", "aws-predictive", "demand-based", "clairvoyant"])
 def test_json_output_is_exactly_one_object_with_the_documented_keys(trace_file: Path, policy: str) -> None:
     result = CliRunner().invoke(app, ["sim", "evaluate", "--trace", str(trace_file), "--policy", policy, "--json"])
     assert result.exit_code == 0, result.output

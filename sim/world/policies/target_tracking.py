@@ -62,6 +62,8 @@ class TargetTrackingPolicy:
         utilisation_ratio = load_per_h / (max(current, 1) * per_machine_per_h * config.target_utilisation)
         if current and abs(utilisation_ratio - 1) <= config.tolerance:
             desired = current
+        # a scheduled minimum (AWS's predictive scaling raises it ahead of forecast load) bounds both directions
+        desired = max(desired, self.minimum_capacity(view, per_machine_per_h))
 
         now = view.now_s
         self._recommendations.append((now, desired))
@@ -81,3 +83,7 @@ class TargetTrackingPolicy:
             actions += [Remove(m.instance_id, "drain", "over_provisioned") for m in victims[:surplus]]
             self._last_down_s = now
         return actions
+
+    def minimum_capacity(self, view: WorldView, per_machine_per_h: float) -> int:
+        """The group's minimum size now; plain target tracking has none."""
+        return 0
