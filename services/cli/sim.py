@@ -145,6 +145,9 @@ def sim_evaluate(
 
         draw(evaluation, plot)
     if json_output:
+        # the table prints its warnings first; with --json they are in the object and said on stderr as well
+        for warning in evaluation.warnings:
+            typer.echo(f"warning: {warning}", err=True)
         sys.stdout.write(json.dumps(evaluation.as_dict()) + "\n")
     else:
         from sim.world.report import table

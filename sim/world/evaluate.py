@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +12,7 @@ from sim.vast.scenario import Scenario
 from sim.world.bound import BoundResult, clairvoyant_bound
 from sim.world.engine import Engine, RunResult, Sample, WorldPolicy
 from sim.world.fluid import FluidQueue
-from sim.world.model import Action, WorldConfig, WorldView
+from sim.world.model import Action, WorldConfig, WorldView, offers_from_scenario
 from sim.world.objective import ObjectiveConfig, WaitStats
 from sim.world.policies.aws_predictive import AwsPredictivePolicy
 from sim.world.policies.demand_based import DemandBasedPolicy
@@ -22,6 +21,8 @@ from sim.world.policies.target_tracking import TargetTrackingPolicy
 from sim.world.trace import Trace
 
 CLAIRVOYANT = "clairvoyant"
+# a real run that follows the bound's plan reading the future: achievable, so the optimum lies between the two
+CLAIRVOYANT_RUN = "clairvoyant-run"
 
 
 def _predictive(world: WorldConfig, scenario: Scenario) -> WorldPolicy:
@@ -40,7 +41,7 @@ POLICY_FACTORIES: dict[str, Callable[[WorldConfig, Scenario], WorldPolicy]] = {
 }
 # the scalers a user would pick instead of FleetPilot's: what "the best baseline" is taken over
 BASELINES = ("reactive", "target-tracking", "aws-predictive", "demand-based")
-POLICIES = (*POLICY_FACTORIES, CLAIRVOYANT)
+POLICIES = (*POLICY_FACTORIES, CLAIRVOYANT, CLAIRVOYANT_RUN)
 
 
 @dataclass
@@ -48,24 +49,27 @@ class Evaluation:
     """What `fleetpilot sim evaluate` prints, for a simulated policy or for the clairvoyant bound."""
 
     policy: str
-    kind: str  # "simulated" or "lower_bound"
+    kind: str  # "simulated", "clairvoyant_run" (a run that reads the future) or "lower_bound"
     trace: str
     seed: int
     tasks_submitted: int
     tasks_completed: float
     cost_usd: float
     delay_cost_usd: float
-    wait_p50_s: float
-    wait_p95_s: float
-    wait_max_s: float
-    machine_hours: float
-    idle_machine_hours: float
-    launches: int
-    wasted_launches: int
-    peak_instances: int
+    # what a run did; None for the lower bound, which is a number, not a fleet (its plan is fractional)
+    wait_p50_s: float | None
+    wait_p95_s: float | None
+    wait_max_s: float | None
+    machine_hours: float | None
+    idle_machine_hours: float | None
+    launches: int | None
+    wasted_launches: int | None
+    peak_instances: int | None
     sim_wall_s: float
     objective: ObjectiveConfig
     extra: dict[str, Any] = field(default_factory=dict)
+    # said before any figure: the market cannot supply the trace's peak, launches were refused, ...
+    warnings: list[str] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list, repr=False)
     run: RunResult | None = field(default=None, repr=False)
     bound: BoundResult | None = field(default=None, repr=False)
@@ -85,20 +89,25 @@ class Evaluation:
             "cost_usd": round(self.cost_usd, 4),
             "delay_cost_usd": round(self.delay_cost_usd, 4),
             "objective_usd": round(self.objective_usd, 4),
-            "wait_p50_min": round(self.wait_p50_s / 60, 3),
-            "wait_p95_min": round(self.wait_p95_s / 60, 3),
-            "wait_max_min": round(self.wait_max_s / 60, 3),
-            "machine_hours": round(self.machine_hours, 3),
-            "idle_machine_hours": round(self.idle_machine_hours, 3),
+            "wait_p50_min": _rounded(self.wait_p50_s, 60),
+            "wait_p95_min": _rounded(self.wait_p95_s, 60),
+            "wait_max_min": _rounded(self.wait_max_s, 60),
+            "machine_hours": _rounded(self.machine_hours),
+            "idle_machine_hours": _rounded(self.idle_machine_hours),
             "launches": self.launches,
             "wasted_launches": self.wasted_launches,
             "peak_instances": self.peak_instances,
             "sim_wall_s": round(self.sim_wall_s, 3),
             "grace_min": self.objective.grace_min,
             "delay_usd_per_task_h": self.objective.delay_usd_per_task_h,
+            "warnings": list(self.warnings),
         }
         record.update(self.extra)
         return record
+
+
+def _rounded(value: float | None, unit: float = 1.0) -> float | None:
+    return None if value is None else round(value / unit, 3)
 
 
 def _percentile_ms(values: list[float], q: float) -> float:
@@ -143,8 +152,8 @@ def _from_run(run: RunResult, objective: ObjectiveConfig) -> Evaluation:
     )
 
 
-def _plan_replay(trace: Trace, bound: BoundResult, objective: ObjectiveConfig) -> tuple[WaitStats, list[Sample]]:
-    """The relaxation's capacity plan served FIFO: the waits and queue a clairvoyant fleet would about have."""
+def _plan_samples(trace: Trace, bound: BoundResult, objective: ObjectiveConfig) -> list[Sample]:
+    """The relaxation's capacity plan served FIFO, for the plot only: a fractional plan's waits are no run's."""
     queue = FluidQueue(WaitStats(objective.grace_s))
     step_s = bound.lp_step_min * 60.0
     samples = []
@@ -162,14 +171,12 @@ def _plan_replay(trace: Trace, bound: BoundResult, objective: ObjectiveConfig) -
             samples.append(Sample(minute * 60.0, queue.count, 0, round(machines), 0, 0, spend_usd_per_h, cost_usd))
         if minute >= trace.minutes and queue.count <= 1e-9:
             break
-    if queue.count >= 0.5:  # the relaxation's plan is fractional: dust left over is not a task
-        queue.charge_unserved(minutes * 60.0)
-    return queue.waits, samples
+    return samples
 
 
 def _from_bound(trace: Trace, bound: BoundResult, seed: int, objective: ObjectiveConfig) -> Evaluation:
-    waits, samples = _plan_replay(trace, bound, objective)
-    producing_h = float(np.sum(bound.plan_tasks_per_h) * bound.lp_step_min / 60.0)
+    """The bound and nothing a run would show: its waits, machines and launches would come from a fractional plan
+    that no fleet can follow, so they are left out (`clairvoyant-run` is the achievable run)."""
     return Evaluation(
         policy=CLAIRVOYANT,
         kind="lower_bound",
@@ -179,14 +186,14 @@ def _from_bound(trace: Trace, bound: BoundResult, seed: int, objective: Objectiv
         tasks_completed=float(trace.total_tasks),
         cost_usd=bound.cost_usd,
         delay_cost_usd=bound.delay_cost_usd,
-        wait_p50_s=waits.percentile_s(0.5),
-        wait_p95_s=waits.percentile_s(0.95),
-        wait_max_s=waits.max_wait_s,
-        machine_hours=bound.plan_machine_hours,
-        idle_machine_hours=max(0.0, bound.plan_machine_hours * (1 - trace.total_tasks / max(producing_h, 1e-9))),
-        launches=round(bound.plan_launches),
-        wasted_launches=0,
-        peak_instances=math.ceil(float(np.max(bound.plan_machines, initial=0.0)) - 1e-6),
+        wait_p50_s=None,
+        wait_p95_s=None,
+        wait_max_s=None,
+        machine_hours=None,
+        idle_machine_hours=None,
+        launches=None,
+        wasted_launches=None,
+        peak_instances=None,
         sim_wall_s=bound.wall_s,
         objective=objective,
         extra={
@@ -196,7 +203,7 @@ def _from_bound(trace: Trace, bound: BoundResult, seed: int, objective: Objectiv
             "lp_converged": bound.lp_converged,
             "lp_step_min": bound.lp_step_min,
         },
-        samples=samples,
+        samples=_plan_samples(trace, bound, objective),
         bound=bound,
     )
 
@@ -223,6 +230,7 @@ def evaluate_clairvoyant_plan(
         if best is None or run.objective_usd < best.objective_usd:
             best = run
     assert best is not None
+    best.policy, best.kind = CLAIRVOYANT_RUN, "clairvoyant_run"
     return best
 
 
@@ -246,14 +254,57 @@ def evaluate(
     world = world or WorldConfig()
     objective = objective or ObjectiveConfig()
     if policy == CLAIRVOYANT:
-        return _from_bound(trace, clairvoyant_bound(trace, scenario, world, objective), seed, objective)
-    factory = POLICY_FACTORIES.get(policy)
-    if factory is None:
-        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
-    engine_policy = factory(world, scenario)
-    run = Engine(trace, engine_policy, scenario, seed, world, objective).run()
-    evaluation = _from_run(run, objective)
-    report = getattr(engine_policy, "report", None)
-    if callable(report):
-        evaluation.extra.update(report())
+        evaluation = _from_bound(trace, clairvoyant_bound(trace, scenario, world, objective), seed, objective)
+    elif policy == CLAIRVOYANT_RUN:
+        evaluation = evaluate_clairvoyant_plan(trace, scenario, seed, world, objective)
+    else:
+        factory = POLICY_FACTORIES.get(policy)
+        if factory is None:
+            raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+        engine_policy = factory(world, scenario)
+        run = Engine(trace, engine_policy, scenario, seed, world, objective).run()
+        evaluation = _from_run(run, objective)
+        report = getattr(engine_policy, "report", None)
+        if callable(report):
+            evaluation.extra.update(report())
+    supply = market_supply(trace, scenario, world)
+    evaluation.extra["market"] = supply.as_dict()
+    if supply.warning:
+        evaluation.warnings.insert(0, supply.warning)
     return evaluation
+
+
+@dataclass(frozen=True)
+class MarketSupply:
+    """Can the scenario's market serve the trace's busiest hour at all (every offer rented, at full speed)?"""
+
+    offers: int
+    usable_offers: int  # the world's instance cap may allow fewer than the market has
+    capacity_tasks_per_h: float
+    peak_tasks_per_h: float
+
+    @property
+    def warning(self) -> str:
+        if self.capacity_tasks_per_h >= self.peak_tasks_per_h:
+            return ""
+        return (
+            f"the market cannot supply this trace's peak: {self.usable_offers} usable offers serve at most"
+            f" {self.capacity_tasks_per_h:,.0f} tasks/h, the busiest hour brings {self.peak_tasks_per_h:,.0f};"
+            " every policy runs out of offers and queues, so the figures measure the market, not the policy"
+            " (pass a larger market with --scenario)"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "offers": self.offers,
+            "usable_offers": self.usable_offers,
+            "capacity_tasks_per_h": round(self.capacity_tasks_per_h, 1),
+            "trace_peak_tasks_per_h": round(self.peak_tasks_per_h, 1),
+            "supplies_peak": not self.warning,
+        }
+
+
+def market_supply(trace: Trace, scenario: Scenario, world: WorldConfig) -> MarketSupply:
+    offers = offers_from_scenario(scenario)
+    usable = sorted((offer.reference_tasks_per_h for offer in offers), reverse=True)[: world.max_instances]
+    return MarketSupply(len(offers), len(usable), float(sum(usable)), trace.peak_tasks_per_h)

@@ -10,31 +10,54 @@ from rich.table import Table
 from sim.world.evaluate import Evaluation
 
 
+def _minutes(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f}"
+
+
 def table(evaluation: Evaluation, console: Console | None = None) -> None:
+    console = console or Console()
     r = evaluation.as_dict()
+    for warning in evaluation.warnings:
+        console.print(f"[bold red]WARNING:[/] {warning}", highlight=False)
     title = f"{evaluation.policy} on {evaluation.trace} (seed {evaluation.seed})"
     if evaluation.kind == "lower_bound":
         title += ": a lower bound, not a run"
+    elif evaluation.kind == "clairvoyant_run":
+        title += ": a run that reads the future (an upper bound on the optimum)"
     out = Table(title=title, show_header=False)
     out.add_column("measure")
     out.add_column("value", justify="right")
-    for label, value in (
+    rows = [
         ("objective", f"${r['objective_usd']:,.2f}"),
         ("cost", f"${r['cost_usd']:,.2f}"),
         ("delay cost", f"${r['delay_cost_usd']:,.2f}"),
-        ("tasks submitted / completed", f"{r['tasks_submitted']:,} / {r['tasks_completed']:,}"),
-        ("wait p50 / p95 / max", f"{r['wait_p50_min']:.1f} / {r['wait_p95_min']:.1f} / {r['wait_max_min']:.1f} min"),
-        ("machine-hours (idle)", f"{r['machine_hours']:,.1f} ({r['idle_machine_hours']:,.1f})"),
-        ("launches (wasted)", f"{r['launches']} ({r['wasted_launches']})"),
-        ("peak instances", f"{r['peak_instances']}"),
-        ("simulation wall time", f"{r['sim_wall_s']:.2f} s"),
-    ):
+    ]
+    if evaluation.kind == "lower_bound":
+        # no waits, machines or launches: the bound's plan is fractional and no fleet could follow it
+        rows += [
+            ("tasks", f"{r['tasks_submitted']:,}"),
+            ("work-only bound", f"${r['work_bound_usd']:,.2f}"),
+            ("the achievable run", "--policy clairvoyant-run"),
+        ]
+    else:
+        rows += [
+            ("tasks submitted / completed", f"{r['tasks_submitted']:,} / {r['tasks_completed']:,}"),
+            (
+                "wait p50 / p95 / max",
+                f"{_minutes(r['wait_p50_min'])} / {_minutes(r['wait_p95_min'])} / {_minutes(r['wait_max_min'])} min",
+            ),
+            ("machine-hours (idle)", f"{r['machine_hours']:,.1f} ({r['idle_machine_hours']:,.1f})"),
+            ("launches (wasted)", f"{r['launches']} ({r['wasted_launches']})"),
+            ("peak instances", f"{r['peak_instances']}"),
+        ]
+    rows.append(("simulation wall time", f"{r['sim_wall_s']:.2f} s"))
+    for label, value in rows:
         out.add_row(label, value)
     objective = evaluation.objective
     out.caption = (
         f"delay charged at ${objective.delay_usd_per_task_h}/task-h beyond {objective.grace_min:g} min of waiting"
     )
-    (console or Console()).print(out)
+    console.print(out)
 
 
 def plot(evaluation: Evaluation, path: str | Path) -> Path:

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from services.cli.main import app
+from sim.vast.scenario import Scenario
 
 REQUIRED_KEYS = {
     "policy", "tasks_submitted", "tasks_completed", "cost_usd", "delay_cost_usd", "objective_usd", "wait_p50_min",
@@ -64,3 +65,57 @@ def test_the_objective_can_be_configured(trace_file: Path) -> None:
     args = ["sim", "evaluate", "--trace", str(trace_file), "--policy", "reactive", "--json"]
     strict = json.loads(CliRunner().invoke(app, [*args, "--grace-min", "0", "--delay-usd-per-task-h", "5"]).stdout)
     assert (strict["grace_min"], strict["delay_usd_per_task_h"]) == (0, 5)
+
+
+def test_the_clairvoyant_reports_the_bound_and_nothing_a_fractional_plan_would_invent(trace_file: Path) -> None:
+    args = ["sim", "evaluate", "--trace", str(trace_file), "--policy", "clairvoyant"]
+    record = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    assert record["kind"] == "lower_bound"
+    for key in ("wait_p50_min", "wait_p95_min", "wait_max_min", "machine_hours", "launches", "peak_instances"):
+        assert record[key] is None, key
+    shown = CliRunner().invoke(app, args)
+    assert shown.exit_code == 0, shown.output
+    words = " ".join(shown.output.split())  # the table wraps to the terminal's width
+    assert "a lower bound, not a run" in words
+    assert "wait p50" not in words and "clairvoyant-run" in words
+
+
+def test_the_clairvoyant_run_is_a_real_run_at_or_above_the_bound(trace_file: Path) -> None:
+    args = ["sim", "evaluate", "--trace", str(trace_file), "--json", "--policy"]
+    bound = json.loads(CliRunner().invoke(app, [*args, "clairvoyant"]).stdout)
+    run = CliRunner().invoke(app, [*args, "clairvoyant-run"])
+    assert run.exit_code == 0, run.output
+    record = json.loads(run.stdout)
+    assert (record["policy"], record["kind"]) == ("clairvoyant-run", "clairvoyant_run")
+    assert record["wait_p95_min"] is not None and record["launches"] is not None
+    assert record["objective_usd"] >= bound["objective_usd"] - 1e-6
+
+
+@pytest.fixture
+def small_market(tmp_path: Path) -> Path:
+    """Three RTX 4090s: 360 tasks/h at most."""
+    path = tmp_path / "small.json"
+    market = [{"gpu_model": "RTX 4090", "count": 3, "price_usd_per_h": {"min": 0.5, "max": 0.5}}]
+    path.write_text(Scenario.quiet(market=market).model_dump_json())
+    return path
+
+
+def test_evaluate_warns_when_the_market_cannot_supply_the_peak(trace_file: Path, small_market: Path) -> None:
+    # the trace's busiest hour brings 3 x 30 + 12 x 30 = 450 tasks, over the three machines' 360 tasks/h
+    args = ["sim", "evaluate", "--trace", str(trace_file), "--policy", "reactive", "--scenario", str(small_market)]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["market"]["supplies_peak"] is False
+    assert record["market"]["capacity_tasks_per_h"] == 360
+    assert record["warnings"] and "cannot supply this trace's peak" in record["warnings"][0]
+    assert "warning: the market cannot supply" in result.stderr
+    shown = CliRunner().invoke(app, args)
+    assert " ".join(shown.output.split()).startswith("WARNING: the market cannot supply")
+
+
+def test_no_market_warning_when_the_market_suffices(trace_file: Path) -> None:
+    result = CliRunner().invoke(app, ["sim", "evaluate", "--trace", str(trace_file), "--policy", "reactive", "--json"])
+    record = json.loads(result.stdout)
+    assert record["market"]["supplies_peak"] is True
+    assert record["warnings"] == [] and result.stderr == ""
