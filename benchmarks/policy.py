@@ -1,17 +1,25 @@
-"""`python -m benchmarks.policy`: every bundled trace under every policy, scored against the clairvoyant bound.
+"""`python -m benchmarks.policy`: every family of demand under every policy, train and test seeds apart.
 
-For each trace: each policy's objective (cost + delay cost), its ratio to the clairvoyant lower bound, and
-predictive ÷ reactive. Speed is reported beside references measured in the same run: the week replayed
-with a policy that never acts (the engine alone) and the bound's own computation. Diagnostics: the predictive
-policy with GPU preferences treated as preferences, and (short traces) an achievable clairvoyant run that
-follows the bound's plan, which brackets the true optimum between the two (see sim/world/README.md).
+Each family (sim/world/families.py) is generated on train seeds and on test seeds; every trace is replayed under
+FleetPilot's policy and every baseline, in the benchmark's market with the trace's seed as the world's seed (so
+launch luck differs per trace too), and scored against the clairvoyant lower bound and, on test seeds, the
+achievable clairvoyant run. Per family and split: mean objective ÷ bound for each policy, predictive ÷ the
+clairvoyant run, predictive ÷ the best baseline on each trace (mean and worst), and the traces on which a
+policy ran out of offers or had launches refused. The policy's fitted constants are copied beside the figures.
+
+Default (a few minutes on a shared 2-core machine): 2-day traces (the weekly family 7), train seeds
+100-101 and test seeds 200-202. `--full`: every train (100-104) and test (200-209) seed, what the README
+reports. `--bundled`: the seven bundled traces and the week's replay speed (bench-results/policy_bundled.json).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +27,20 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.common import write_result
+from services.decider.policy.fitted import FITTED_CONSTANTS
 from sim.vast.scenario import Scenario
 from sim.world.engine import Engine
-from sim.world.evaluate import POLICIES, evaluate, evaluate_clairvoyant_plan
+from sim.world.evaluate import BASELINES, CLAIRVOYANT, POLICY_FACTORIES, evaluate, evaluate_clairvoyant_plan
+from sim.world.families import FAMILIES, TEST_SEEDS, TRAIN_SEEDS, generate
 from sim.world.make_traces import bundled_trace_paths
 from sim.world.model import WorldConfig
 from sim.world.objective import ObjectiveConfig
 from sim.world.trace import Trace, load_trace
 
 NAME = "policy"
+BUNDLED_NAME = "policy_bundled"
 SCENARIO = Path(__file__).resolve().parent.parent / "sim" / "world" / "scenarios" / "bench.yaml"
-SIMULATED = tuple(p for p in POLICIES if p != "clairvoyant")
+SIMULATED = tuple(POLICY_FACTORIES)
 PLAN_MAX_MINUTES = 2 * 24 * 60  # the plan follower scans the fleet per launch: run it on the short traces
 
 
@@ -43,7 +54,7 @@ class _Idle:
 
 def _trace_record(trace: Trace, scenario: Scenario, console: Console) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
-    for policy in POLICIES:
+    for policy in (*SIMULATED, CLAIRVOYANT):
         started = time.perf_counter()
         results[policy] = evaluate(trace, policy, scenario, scenario.seed).as_dict()
         console.print(f"  {trace.name:8s} {policy:16s} {time.perf_counter() - started:6.1f} s", highlight=False)
@@ -67,13 +78,10 @@ def _trace_record(trace: Trace, scenario: Scenario, console: Console) -> dict[st
     }
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--trace", action="append", help="only these bundled traces (by name); default all")
-    args = parser.parse_args(argv)
-    console = Console(width=max(Console().width, 170))
+def bundled(only: list[str] | None, console: Console) -> int:
+    """The seven bundled traces (the table in sim/world/README.md), and the week's replay speed."""
     scenario = Scenario.load(SCENARIO)
-    paths = [p for p in bundled_trace_paths() if not args.trace or p.stem in args.trace]
+    paths = [p for p in bundled_trace_paths() if not only or p.stem in only]
     traces: dict[str, dict[str, Any]] = {}
     for path in paths:
         traces[path.stem] = _trace_record(load_trace(path), scenario, console)
@@ -109,6 +117,8 @@ def main(argv: list[str]) -> int:
         detail.add_column(column, justify="left" if column in ("trace", "policy") else "right")
     for name, record in traces.items():
         for policy, r in record["results"].items():
+            if r["kind"] == "lower_bound":
+                continue  # a number, not a fleet: it has no waits, machines or launches
             detail.add_row(
                 name, policy, f"{r['objective_usd']:,.0f}", f"{r['cost_usd']:,.0f}", f"{r['delay_cost_usd']:,.0f}",
                 f"{r['wait_p95_min']:.1f}", f"{r['machine_hours']:,.0f}", f"{r['idle_machine_hours']:,.0f}",
@@ -127,7 +137,7 @@ def main(argv: list[str]) -> int:
         summary["max_predictive_vs_reactive"] = max(t["predictive_vs_reactive"] for t in traces.values())
     if "week" in traces:
         results = traces["week"]["results"]
-        summary["week_sim_wall_s"] = {p: results[p]["sim_wall_s"] for p in POLICIES}
+        summary["week_sim_wall_s"] = {p: results[p]["sim_wall_s"] for p in (*SIMULATED, CLAIRVOYANT)}
         summary["week_sim_cpu_s"] = {p: results[p].get("sim_cpu_s") for p in SIMULATED}
         summary["week_peak_instances"] = {p: results[p]["peak_instances"] for p in SIMULATED}
         fallback = traces["week"]["diagnostics"]["predictive_gpu_fallback"]
@@ -143,7 +153,7 @@ def main(argv: list[str]) -> int:
     console.print(summary, highlight=False)
     objective = ObjectiveConfig()
     path = write_result(
-        NAME,
+        BUNDLED_NAME,
         {
             "scenario": str(SCENARIO.relative_to(SCENARIO.parent.parent.parent.parent)),
             "seed": scenario.seed,
@@ -154,6 +164,194 @@ def main(argv: list[str]) -> int:
     )
     console.print(f"wrote {path}")
     return 0
+
+
+# --- families of demand, train and test ---------------------------------------------------------------------
+
+DEFAULT_DAYS = 2  # two days: the second has a yesterday to plan from; a weekly trace needs its week
+FAMILY_DAYS = {"weekly": 7}
+DEFAULT_TRAIN_SEEDS = TRAIN_SEEDS[:2]
+DEFAULT_TEST_SEEDS = TEST_SEEDS[:3]
+PREDICTIVE = "predictive"
+CLAIRVOYANT_RUN_KEY = "clairvoyant-run"
+
+
+def _record(evaluation: Any) -> dict[str, Any]:
+    r = evaluation.as_dict()
+    keep = ("objective_usd", "cost_usd", "delay_cost_usd", "wait_p95_min", "launches", "wasted_launches",
+            "peak_instances", "launches_refused", "sim_wall_s", "warnings", "guardrail_verdict_rules")  # fmt: skip
+    return {key: r[key] for key in keep if key in r}
+
+
+def _limited(record: dict[str, Any]) -> bool:
+    """Did the market or a guardrail hold this run back (offers ran out, launches refused)?"""
+    return bool(record.get("launches_refused")) or bool(record.get("warnings"))
+
+
+def _family_trace(family: str, seed: int, days: int, with_run: bool, scenario: Scenario) -> dict[str, Any]:
+    trace = generate(family, seed, days)
+    world_scenario = scenario.model_copy(update={"seed": seed})
+    results: dict[str, dict[str, Any]] = {}
+    for policy in (*SIMULATED, CLAIRVOYANT):
+        results[policy] = _record(evaluate(trace, policy, world_scenario, seed))
+    if with_run:
+        results[CLAIRVOYANT_RUN_KEY] = _record(evaluate_clairvoyant_plan(trace, world_scenario, seed))
+    bound = results[CLAIRVOYANT]["objective_usd"]
+    best = min(BASELINES, key=lambda p: results[p]["objective_usd"])
+    predictive = results[PREDICTIVE]["objective_usd"]
+    record: dict[str, Any] = {
+        "trace": trace.name,
+        "days": days,
+        "tasks": trace.total_tasks,
+        "peak_machines": round(trace.peak_tasks_per_h / 120.0, 1),
+        "results": results,
+        "ratio_to_bound": {p: round(results[p]["objective_usd"] / bound, 4) for p in results if p != CLAIRVOYANT},
+        "best_baseline": best,
+        "predictive_vs_best_baseline": round(predictive / results[best]["objective_usd"], 4),
+        "limited": sorted(p for p, r in results.items() if _limited(r)),
+    }
+    if with_run:
+        record["predictive_vs_clairvoyant_run"] = round(predictive / results[CLAIRVOYANT_RUN_KEY]["objective_usd"], 4)
+    return record
+
+
+def _mean(values: list[float]) -> float:
+    return round(sum(values) / len(values), 4) if values else float("nan")
+
+
+def _geomean(values: list[float]) -> float:
+    return round(math.exp(sum(math.log(v) for v in values) / len(values)), 4) if values else float("nan")
+
+
+def _family_summary(traces: list[dict[str, Any]]) -> dict[str, Any]:
+    policies = list(traces[0]["ratio_to_bound"])
+    summary: dict[str, Any] = {
+        "seeds": len(traces),
+        "mean_ratio_to_bound": {p: _mean([t["ratio_to_bound"][p] for t in traces]) for p in policies},
+        "predictive_vs_best_baseline_mean": _mean([t["predictive_vs_best_baseline"] for t in traces]),
+        "predictive_vs_best_baseline_worst": max(t["predictive_vs_best_baseline"] for t in traces),
+        "best_baselines": dict(Counter(t["best_baseline"] for t in traces).most_common()),
+        "limited_runs": dict(Counter(p for t in traces for p in t["limited"]).most_common()),
+    }
+    # the best baseline of the family: the one with the lowest mean objective over its seeds
+    means = {p: _mean([t["results"][p]["objective_usd"] for t in traces]) for p in BASELINES}
+    best = min(means, key=lambda p: means[p])
+    summary["best_baseline_of_family"] = best
+    summary["predictive_vs_best_baseline_of_family"] = round(
+        _mean([t["results"][PREDICTIVE]["objective_usd"] for t in traces]) / means[best], 4
+    )
+    if all("predictive_vs_clairvoyant_run" in t for t in traces):
+        summary["predictive_vs_clairvoyant_run_mean"] = _mean([t["predictive_vs_clairvoyant_run"] for t in traces])
+    return summary
+
+
+def _split_table(split: str, summaries: dict[str, dict[str, Any]]) -> Table:
+    table = Table(title=f"{split} seeds: mean objective ÷ clairvoyant lower bound (1.00 would be optimal)")
+    table.add_column("family")
+    table.add_column("seeds", justify="right")
+    for policy in SIMULATED:
+        table.add_column(policy, justify="right")
+    with_run = any(CLAIRVOYANT_RUN_KEY in s["mean_ratio_to_bound"] for s in summaries.values())
+    if with_run:
+        table.add_column("clairvoyant run", justify="right")
+        table.add_column("predictive ÷ clairvoyant run", justify="right")
+    table.add_column("predictive ÷ best baseline: family (which)", justify="right")
+    table.add_column("per trace: mean / worst", justify="right")
+    table.add_column("runs held back (offers, refusals)", justify="left")
+    for family, summary in summaries.items():
+        ratios = summary["mean_ratio_to_bound"]
+        row = [family, str(summary["seeds"]), *[f"{ratios[p]:.2f}" for p in SIMULATED]]
+        if with_run:
+            row += [f"{ratios.get(CLAIRVOYANT_RUN_KEY, float('nan')):.2f}",
+                    f"{summary.get('predictive_vs_clairvoyant_run_mean', float('nan')):.2f}"]  # fmt: skip
+        row += [
+            f"{summary['predictive_vs_best_baseline_of_family']:.2f} ({summary['best_baseline_of_family']})",
+            f"{summary['predictive_vs_best_baseline_mean']:.2f} / {summary['predictive_vs_best_baseline_worst']:.2f}",
+            ", ".join(f"{p} {n}" for p, n in summary["limited_runs"].items()) or "none",
+        ]
+        table.add_row(*row)
+    return table
+
+
+def _overall(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The issue's targets, over families: geometric means to the bound and the run, and where predictive loses."""
+    overall: dict[str, Any] = {
+        "geomean_predictive_vs_bound": _geomean([s["mean_ratio_to_bound"][PREDICTIVE] for s in summaries.values()]),
+        "families_predictive_above_0_9_of_best_baseline": sorted(
+            f for f, s in summaries.items() if s["predictive_vs_best_baseline_of_family"] > 0.9
+        ),
+        "families_with_a_trace_where_a_baseline_beats_predictive": sorted(
+            f for f, s in summaries.items() if s["predictive_vs_best_baseline_worst"] > 1.0
+        ),
+    }
+    runs = [
+        s["predictive_vs_clairvoyant_run_mean"] for s in summaries.values() if "predictive_vs_clairvoyant_run_mean" in s
+    ]
+    if runs and len(runs) == len(summaries):
+        overall["geomean_predictive_vs_clairvoyant_run"] = _geomean(runs)
+    return overall
+
+
+def families(
+    names: list[str], train_seeds: Sequence[int], test_seeds: Sequence[int], days: int | None, console: Console
+) -> int:
+    scenario = Scenario.load(SCENARIO)
+    splits: dict[str, Any] = {}
+    for split, seeds, with_run in (("train", train_seeds, False), ("test", test_seeds, True)):
+        traces: dict[str, list[dict[str, Any]]] = {}
+        for family in names:
+            family_days = days or FAMILY_DAYS.get(family, DEFAULT_DAYS)
+            for seed in seeds:
+                started = time.perf_counter()
+                traces.setdefault(family, []).append(_family_trace(family, seed, family_days, with_run, scenario))
+                console.print(f"  {split} {family}-{seed} ({family_days} d): {time.perf_counter() - started:5.1f} s",
+                              highlight=False)  # fmt: skip
+        if not traces:
+            continue
+        summaries = {family: _family_summary(records) for family, records in traces.items()}
+        console.print(_split_table(split, summaries))
+        overall = _overall(summaries)
+        console.print(f"{split}: {overall}", highlight=False)
+        splits[split] = {"seeds": list(seeds), "families": summaries, "overall": overall, "traces": traces}
+    fitted = [constant.as_dict() for constant in FITTED_CONSTANTS]
+    console.print(f"fitted constants ({len(fitted)}): {fitted or 'none declared'}", highlight=False)
+    objective = ObjectiveConfig()
+    path = write_result(
+        NAME,
+        {
+            "scenario": str(SCENARIO.relative_to(SCENARIO.parent.parent.parent.parent)),
+            "world_seed": "each trace's own seed",
+            "days": {family: days or FAMILY_DAYS.get(family, DEFAULT_DAYS) for family in names},
+            "objective": {"grace_min": objective.grace_min, "delay_usd_per_task_h": objective.delay_usd_per_task_h},
+            "policies": list(SIMULATED),
+            "baselines": list(BASELINES),
+            "splits": splits,
+            "fitted_constants": fitted,
+        },
+    )
+    console.print(f"wrote {path}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--full", action="store_true", help="every train and test seed (the README's figures)")
+    parser.add_argument("--family", action="append", choices=list(FAMILIES), help="only these families")
+    parser.add_argument("--split", choices=["train", "test"], help="only this split")
+    parser.add_argument("--days", type=int, help="days per trace for every family (default 2, weekly 7)")
+    parser.add_argument("--bundled", action="store_true", help="the bundled traces and the week's speed instead")
+    parser.add_argument("--trace", action="append", help="with --bundled: only these bundled traces (by name)")
+    args = parser.parse_args(argv)
+    console = Console(width=max(Console().width, 200))
+    if args.bundled:
+        return bundled(args.trace, console)
+    train = TRAIN_SEEDS if args.full else DEFAULT_TRAIN_SEEDS
+    test = TEST_SEEDS if args.full else DEFAULT_TEST_SEEDS
+    if args.split == "train":
+        test = range(0)
+    elif args.split == "test":
+        train = range(0)
+    return families(args.family or list(FAMILIES), train, test, args.days, console)
 
 
 if __name__ == "__main__":
