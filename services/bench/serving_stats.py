@@ -8,13 +8,13 @@ per-token figure); throughput is a level's output tokens over its wall time, fir
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.contract import BenchResult
@@ -140,7 +140,14 @@ class LevelSummary(BaseModel):
 
 
 def percentile(values: list[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) if values else None
+    """numpy's default ("linear") percentile, in the standard library: the service image carries no numpy."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100.0
+    below = math.floor(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
 
 
 def summarize_level(concurrency: int, timings: list[RequestTiming], duration_s: float) -> LevelSummary:

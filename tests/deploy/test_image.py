@@ -7,6 +7,8 @@ import re
 import tomllib
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
 
@@ -70,3 +72,12 @@ def test_copied_sources_exist_and_pass_the_dockerignore() -> None:
     for source in copied:
         assert (REPO / source).exists(), source
         assert source.rstrip("/") in allowed, f"{source} is excluded by .dockerignore"
+
+
+def test_the_image_installs_no_extras_unless_asked() -> None:
+    """The production image: the runtime dependencies only; compose asks for the simulators' extra by name."""
+    [install] = [args for keyword, args in instructions() if keyword == "RUN" and "pip install" in args]
+    arguments = {args.split("=")[0]: args.partition("=")[2] for keyword, args in instructions() if keyword == "ARG"}
+    assert '".${FLEETPILOT_EXTRAS}"' in install and arguments["FLEETPILOT_EXTRAS"] == '""'
+    compose = yaml.safe_load((REPO / "compose.yaml").read_text())
+    assert compose["x-fleetpilot"]["build"]["args"]["FLEETPILOT_EXTRAS"] == "[sim]"
