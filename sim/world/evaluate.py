@@ -267,11 +267,65 @@ def evaluate(
         report = getattr(engine_policy, "report", None)
         if callable(report):
             evaluation.extra.update(report())
+        # a policy that runs under guardrails logs the launches they refused or trimmed
+        refusals = [Refusal(at_s, rule, count) for at_s, rule, count in getattr(engine_policy, "launch_refusals", ())]
+        evaluation.extra["limits"] = limits_summary(refusals)
+        if warning := limits_warning(evaluation.extra["limits"]):
+            evaluation.warnings.append(warning)
     supply = market_supply(trace, scenario, world)
     evaluation.extra["market"] = supply.as_dict()
     if supply.warning:
         evaluation.warnings.insert(0, supply.warning)
     return evaluation
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Launches a run asked for and did not get, and what stopped them."""
+
+    at_s: float
+    # "market" (no free offer within the launch's caps), "world_max_instances" (the world's own cap), or the name
+    # of the guardrail rule that refused or trimmed the launch
+    limit: str
+    count: int = 1
+
+
+LIMIT_WORDS = {
+    "market": "the market had no free offer within the launch's GPU models and price cap",
+    "world_max_instances": "the world's instance cap",
+}
+
+
+def limits_summary(refusals: Sequence[Refusal]) -> list[dict[str, Any]]:
+    """Per limit: how many machines it refused, from when to when, in how many distinct hours (most first).
+
+    A refused launch is asked for again at the next decision, so the count is machines asked for and not launched,
+    summed over decisions."""
+    by_limit: dict[str, list[Refusal]] = {}
+    for refusal in refusals:
+        by_limit.setdefault(refusal.limit, []).append(refusal)
+    summary = [
+        {
+            "limit": limit,
+            "refused": sum(r.count for r in events),
+            "first_h": round(min(r.at_s for r in events) / 3600, 2),
+            "last_h": round(max(r.at_s for r in events) / 3600, 2),
+            "hours_with_refusals": len({int(r.at_s // 3600) for r in events}),
+        }
+        for limit, events in by_limit.items()
+    ]
+    return sorted(summary, key=lambda entry: -entry["refused"])
+
+
+def limits_warning(summary: Sequence[dict[str, Any]]) -> str:
+    if not summary:
+        return ""
+    parts = [
+        f"{entry['refused']:,} by {LIMIT_WORDS.get(entry['limit'], 'guardrail ' + entry['limit'])}"
+        f" (from hour {entry['first_h']:g} to {entry['last_h']:g}, in {entry['hours_with_refusals']} hours)"
+        for entry in summary
+    ]
+    return "launches were refused: " + "; ".join(parts) + ". The run was held back, not only the policy's choice"
 
 
 @dataclass(frozen=True)

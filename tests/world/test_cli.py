@@ -10,6 +10,9 @@ from typer.testing import CliRunner
 
 from services.cli.main import app
 from sim.vast.scenario import Scenario
+from sim.world.evaluate import Refusal, evaluate, limits_summary, limits_warning
+from sim.world.trace import Trace
+from tests.world.conftest import quiet_scenario
 
 REQUIRED_KEYS = {
     "policy", "tasks_submitted", "tasks_completed", "cost_usd", "delay_cost_usd", "objective_usd", "wait_p50_min",
@@ -119,3 +122,31 @@ def test_no_market_warning_when_the_market_suffices(trace_file: Path) -> None:
     record = json.loads(result.stdout)
     assert record["market"]["supplies_peak"] is True
     assert record["warnings"] == [] and result.stderr == ""
+
+
+def test_refused_launches_are_summed_per_limit_with_when() -> None:
+    refusals = [
+        Refusal(3600 * 2.5, "market", 3),
+        Refusal(3600 * 4.25, "market", 2),
+        Refusal(3600 * 4.5, "max_launches_per_h", 1),
+    ]
+    summary = limits_summary(refusals)
+    assert summary == [
+        {"limit": "market", "refused": 5, "first_h": 2.5, "last_h": 4.25, "hours_with_refusals": 2},
+        {"limit": "max_launches_per_h", "refused": 1, "first_h": 4.5, "last_h": 4.5, "hours_with_refusals": 1},
+    ]
+    warning = limits_warning(summary)
+    assert "5 by the market had no free offer" in warning and "1 by guardrail max_launches_per_h" in warning
+    assert limits_warning([]) == ""
+
+
+def test_the_report_says_which_guardrail_refused_launches_and_when() -> None:
+    # five times the 30-machine market for four hours: the policy asks for more than its guardrails allow
+    surge = Trace.of([20] * 60 + [100] * 240 + [20] * 120, "surge")
+    evaluation = evaluate(surge, "predictive", quiet_scenario(), 0)
+    limits = {entry["limit"]: entry for entry in evaluation.extra["limits"]}
+    assert limits["max_instances"]["refused"] > 0
+    # from the surge (hour 1) to the end of the queue it left (the trace ends at hour 7, the queue later)
+    assert 1.0 <= limits["max_instances"]["first_h"] <= limits["max_instances"]["last_h"] <= 12.0
+    assert any("guardrail max_instances" in w for w in evaluation.warnings)
+    assert "cannot supply this trace's peak" in evaluation.warnings[0]

@@ -140,6 +140,8 @@ class PredictiveAdapter:
         self.policy_ms: list[float] = []
         self.snapshot_ms: list[float] = []
         self.refusals: Counter[str] = Counter()
+        # (simulated s, guardrail rule, machines not launched) for every launch a rule refused or trimmed
+        self.launch_refusals: list[tuple[float, str, int]] = []
         self.removals: Counter[str] = Counter()
         self.runs_at_1000: list[float] = []  # policy ms of runs that saw at least 1000 instances
         self.explanations: list[tuple[float, str]] = []
@@ -373,6 +375,12 @@ class PredictiveAdapter:
             verdict, ledger = check(action, ledger, now, self.guardrails)
             if verdict.rule:
                 self.refusals[verdict.rule] += 1
+                if isinstance(action, LaunchInstances):
+                    granted_count = verdict.action.count if isinstance(verdict.action, LaunchInstances) else 0
+                    if verdict.verdict != "allowed":
+                        granted_count = 0
+                    if granted_count < action.count:
+                        self.launch_refusals.append((view.now_s, str(verdict.rule), action.count - granted_count))
             if verdict.verdict != "allowed":
                 continue
             granted = verdict.action
