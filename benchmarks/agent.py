@@ -69,7 +69,9 @@ async def reference_round_trip_ms(ollama_url: str, model: str) -> float:
 async def soak(runs: int) -> dict[str, Any]:
     agent_config = AgentConfig(call_timeout_s=20)
     with NatsServer() as nats_server, RedisServer() as redis_server:
-        settings = Settings(nats_url=nats_server.url, redis_url=redis_server.url, subject_prefix="fpb")
+        settings = Settings(
+            nats_url=nats_server.url, redis_url=redis_server.url, subject_prefix="fpb", decider_mode="live"
+        )
         nc = await nats.connect(nats_server.url)
         js = nc.jetstream()
         await ensure_streams(js, settings.subjects)

@@ -110,7 +110,8 @@ def measure_pure_cores() -> dict[str, Any]:
 
 
 async def measure_service(nats_url: str, redis_url: str) -> dict[str, Any]:
-    settings = Settings(nats_url=nats_url, redis_url=redis_url, subject_prefix="fpbench")
+    # live: the run publishes its commands, as in production (shadow would skip the publish being measured)
+    settings = Settings(nats_url=nats_url, redis_url=redis_url, subject_prefix="fpbench", decider_mode="live")
     subjects = settings.subjects
     nc = await nats.connect(nats_url)
     js = nc.jetstream()

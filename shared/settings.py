@@ -9,11 +9,13 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from functools import cached_property
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.clock import Clock, RealClock, ScaledClock
+from shared.contract.audit import DeciderMode
 from shared.subjects import Subjects
 
 
@@ -35,6 +37,14 @@ class Settings(BaseSettings):
 
     # state
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="locks, sessions, service checkpoints")
+
+    # Shadow by default: the default vast.ai URL is the real API, so a first try with a real key must not rent.
+    # Live is a deliberate step (README: "First day on a real account"); the demo and `fleetpilot up` set it.
+    decider_mode: DeciderMode = Field(
+        default="shadow",
+        description="shadow: the decider decides, audits and explains but sends no command, and the provisioner "
+        "refuses any; live: commands are sent and carried out on vast.ai",
+    )
 
     # vast.ai
     vast_api_url: str = Field(default="https://console.vast.ai", description="the vast.ai REST API (or the simulator)")
@@ -67,8 +77,21 @@ class Settings(BaseSettings):
     def nats_servers(self) -> list[str]:
         return [url.strip() for url in self.nats_url.split(",") if url.strip()]
 
+    @property
+    def nats_url_for_humans(self) -> str:
+        """The NATS URL(s) without any user or password written into them: safe for logs and error lines."""
+        return ",".join(without_credentials(url) for url in self.nats_servers)
+
     def make_clock(self) -> Clock:
         if self.clock_speed == 1.0 and self.clock_sim_epoch is None:
             return RealClock()
         sim_epoch = self.clock_sim_epoch or datetime.now(UTC)
         return ScaledClock(sim_epoch, self.clock_wall_epoch_s or time.time(), self.clock_speed)
+
+
+def without_credentials(url: str) -> str:
+    """`nats://user:secret@host:4222` → `nats://host:4222`."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))

@@ -102,6 +102,7 @@ class Stack:
                 "FLEETPILOT_HTTP_HOST": "127.0.0.1",
                 "FLEETPILOT_DECIDER_ADVISOR": AGENT_FACTORY,
                 "FLEETPILOT_BENCH_REPORT_TOKEN": BENCH_REPORT_TOKEN,
+                "FLEETPILOT_DECIDER_MODE": "live",  # against the vast.ai stand-in; shadow is the default elsewhere
             }
         )
         if http_port is not None:
@@ -207,15 +208,20 @@ class Stack:
         return [name for name, p in self.processes.items() if p.poll() is not None and name != "jobs"]
 
     def close(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.terminate()
-        deadline = time.monotonic() + 15
-        for process in self.processes.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            if process.poll() is None:
-                process.kill()
+        # the services and the job stand-in first, then the stand-ins they call: a provisioner whose vast.ai went
+        # first spent its last 15 s retrying into the log
+        callers = [p for name, p in self.processes.items() if name in (*SERVICES, "jobs")]
+        called = [p for name, p in self.processes.items() if name not in (*SERVICES, "jobs")]
+        for group in (callers, called):
+            for process in group:
+                if process.poll() is None:
+                    process.terminate()
+            deadline = time.monotonic() + 15
+            for process in group:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                if process.poll() is None:
+                    process.kill()
         self.processes.clear()
         self.redis.stop()
         self.nats.stop()

@@ -49,6 +49,7 @@ def settings(nats_server: NatsServer, redis_server: RedisServer) -> Settings:
         redis_url=redis_server.url,
         subject_prefix="fpt",
         vast_api_key="test-key-never-logged",  # type: ignore[arg-type]
+        decider_mode="live",  # the services under test act; shadow mode (the default) has tests of its own
     )
 
 

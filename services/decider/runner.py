@@ -57,6 +57,9 @@ SERVICE = "decider"
 OFFER_REQUEST_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0  # a run in progress when the service stops may finish (an advisor call is cut short)
 PUBLISH_FAILED = "publish_failed"  # not a guardrail: the bus refused the command
+# not a guardrail either: a run that only an operator's message started answers it and sends nothing (`fleetpilot
+# ask` is a question; an instruction the agent should carry out waits for the next run that another trigger starts)
+OPERATOR_QUESTION = "operator_question"
 
 log = logging.getLogger("fleetpilot.decider")
 
@@ -76,8 +79,10 @@ class RunPorts:
     decider: Decider
     lease: Lease
     ledger: FleetLedger
+    answer_only: bool = False  # started by operator messages alone: every action is refused
     verdicts: list[GuardrailVerdict] = field(default_factory=list)
     commands_sent: list[str] = field(default_factory=list)
+    commands_withheld: list[str] = field(default_factory=list)  # shadow mode: allowed, not published
     launched: int = 0
     answered: set[str] = field(default_factory=set)  # operator messages (event ids) replied to in this run
 
@@ -85,9 +90,17 @@ class RunPorts:
         d = self.decider
         now = d.ctx.clock.now()
         verdict, ledger = check(action, self.ledger, now, d.guardrails)
+        if verdict.verdict == "allowed" and self.answer_only:
+            verdict = verdict.model_copy(
+                update={
+                    "verdict": "refused",
+                    "rule": OPERATOR_QUESTION,
+                    "explanation": "a run started by an operator's question answers it and sends no command",
+                }
+            )
         if verdict.verdict == "allowed":
             verdict, self.ledger = await self._send(verdict, ledger, now)
-        if verdict.rule and verdict.rule != PUBLISH_FAILED:
+        if verdict.rule and verdict.rule not in (PUBLISH_FAILED, OPERATOR_QUESTION):
             d.metrics.guardrail_refusals.labels(verdict.rule).inc()
         self.verdicts.append(verdict)
         return verdict
@@ -111,6 +124,10 @@ class RunPorts:
                 }
             )
             return refused, self.ledger
+        if d.ctx.settings.decider_mode == "shadow":
+            self.commands_withheld.append(action.idempotency_key)
+            withheld = f"shadow mode, not sent: {verdict.explanation}"[:500]
+            return verdict.model_copy(update={"explanation": withheld}), ledger
         # the lock's token goes with the command: the provisioner refuses one older than the newest it has seen
         fenced = action.model_copy(update={"fencing_token": self.lease.token})
         try:
@@ -188,6 +205,7 @@ class Decider:
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._suppressed_seen: dict[str, int] = {}
+        self.last_record: DecisionRecord | None = None  # an operator's question is answered from it too
 
     # --- triggers in --------------------------------------------------------------------------------------
 
@@ -361,7 +379,8 @@ class Decider:
             operator_messages=messages,
             stale=data.stale,
         )
-        ports = RunPorts(self, lease, ledger)
+        answer_only = all(ref.reason is TriggerReason.OPERATOR_MESSAGE for ref in refs)
+        ports = RunPorts(self, lease, ledger, answer_only=answer_only)
         has_p0 = any(r.priority == "p0" for r in refs)
         outcome: AdvisorOutcome | None = None
         degraded = False
@@ -420,7 +439,13 @@ class Decider:
         text = (
             "The agent is not available; the deterministic policy decided. "
             f"{explanation}. Actions: {'; '.join(done) if done else 'none'}."
-        )[:8000]
+        )
+        if ports.answer_only:
+            text = (
+                f"The agent is not available. Now: {explanation}. Your question starts no action."
+                f"{previous_decision_line(self.last_record)}"
+            )
+        text = text[:8000]
         for message in messages:
             if message.event_id in ports.answered:
                 continue  # the agent answered before it degraded: one question, one answer (the audit has the rest)
@@ -469,9 +494,12 @@ class Decider:
             recommendation=explanation[:4000],
             verdicts=ports.verdicts,
             commands_sent=ports.commands_sent,
+            mode=self.ctx.settings.decider_mode,
+            commands_withheld=ports.commands_withheld,
             outcome=result,
             agent=outcome.trace if outcome else None,
         )
+        self.last_record = record
         try:
             await publish_event(
                 self.ctx.broker, self.ctx.subjects.decision_audit, record, stream=AUDIT.name(self.ctx.subjects)
@@ -488,3 +516,15 @@ class Decider:
         self.metrics.run_duration.observe(time.perf_counter() - wall_start)
         log.info("run %s [%s → %s] %s", run_id, label_of(list(refs)), result, explanation[:300])
         return record
+
+
+def previous_decision_line(record: DecisionRecord | None) -> str:
+    """The last decision of this replica as one sentence of a reply (the audit trail has every one)."""
+    if record is None:
+        return " No decision recorded by this replica yet (`fleetpilot audit tail` shows every replica's)."
+    sent = record.commands_sent or record.commands_withheld
+    what = f"{'withheld (shadow mode)' if record.commands_withheld else 'sent'}: {', '.join(sent)}" if sent else "none"
+    return (
+        f" Last decision, run {record.run_id} at {record.finished_at:%Y-%m-%d %H:%M} UTC: {record.outcome};"
+        f" {record.recommendation[:1000]}; commands {what}."
+    )

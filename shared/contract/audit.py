@@ -13,6 +13,8 @@ from shared.contract.triggers import TriggerReason
 
 RunOutcome = Literal["hold", "acted", "stale", "refused", "degraded", "skipped"]
 DataFreshness = Literal["fresh", "stale", "missing"]
+# shadow: the decider decides, audits and explains but publishes no command, and the provisioner refuses any
+DeciderMode = Literal["shadow", "live"]
 
 
 class TriggerRef(ContractModel):
@@ -56,5 +58,9 @@ class DecisionRecord(Event):
     recommendation: str = Field(max_length=4000, description="the policy's explanation, citing numbers")
     verdicts: list[GuardrailVerdict] = Field(default_factory=list)
     commands_sent: list[str] = Field(default_factory=list, description="idempotency keys of commands published")
+    mode: DeciderMode = Field(default="live", description="shadow: allowed commands were withheld, not published")
+    commands_withheld: list[str] = Field(
+        default_factory=list, description="shadow mode: idempotency keys of allowed commands that were not published"
+    )
     outcome: RunOutcome
     agent: AgentTrace | None = None

@@ -82,6 +82,7 @@ class RefusalRule(StrEnum):
     UNKNOWN_INSTANCE = "unknown_instance"
     VAST_ERROR = "vast_error"
     STALE_FENCING_TOKEN = "stale_fencing_token"  # sent by a decider that had lost the lock by then
+    SHADOW_MODE = "shadow_mode"  # FLEETPILOT_DECIDER_MODE=shadow: nothing is sent to vast.ai
 
 
 class ProvisionResult(Event):

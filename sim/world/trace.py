@@ -77,7 +77,9 @@ def parse_trace(text: str, name: str) -> Trace:
 def load_trace(path: str | Path) -> Trace:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's CSV export often starts with a BOM
+    except UnicodeDecodeError as error:
+        raise TraceError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     except OSError as error:
         raise TraceError(f"{path}: cannot read the trace: {error.strerror or error}") from None
     trace = parse_trace(text, str(path))

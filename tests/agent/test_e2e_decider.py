@@ -20,6 +20,7 @@ from services.decider.agent.agent import OllamaAgent
 from services.decider.agent.config import AgentConfig
 from services.decider.agent.store import RedisAgentStore
 from services.decider.app import load_advisor
+from services.decider.runner import OPERATOR_QUESTION
 from shared.clock import SimulatedClock
 from shared.contract import DecisionRecord, LaunchInstances, TriggerReason
 from shared.service import ServiceContext
@@ -61,13 +62,16 @@ async def test_an_operator_question_is_answered_by_the_agent_with_the_numbers(
     assert reply is not None and reply.in_reply_to == message.event_id
     assert "You asked: 'why did you launch two machines?'" in reply.text
     assert "340 tasks pending" in reply.text and "spend $0.93/h" in reply.text
-    await eventually(lambda: audit and commands)
+    await eventually(lambda: audit)
     record = DecisionRecord.model_validate_json(audit[-1].data)
     assert record.agent is not None and record.agent.status == "ok"
     assert record.agent.decision.startswith("followed the policy")
     assert record.agent.observation.startswith("DEMAND: under_provisioned")
-    launch = LaunchInstances.model_validate_json(commands[-1].data)
-    assert launch.requested_by == "agent" and launch.idempotency_key in record.commands_sent
+    # a question starts no action: the launch the agent tried was refused, nothing went to the provisioner
+    [verdict] = record.verdicts
+    assert isinstance(verdict.action, LaunchInstances) and verdict.action.requested_by == "agent"
+    assert verdict.verdict == "refused" and verdict.rule == OPERATOR_QUESTION
+    assert record.commands_sent == [] and commands == []
 
 
 async def test_the_fleetpilot_ask_command_prints_the_reply(stack: AgentStack) -> None:

@@ -69,6 +69,7 @@ class SecuredNats:
             redis_url=self.redis_url,
             subject_prefix="fp",
             vast_api_key="security-test-key",  # type: ignore[arg-type]
+            decider_mode="live",
         )
 
     async def connect(self, user: str, errors: list[Exception] | None = None) -> NatsClient:

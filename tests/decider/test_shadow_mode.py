@@ -1,0 +1,64 @@
+"""Runs that decide without acting: shadow mode (FLEETPILOT_DECIDER_MODE=shadow) and an operator's question."""
+
+from __future__ import annotations
+
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+
+from services.decider.runner import OPERATOR_QUESTION
+from shared.contract import OperatorMessage, OperatorReply, TriggerReason
+from shared.settings import Settings
+from shared.streams import OPERATOR
+from tests.decider.harness import audit_log, collect, publish, publish_trigger, running_decider
+from tests.decider.test_decider_app import launch_commands, now, short_fleet, trigger
+from tests.helpers import eventually
+
+
+async def test_in_shadow_mode_the_decider_decides_and_audits_but_sends_nothing(
+    settings: Settings, nc: NatsClient, js: JetStreamContext
+) -> None:
+    await short_fleet(js, settings)  # the policy launches 8
+    audit = await audit_log(nc, settings)
+    async with running_decider(settings.model_copy(update={"decider_mode": "shadow"})):
+        await publish_trigger(js, settings, trigger())
+        await eventually(lambda: audit.items)
+    record = audit.items[0]
+    assert record.mode == "shadow" and record.commands_sent == []
+    [verdict] = record.verdicts
+    assert verdict.verdict == "allowed" and verdict.explanation.startswith("shadow mode, not sent:")
+    assert record.commands_withheld == [verdict.action.idempotency_key]
+    assert await launch_commands(js, settings) == []
+
+
+async def test_a_live_run_says_so_in_its_record(settings: Settings, nc: NatsClient, js: JetStreamContext) -> None:
+    await short_fleet(js, settings)
+    audit = await audit_log(nc, settings)
+    async with running_decider(settings):
+        await publish_trigger(js, settings, trigger())
+        await eventually(lambda: audit.items)
+    record = audit.items[0]
+    assert record.mode == "live" and record.commands_withheld == [] and len(record.commands_sent) == 1
+
+
+async def test_an_operator_question_is_answered_and_starts_no_action(
+    settings: Settings, nc: NatsClient, js: JetStreamContext
+) -> None:
+    await short_fleet(js, settings)  # a run would launch 8: the question's run must not
+    audit = await audit_log(nc, settings)
+    replies = await collect(nc, settings.subjects.operator_reply, OperatorReply)
+    question = OperatorMessage(occurred_at=now(), source="cli", conversation_id="c9", operator="ana", text="why?")
+    async with running_decider(settings):
+        await publish(js, settings.subjects.operator_message, question, OPERATOR.name(settings.subjects))
+        await eventually(lambda: audit.items and replies.items)
+        answered = audit.items[0]
+        assert [ref.reason for ref in answered.triggers] == [TriggerReason.OPERATOR_MESSAGE]
+        [verdict] = answered.verdicts
+        assert verdict.verdict == "refused" and verdict.rule == OPERATOR_QUESTION
+        assert answered.commands_sent == [] and await launch_commands(js, settings) == []
+        reply = replies.items[0]
+        assert reply.in_reply_to == question.event_id and "Your question starts no action" in reply.text
+        assert "launch 8" in reply.text  # what the current state calls for, from this run's policy
+        # the next run a fleet event starts acts as usual
+        await publish_trigger(js, settings, trigger())
+        await eventually(lambda: len(audit.items) == 2)
+    assert audit.items[1].outcome == "acted" and len(await launch_commands(js, settings)) == 1
