@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import functools
+import os
 import re
-import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,9 @@ import pytest
 import yaml
 
 from services.cli.main import SERVICES
-from sim.infra import nats_server_binary
+from sim.infra import RedisServer, nats_server_binary
+from tests.deploy.k8s_copies import MONITORING, stale_copies
+from tests.deploy.tools import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
 OVERLAYS = ("dev", "prod")
@@ -21,18 +24,38 @@ SIMULATORS = {"vast-sim": ["sim", "vast"], "ollama-sim": ["sim", "ollama"]}
 WORKLOADS = ("Deployment", "StatefulSet")
 SECRET_LIKE = re.compile(r"PASSWORD|SECRET|TOKEN|API_KEY|CREDENTIALS", re.IGNORECASE)
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("kubectl") is None, reason="kubectl not installed: the kustomize overlays cannot be rendered"
-)
+# the prod overlay's image: a placeholder for the operator's own registry (k8s/overlays/prod/kustomization.yaml)
+PROD_IMAGE = "registry.example.com/fleetpilot:0.1.0"
+WITH_MONITORING = "prod+monitoring"
+
+
+def kustomize(directory: Path) -> tuple[dict[str, Any], ...]:
+    kubectl = require_tool("kubectl")
+    result = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
 
 
 @functools.cache
 def rendered(overlay: str) -> tuple[dict[str, Any], ...]:
-    result = subprocess.run(
-        ["kubectl", "kustomize", str(REPO / "k8s" / "overlays" / overlay)], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+    if overlay == WITH_MONITORING:
+        return prod_with_monitoring()
+    return kustomize(REPO / "k8s" / "overlays" / overlay)
+
+
+def prod_with_monitoring() -> tuple[dict[str, Any], ...]:
+    """The prod overlay with the optional component, as an operator adds it (kustomize wants relative paths)."""
+    with tempfile.TemporaryDirectory() as directory:
+        k8s = os.path.relpath(REPO / "k8s", directory)
+        overlay = {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "namespace": "fleetpilot",
+            "resources": [f"{k8s}/overlays/prod"],
+            "components": [f"{k8s}/components/monitoring"],
+        }
+        (Path(directory) / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+        return kustomize(Path(directory))
 
 
 def objects(overlay: str, kind: str) -> dict[str, dict[str, Any]]:
@@ -68,11 +91,11 @@ def test_every_object_has_the_required_fields_and_a_namespace(overlay: str) -> N
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_each_service_is_a_deployment_of_the_one_image_with_its_nats_user(overlay: str) -> None:
     deployments = objects(overlay, "Deployment")
-    tag = {"dev": "dev", "prod": "0.1.0"}[overlay]
+    image = {"dev": "fleetpilot:dev", "prod": PROD_IMAGE}[overlay]
     for name in SERVICES:
         assert name in deployments, f"no Deployment for service {name!r}"
         [container] = containers(deployments[name])
-        assert container["image"] == f"fleetpilot:{tag}"
+        assert container["image"] == image
         assert container["args"] == ["run", name]
         env = env_of(container)
         assert env["FLEETPILOT_NATS_USER"]["value"] == name
@@ -203,3 +226,83 @@ def test_dev_runs_the_simulators_and_points_at_them() -> None:
     assert config["FLEETPILOT_VAST_API_URL"] == f"http://vast-sim:{services['vast-sim']['spec']['ports'][0]['port']}"
     ollama_port = services["ollama-sim"]["spec"]["ports"][0]["port"]
     assert config["FLEETPILOT_OLLAMA_HOST"] == f"http://ollama-sim:{ollama_port}"
+
+
+def test_prod_names_an_image_in_a_registry_not_a_docker_hub_short_name() -> None:
+    """`fleetpilot:0.1.0` would be pulled from Docker Hub, where no such image exists."""
+    images = {
+        container["image"] for workload in objects("prod", "Deployment").values() for container in containers(workload)
+    }
+    assert images == {PROD_IMAGE}
+    registry = PROD_IMAGE.split("/")[0]
+    assert "." in registry or ":" in registry, "the first path part must be a registry host"
+    readme = (REPO / "k8s" / "README.md").read_text()
+    assert "registry.example.com" in readme, "k8s/README.md documents the placeholder"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_single_writers_are_recreated_never_rolled(overlay: str) -> None:
+    """demand and fleet each own their state: a rolling update would briefly run two writers."""
+    deployments = objects(overlay, "Deployment")
+    for name in ("demand", "fleet"):
+        assert deployments[name]["spec"]["replicas"] == 1
+        assert deployments[name]["spec"]["strategy"] == {"type": "Recreate"}, name
+
+
+def durability_flags(argv: list[str]) -> dict[str, str]:
+    return {flag: argv[argv.index(flag) + 1] for flag in ("--appendonly", "--appendfsync") if flag in argv}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_redis_is_pinned_by_digest_and_as_durable_as_in_the_tests(overlay: str) -> None:
+    [container] = containers(objects(overlay, "StatefulSet")["redis"])
+    assert re.fullmatch(r"redis:[\w.-]+@sha256:[0-9a-f]{64}", container["image"]), container["image"]
+    tested = durability_flags(RedisServer(data_dir=Path("unused")).command())
+    assert tested == {"--appendonly": "yes", "--appendfsync": "always"}
+    assert durability_flags(container["args"]) == tested
+    compose = yaml.safe_load((REPO / "compose.yaml").read_text())["services"]["redis"]
+    assert durability_flags(compose["command"]) == tested
+    assert compose["image"] == container["image"], "compose and Kubernetes run the same Redis"
+
+
+def test_monitoring_copies_match_deploy() -> None:
+    assert stale_copies() == [], "run `python -m tests.deploy.k8s_copies` after changing deploy/"
+
+
+def test_monitoring_component_scrapes_every_service_under_its_own_job_name() -> None:
+    [monitor] = objects(WITH_MONITORING, "PodMonitor").values()
+    spec = monitor["spec"]
+    scraped = [
+        workload
+        for workload in objects(WITH_MONITORING, "Deployment").values()
+        if spec["selector"]["matchLabels"].items() <= workload["spec"]["template"]["metadata"]["labels"].items()
+    ]
+    jobs = {workload["spec"]["template"]["metadata"]["labels"][spec["jobLabel"]] for workload in scraped}
+    assert jobs == set(SERVICES), "the alert rules select job=demand, job=fleet, ..."
+    [endpoint] = spec["podMetricsEndpoints"]
+    assert endpoint["path"] == "/metrics"
+    for workload in scraped:
+        [container] = containers(workload)
+        assert endpoint["port"] in {port["name"] for port in container["ports"]}
+    assert monitor["metadata"]["namespace"] == "fleetpilot"
+
+
+def test_monitoring_component_carries_the_alert_rules_and_the_dashboards() -> None:
+    [rule] = objects(WITH_MONITORING, "PrometheusRule").values()
+    alerts = yaml.safe_load((REPO / "deploy" / "prometheus" / "alerts.yml").read_text())
+    assert rule["spec"]["groups"] == alerts["groups"]
+    [monitor] = objects(WITH_MONITORING, "PodMonitor").values()
+    assert rule["metadata"]["labels"]["release"] == monitor["metadata"]["labels"]["release"]
+    [dashboards] = [
+        cm for cm in objects(WITH_MONITORING, "ConfigMap").values() if "dashboards" in cm["metadata"]["name"]
+    ]
+    assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"
+    deployed = {path.name: path.read_text() for path in (REPO / "deploy" / "grafana" / "dashboards").glob("*.json")}
+    assert dashboards["data"] == deployed
+    assert (MONITORING / "kustomization.yaml").exists()
+
+
+def test_monitoring_is_optional() -> None:
+    for overlay in OVERLAYS:
+        kinds = {doc["kind"] for doc in rendered(overlay)}
+        assert not kinds & {"PodMonitor", "ServiceMonitor", "PrometheusRule"}, overlay
