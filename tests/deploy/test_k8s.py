@@ -254,10 +254,10 @@ def durability_flags(argv: list[str]) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_redis_is_pinned_by_digest_and_as_durable_as_in_the_tests(overlay: str) -> None:
+def test_redis_is_pinned_by_digest_and_as_durable_as_in_the_tests(overlay: str, tmp_path: Path) -> None:
     [container] = containers(objects(overlay, "StatefulSet")["redis"])
     assert re.fullmatch(r"redis:[\w.-]+@sha256:[0-9a-f]{64}", container["image"]), container["image"]
-    tested = durability_flags(RedisServer(data_dir=Path("unused")).command())
+    tested = durability_flags(RedisServer(data_dir=tmp_path).command())
     assert tested == {"--appendonly": "yes", "--appendfsync": "always"}
     assert durability_flags(container["args"]) == tested
     compose = yaml.safe_load((REPO / "compose.yaml").read_text())["services"]["redis"]
