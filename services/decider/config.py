@@ -37,7 +37,10 @@ class DeciderSettings(BaseSettings):
     snapshot_request_timeout_s: float = Field(default=2.0, gt=0)
 
     # guardrails beyond the shared budget and max instances
-    max_launches_per_h: int = Field(default=20, ge=0)
+    # unset: as many launches per hour as the fleet may have instances, so a cold start or a step up can reach
+    # the fleet it needs within one startup time (20/h against 40 instances took two startups, and a surge
+    # building had its launches refused for the rate alone)
+    max_launches_per_h: int | None = Field(default=None, ge=0, description="unset: the max_instances setting")
     min_producers_while_queued: int = Field(default=1, ge=0)
 
     # the advisor (LLM agent): "package.module:factory", factory(ctx) -> Advisor; empty runs the policy alone
@@ -60,6 +63,6 @@ class DeciderSettings(BaseSettings):
             max_instances=settings.max_instances,
             normal_max_price_usd_per_h=settings.normal_max_price_usd_per_h,
             emergency_max_price_usd_per_h=settings.emergency_max_price_usd_per_h,
-            max_launches_per_h=self.max_launches_per_h,
+            max_launches_per_h=settings.max_instances if self.max_launches_per_h is None else self.max_launches_per_h,
             min_producers_while_queued=self.min_producers_while_queued,
         )

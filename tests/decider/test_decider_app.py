@@ -185,10 +185,11 @@ async def test_the_advisor_acts_through_the_guardrails_and_schedules_a_check(
         record = audit.items[0]
         assert record.outcome == "acted" and record.agent is not None and record.agent.decision == "scripted"
         assert [v.verdict for v in advisor.verdicts] == ["allowed", "allowed"]
-        # 100 asked, trimmed by the launch rate (20/h) after the policy's 8: 12
+        # 100 asked, trimmed by the budget after the policy's 8: $20/h less $1 spent and 8 × $0.80 committed,
+        # at $0.80 each: 15 (the launch rate allows as many launches an hour as instances)
         oversized = advisor.verdicts[1]
-        assert oversized.rule == GuardrailRule.MAX_LAUNCHES_PER_H and oversized.action.count == 12  # type: ignore[union-attr]
-        assert sample(ctx, "fleetpilot_guardrail_refusals_total", rule="max_launches_per_h") == 1
+        assert oversized.rule == GuardrailRule.BUDGET and oversized.action.count == 15  # type: ignore[union-attr]
+        assert sample(ctx, "fleetpilot_guardrail_refusals_total", rule="budget_usd_per_h") == 1
         assert len(record.verdicts) == 2 and len(record.commands_sent) == 2
         # next_check_s is clamped to 30..3600 and becomes a wake-up
         assert len(decider.scheduler.wakeups) == 1

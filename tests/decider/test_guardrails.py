@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from services.decider.config import DeciderSettings
 from services.decider.guardrails import (
     FleetLedger,
     GuardrailConfig,
@@ -28,6 +29,7 @@ from shared.contract import (
     RemovalReason,
     StopInstance,
 )
+from shared.settings import Settings
 from tests.decider.factories import line, loading, producing, signal, snapshot
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -265,3 +267,26 @@ def test_across_runs_the_world_never_exceeds_the_budget_nor_loses_its_last_produ
         if pending > 0:
             assert producers >= min(1, producers_before)
         now += timedelta(minutes=1)
+
+
+def test_by_default_a_cold_start_reaches_the_whole_fleet_within_one_hour_of_launches() -> None:
+    defaults = DeciderSettings().guardrail_config(Settings())
+    assert defaults.max_launches_per_h == defaults.max_instances
+    cheap = replace(defaults, budget_usd_per_h=defaults.max_instances * defaults.normal_max_price_usd_per_h)
+    book = ledger([], pending=500, rate=4000)
+    granted = 0
+    for minute in range(0, 60, 5):  # a launch every decider run of a surge building for an hour
+        verdict, book = check(launch(4), book, NOW + timedelta(minutes=minute), cheap)
+        assert verdict.rule != GuardrailRule.MAX_LAUNCHES_PER_H, verdict.explanation
+        granted += verdict.action.count if verdict.verdict == "allowed" else 0  # type: ignore[union-attr]
+    assert granted == min(48, defaults.max_instances)
+
+
+def test_a_launch_the_budget_refused_is_granted_by_a_later_run_once_it_fits_and_says_which_limit_bound() -> None:
+    fleet = producing(38, NOW, price_usd_per_h=0.5)  # $19/h of $20/h
+    verdict, _ = check(launch(2), ledger(fleet), NOW, CONFIG)
+    assert verdict.verdict == "allowed" and verdict.rule == GuardrailRule.BUDGET
+    assert verdict.action.count == 1 and "trimmed by budget_usd_per_h" in verdict.explanation  # type: ignore[union-attr]
+    # the policy is stateless: the next run asks again for what it still needs, and two machines later it fits
+    verdict, _ = check(launch(1), ledger(fleet[:36]), NOW + timedelta(minutes=5), CONFIG)
+    assert verdict.verdict == "allowed" and verdict.rule is None

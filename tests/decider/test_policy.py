@@ -9,7 +9,18 @@ import pytest
 
 from services.decider.policy import PolicyConfig, PredictivePolicy, recommend
 from services.decider.policy.forecast import backlog_after, learned_startup_s
-from shared.contract import DemandState, FailureReason, InstanceState, LaunchReason, RemovalReason, SeasonEcho
+from services.demand.core import DemandCore
+from shared.contract import (
+    DemandState,
+    FailureReason,
+    InstanceState,
+    LaunchReason,
+    QueueDepth,
+    QueueSnapshot,
+    RemovalReason,
+    SeasonEcho,
+    TaskEvent,
+)
 from tests.decider.factories import HOUR_S, line, loading, producing, signal, snapshot, window
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -58,9 +69,13 @@ def test_arrivals_just_above_capacity_launch_only_for_the_backlog_that_cannot_dr
     fleet = snapshot(NOW, producing(4, NOW))
     demand = signal(NOW, pending=30, rate_per_h=540, producing_workers=4, above_capacity_for_s=120)
     rec = recommend(demand, fleet, NOW)
-    # not sustained yet, but 60/h over capacity leaves 180 tasks by the time a new machine could drain them
+    # not sustained yet: two minutes over capacity are expected to last two more, and the 32 tasks they leave
+    # are more than the producers can take on while serving 480/h: one machine clears them
     assert rec.figures.sustained is False and rec.figures.undrainable_backlog is True
-    assert [(plan.reason, plan.count) for plan in rec.launches] == [(LaunchReason.BACKLOG, 2)]
+    assert [(plan.reason, plan.count) for plan in rec.launches] == [(LaunchReason.BACKLOG, 1)]
+    # ten minutes over capacity leave 30 + 60/h × 10 min = 40 tasks: still one machine, not the rate's deficit
+    longer = signal(NOW, pending=30, rate_per_h=540, producing_workers=4, above_capacity_for_s=600)
+    assert recommend(longer, fleet, NOW).launch_count == 1
     # at capacity, the same queue drains: hold
     at_capacity = signal(NOW, pending=30, rate_per_h=480, producing_workers=4, above_capacity_for_s=120)
     assert recommend(at_capacity, fleet, NOW).is_hold
@@ -125,9 +140,15 @@ def test_machines_still_loading_never_make_busy_producers_look_surplus() -> None
     busy = producing(4, NOW, last_task_ago_s=30)
     demand = signal(NOW, rate_per_h=480, pending=0, windows=[window(300, 480), window(7200, 480)])
     rec = recommend(demand, snapshot(NOW, busy + loading(8, NOW)), NOW)
-    # 12 machines for a keep of 4 is a surplus, but the 4 producers are all that serve 480/h until the rest land
+    # 12 machines for a keep of 4 is a surplus, but the 4 producers are all that serve 480/h until the rest land:
+    # the machines still loading are given back instead (billed while loading, needed by nobody)
     assert rec.figures.keep_machines == 4
-    assert rec.removals == ()
+    # (beyond twice the kept fleet: recurring bursts come back before a machine could be launched again)
+    assert [(plan.verb, plan.reason) for plan in rec.removals] == [("destroy", RemovalReason.OVER_PROVISIONED)] * 4
+    assert all(500 <= plan.instance_id < 508 for plan in rec.removals)
+    # where loading is not billed (vast's own rule) they cost nothing yet, and stay
+    unbilled = PredictivePolicy(PolicyConfig(loading_billed=False))
+    assert unbilled.recommend(demand, snapshot(NOW, busy + loading(8, NOW)), NOW).removals == ()
 
 
 def test_the_last_producer_is_never_shed_while_tasks_are_queued() -> None:
@@ -293,3 +314,66 @@ def test_a_queue_that_stopped_today_launches_nothing_for_yesterdays_shape() -> N
     echo = quiet.model_copy(update={"season": day_ago(3000, [3000] * 24)})
     rec = recommend(echo, snapshot(NOW, []), NOW)
     assert rec.is_hold and rec.figures.season_level_ratio is None
+
+
+def test_a_burst_of_22_tasks_on_a_cold_start_launches_only_what_clears_them_within_the_startup_horizon() -> None:
+    # the manual test that once launched 10 GPUs: 22 `submitted` events within a minute, no machine at all, the
+    # real demand core reading them; the decider runs every minute for two hours and its launches load
+    demand, start = DemandCore(), NOW - timedelta(minutes=1)
+    for i in range(22):
+        at = start + timedelta(seconds=2.5 * i)
+        submitted = TaskEvent(event_id=f"burst-{i}", occurred_at=at, source="jobs", kind="submitted",
+                              task_id=f"task-{i}", task_type="default")  # fmt: skip
+        demand.ingest(submitted, at)
+    fleet: list = []
+    launched = []
+    for minute in range(120):
+        now = NOW + timedelta(minutes=minute)
+        depth = QueueDepth(task_type="default", pending=22, running=0)
+        queue = QueueSnapshot(occurred_at=now, source="jobs", queues=[depth])
+        demand.observe_queue(queue, now)
+        rec = recommend(demand.evaluate(now).signal, snapshot(now, fleet), now)
+        launched += [(minute, plan) for plan in rec.launches]
+        fleet += loading(rec.launch_count, now, first_id=500 + len(fleet), created_ago_s=0)
+        fleet = [line.model_copy() for line in fleet]
+    # one machine clears 22 tasks in 11 minutes, well within the 1.5 h it takes to land: one emergency launch
+    assert [(minute, plan.count, plan.launch_priority) for minute, plan in launched] == [(0, 1, "emergency")]
+
+
+def test_loading_machines_the_demand_no_longer_needs_are_given_back() -> None:
+    # nine machines loading for a burst that is over: the 22 tasks queued need one of them, and twice that is kept
+    fleet = snapshot(NOW, loading(9, NOW, created_ago_s=1200))
+    over = signal(NOW, pending=22, rate_per_h=0, windows=[window(900, 0), window(3600, 88), window(21600, 88)])
+    rec = recommend(over, fleet, NOW)
+    assert rec.launches == ()
+    assert [(plan.verb, plan.reason) for plan in rec.removals] == [("destroy", RemovalReason.OVER_PROVISIONED)] * 7
+    assert rec.figures.keep_machines == 1
+    # while arrivals still come faster than the last hour's, nothing on the way is given back
+    rising = signal(NOW, pending=22, rate_per_h=88, windows=[window(900, 120), window(3600, 88), window(21600, 88)])
+    assert not recommend(rising, fleet, NOW).removals_of("destroy")
+
+
+def test_a_burst_the_fleet_clears_within_the_startup_horizon_launches_nothing() -> None:
+    fleet = snapshot(NOW, producing(10, NOW))  # 1200 tasks/h
+    # 300 tasks queued by a burst two minutes old; the usual 1000/h leave 200/h to clear them: 1.5 h
+    burst = signal(NOW, pending=300, rate_per_h=1000, producing_workers=10, above_capacity_for_s=120,
+                   state=DemandState.UNDER_PROVISIONED)  # fmt: skip
+    assert recommend(burst, fleet, NOW).is_hold
+
+
+def test_a_flash_crowd_launches_at_the_first_run_that_sees_it_and_more_as_it_lasts() -> None:
+    fleet = snapshot(NOW, producing(10, NOW))  # 1200 tasks/h, enough until now
+    counts = []
+    for minutes_old, pending, rate in ((2, 200, 1600), (5, 500, 2400), (10, 1000, 3600)):
+        crowd = signal(NOW, pending=pending, rate_per_h=rate, producing_workers=10,
+                       above_capacity_for_s=minutes_old * 60, state=DemandState.UNDER_PROVISIONED)  # fmt: skip
+        rec = recommend(crowd, fleet, NOW)
+        assert [plan.reason for plan in rec.launches] == [LaunchReason.BACKLOG], rec.explanation
+        # sized by what will be left when machines land: the queue, plus the surge for as long again as it lasted
+        left = pending + (rate - 1200) * minutes_old / 60
+        assert rec.launch_count == math.ceil(left / 120 - 0.1)
+        counts.append(rec.launch_count)
+    assert counts == sorted(counts) and counts[0] < counts[-1]
+    # once it has lasted `sustained_for_s`, the rate itself is planned for
+    sustained = signal(NOW, pending=2000, rate_per_h=7200, producing_workers=10, above_capacity_for_s=900)
+    assert recommend(sustained, fleet, NOW).launches[0].reason is LaunchReason.SUSTAINED_DEMAND

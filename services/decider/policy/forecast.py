@@ -63,22 +63,55 @@ def backlog_after(
     machines_now: int,
     ready_offsets: Sequence[float],
     throughput_per_h: float,
+    surge_per_h: float | None = None,
+    surge_s: float = 0.0,
 ) -> float:
     """Tasks still queued after `duration_s` (fluid model): arrivals in, capacity out, machines joining on time.
 
+    Arrivals come at `surge_per_h` for the first `surge_s` (when given), at `arrival_per_h` after.
     `ready_offsets` must be sorted. Within a segment the net rate is constant, so clipping at zero at the end
     of each segment is exact.
     """
+    breaks = sorted([*ready_offsets, surge_s] if surge_per_h is not None else ready_offsets)
+    backlog = backlog_tasks
+    machines = machines_now
+    joined = 0
+    t_s = 0.0
+    for offset in [*breaks, duration_s]:
+        end_s = min(offset, duration_s)
+        if end_s > t_s:
+            rate = surge_per_h if surge_per_h is not None and t_s < surge_s else arrival_per_h
+            backlog = max(0.0, backlog + (rate - machines * throughput_per_h) * (end_s - t_s) / 3600)
+            t_s = end_s
+        if offset >= duration_s:
+            break
+        while joined < len(ready_offsets) and ready_offsets[joined] <= t_s:
+            joined += 1
+            machines += 1
+    return backlog
+
+
+def machines_needed_for_backlog(
+    *,
+    backlog_tasks: float,
+    arrival_per_h: float,
+    machines_now: int,
+    ready_offsets: Sequence[float],
+    throughput_per_h: float,
+    tolerance_tasks: float,
+) -> int:
+    """How many of the machines on the way (sorted by `ready_offsets`) the queue needs: those that land before
+    the machines ahead of them have brought it down to `tolerance_tasks` (fluid model, as `backlog_after`)."""
     backlog = backlog_tasks
     machines = machines_now
     t_s = 0.0
-    for offset in ready_offsets:
-        if offset >= duration_s:
-            break
+    for needed, offset in enumerate(ready_offsets):
         backlog = max(0.0, backlog + (arrival_per_h - machines * throughput_per_h) * (offset - t_s) / 3600)
-        machines += 1
         t_s = max(t_s, offset)
-    return max(0.0, backlog + (arrival_per_h - machines * throughput_per_h) * (duration_s - t_s) / 3600)
+        if backlog <= tolerance_tasks:
+            return needed
+        machines += 1
+    return len(ready_offsets)
 
 
 def keep_arrival_rate_per_h(

@@ -20,6 +20,7 @@ from services.decider.policy.forecast import (
     falling,
     keep_arrival_rate_per_h,
     learned_startup_s,
+    machines_needed_for_backlog,
     rank_gpu_models,
     ready_offsets_s,
     rising_slope_per_h2,
@@ -37,6 +38,9 @@ from shared.contract import (
     LaunchReason,
     RemovalReason,
 )
+
+# vast bills GPU time from `running`: before that an instance costs its disk only
+BILLED_ARRIVING_STATES = frozenset({InstanceState.RUNNING, InstanceState.REGISTERED, InstanceState.BENCHMARKED})
 
 FAILURE_TO_REMOVAL = {
     FailureReason.STUCK_LOADING: RemovalReason.STUCK_LOADING,
@@ -74,6 +78,18 @@ class PolicyConfig:
     sustained_for_s: float = 900.0
     # a backlog below this many machine-hours is not worth a machine that arrives in 1.5 h (8 tasks ≈ 4 min)
     backlog_tolerance_machine_h: float = 0.25
+    # arrivals above capacity for less than `sustained_for_s` are a surge: expected to last as long again as they
+    # have lasted (no longer evidence, no longer forecast), at least this long, then to fall back to what the
+    # producers served before. 22 tasks within a minute on a cold start once launched 10 GPUs because one
+    # minute's rate was planned for 3.5 hours; a minute's evidence now buys what clears a minute's arrivals
+    surge_min_s: float = 60.0
+    # whether a machine still loading is billed: the world and the vast.ai simulator bill from creation, so a
+    # loading machine nobody needs any more costs its price every hour it stays (vast itself bills GPU time
+    # from running: with False only a machine that is running but not yet producing is given back)
+    loading_billed: bool = True
+    # machines on the way are given back only beyond this multiple of the kept fleet: recurring bursts come back
+    # before a machine given back could be launched again (fitted: see policy/fitted.py)
+    arriving_keep_factor: float = 2.0
     # the arrival slope is read over this window (demand publishes 15 min, 1 h, 6 h): an hour smooths minute
     # noise and still follows a morning ramp
     trend_window_s: float = 3600.0
@@ -209,11 +225,17 @@ def recommend(
     capacity = healthy + arriving
     drain_h = config.backlog_drain_target_s / 3600
 
-    def backlog_at(duration_s: float) -> float:
+    # a surge (arrivals above capacity, not yet sustained) is planned from its own evidence, not from its rate:
+    # it lasts as long again as it has lasted, then arrivals fall back to what the producers served before
+    surge_s = max(signal.above_capacity_for_s, config.surge_min_s)
+
+    def backlog_at(duration_s: float, *, surge: bool = False) -> float:
         return backlog_after(
             duration_s,
             backlog_tasks=pending,
-            arrival_per_h=rate_now,
+            arrival_per_h=min(rate_now, healthy * thr) if surge else rate_now,
+            surge_per_h=rate_now if surge else None,
+            surge_s=surge_s,
             machines_now=healthy,
             ready_offsets=offsets,
             throughput_per_h=thr,
@@ -221,6 +243,8 @@ def recommend(
 
     backlog_at_horizon = backlog_at(startup_s)
     drain_machines = backlog_at_horizon / (thr * drain_h)
+    surge_left = backlog_at(startup_s + config.backlog_drain_target_s, surge=True)
+    surge_machines = ceil_machines(surge_left / (thr * drain_h), config.round_slack_machines)
     demand_present = pending > 0 or rate_now > 0
     target = max(ceil_machines(rate_up / thr + drain_machines, config.round_slack_machines), config.min_machines)
     keep = max(ceil_machines(rate_keep / thr + drain_machines, config.round_slack_machines), config.min_machines)
@@ -230,8 +254,11 @@ def recommend(
     sustained = signal.above_capacity_for_s >= config.sustained_for_s or (slope_per_h2 > 0 and target > capacity)
     # yesterday's shape is no burst: when it says the demand is coming, machines leave in time to meet it
     foreseen = season is not None and season.planning_rate_per_h > signal.sustained_arrival_rate_per_h
-    undrainable = backlog_at(startup_s + config.backlog_drain_target_s) > config.backlog_tolerance_machine_h * thr
     nobody_serving = capacity == 0 and pending > 0
+    # what the fleet and the machines on the way cannot clear before a new machine could help: launch for that
+    # now; a burst they clear launches nothing, however high its rate looked for a minute
+    undrainable = surge_left > config.backlog_tolerance_machine_h * thr
+    planned_from_rate = sustained or foreseen or stalled_state or capacity < config.min_machines
     figures = PolicyFigures(
         throughput_per_machine_tasks_per_h=round(thr, 3),
         startup_s=round(startup_s, 1),
@@ -257,26 +284,33 @@ def recommend(
         + (f" (+{backlog_at_horizon:.0f} tasks backlog then, {drain_machines:.1f} machines to drain in {drain_h:.1f}h)"
            if backlog_at_horizon >= 1 else "")
         + f"; have {healthy} producing + {arriving} arriving, {pending} pending"
+        + (f"; a surge {surge_s / 60:.0f} min old, expected to last as long again, leaves {surge_left:.0f} tasks"
+           f" after {(startup_s + config.backlog_drain_target_s) / 3600:.1f}h: {surge_machines} machines clear them"
+           if not planned_from_rate and (undrainable or nobody_serving) else "")
     )  # fmt: skip
 
     removals = _failed_and_drained(fleet, now, config, stalled_state)
     launches: list[LaunchPlan] = []
-    deficit = target - capacity
-    replaceable = len(fleet.failed) + len(stalled)
-    if deficit > 0:
+    rate_deficit = target - capacity
+    # lost capacity the forecast needs is replaced at once
+    replacements = min(max(0, rate_deficit), len(fleet.failed) + len(stalled))
+    if planned_from_rate:
+        growth = max(0, rate_deficit) - replacements
+    elif undrainable or nobody_serving:
+        # a surge adds what its backlog will still need when machines land (the replacements land with them)
+        growth = max(0, max(surge_machines, 1) - replacements)
+    else:
+        growth = 0
+    replacements = min(replacements, config.max_launches_per_decision)
+    growth = min(growth, config.max_launches_per_decision - replacements)
+    if replacements or growth:
         priority: LaunchPriority = "emergency" if healthy == 0 and pending > 0 else "normal"
         gpu_models = config.preferred_gpu_models or (
             rank_gpu_models(fleet.producing) if config.rank_fleet_gpu_models else ()
         )
-        count = min(deficit, config.max_launches_per_decision)
-        # lost capacity the forecast needs is replaced at once; growth waits for sustained demand or backlog
-        replacements = min(count, replaceable)
         if replacements:
             launches.append(LaunchPlan(replacements, priority, LaunchReason.REPLACEMENT, gpu_models))
-        growth = count - replacements
-        if growth and (
-            sustained or foreseen or undrainable or nobody_serving or stalled_state or capacity < config.min_machines
-        ):
+        if growth:
             if stalled_state:
                 reason = LaunchReason.REPLACEMENT
             elif sustained:
@@ -288,7 +322,29 @@ def recommend(
             else:
                 reason = LaunchReason.MINIMUM_FLEET
             launches.append(LaunchPlan(growth, priority, reason, gpu_models))
-    elif not stalled_state:
+
+    def arriving_needed() -> int:
+        """Machines on the way that the demand still needs: all while arrivals rise (the forecast alone swings
+        between runs as a ramp's slope gate opens and closes, and giving back on it launched and cancelled in
+        turns: diurnal 291 → 318 $, 53 wasted launches); else those the kept rate needs beyond the producers,
+        and those that land before the queue is down to the tolerance."""
+        if sustained or foreseen or slope_per_h2 > 0 or not signal.windows:
+            return arriving
+        short = min(signal.windows, key=lambda w: w.window_s).arrival_rate_per_h
+        trend = min(signal.windows, key=lambda w: abs(w.window_s - config.trend_window_s)).arrival_rate_per_h
+        if short > trend:
+            return arriving
+        for_queue = machines_needed_for_backlog(
+            backlog_tasks=pending,
+            arrival_per_h=max(short, rate_now),
+            machines_now=healthy,
+            ready_offsets=offsets,
+            throughput_per_h=thr,
+            tolerance_tasks=config.backlog_tolerance_machine_h * thr,
+        )
+        return max(for_queue, keep - healthy)
+
+    if not launches and rate_deficit <= 0 and not stalled_state:
         margin = config.falling_margin_fraction if declining else config.scale_down_margin_fraction
         removals += _scale_down(
             fleet,
@@ -300,6 +356,7 @@ def recommend(
             margin_fraction=margin,
             queue_empty=pending <= len(fleet.producing) * thr * config.empty_queue_s / 3600,
             producers_needed=math.ceil(rate_keep * (1 + config.busy_drain_headroom_fraction) / thr),
+            arriving_needed=arriving_needed(),
         )
 
     explanation = _explain(launches, removals, numbers, stalled_state)
@@ -334,11 +391,25 @@ def _scale_down(
     margin_fraction: float,
     queue_empty: bool,
     producers_needed: int,
+    arriving_needed: int,
 ) -> list[RemovalPlan]:
     surplus = capacity - keep
     margin = max(1, math.ceil(keep * margin_fraction))
     if surplus < margin:
         return []
+    # machines on the way that the kept demand no longer needs go first, the last to arrive first: each hour
+    # one stays billed before producing is paid for nothing (the look-back keep rate covers a startup time, so a
+    # demand that comes back within one still finds them). Only once the producers alone carry today's demand:
+    # while a ramp's slope gate opens and closes between runs, giving them back launched them again in turns
+    # (diurnal 323 → 3,165 $)
+    billed = ARRIVING_STATES if config.loading_billed else BILLED_ARRIVING_STATES
+    latest_first = sorted(fleet.arriving, key=lambda line: line.created_at, reverse=True)
+    spare = min(capacity - math.ceil(keep * config.arriving_keep_factor), len(fleet.arriving) - arriving_needed)
+    given_back = [RemovalPlan("destroy", line.instance_id, RemovalReason.OVER_PROVISIONED)
+                  for line in latest_first[: max(0, spare)] if line.state in billed]  # fmt: skip
+    surplus -= len(given_back)
+    if surplus <= 0:
+        return given_back
     idle = [line for line in fleet.producing if _silent_for_s(line, now) >= config.idle_before_scale_down_s]
     # most expensive first, then the longest idle
     idle.sort(key=lambda line: (-line.price_usd_per_h, line.last_task_at or line.state_since))
@@ -354,7 +425,7 @@ def _scale_down(
     # never the last producers while tasks wait or arrive
     removable = min(surplus, len(idle), len(fleet.producing) - 1 if demand_present else len(idle))
     reason = RemovalReason.OVER_PROVISIONED if demand_present or keep > 0 else RemovalReason.IDLE
-    return [RemovalPlan("drain", line.instance_id, reason) for line in idle[: max(0, removable)]]
+    return given_back + [RemovalPlan("drain", line.instance_id, reason) for line in idle[: max(0, removable)]]
 
 
 def _explain(launches: list[LaunchPlan], removals: list[RemovalPlan], numbers: str, stalled_state: bool) -> str:

@@ -67,8 +67,9 @@ SOURCE_PROVISIONER = "provisioner"
 def default_guardrails(world: WorldConfig, scenario: Scenario) -> GuardrailConfig:
     """The shared settings' guardrails, scaled to the world's size.
 
-    The defaults (40 instances, 20 launches/h, $20/h) are for a small fleet; the world keeps their ratios:
-    launches per hour at half the instance cap, and a budget that the instance cap binds first.
+    The defaults (40 instances, as many launches per hour, $20/h) are for a small fleet; the world keeps their
+    ratios: launches per hour at the instance cap (a cold start reaches its fleet within one startup), and a
+    budget that the instance cap binds first.
     """
     settings = Settings()
     market = sum(segment.count for segment in scenario.market) + len(scenario.offers)
@@ -78,7 +79,7 @@ def default_guardrails(world: WorldConfig, scenario: Scenario) -> GuardrailConfi
         max_instances=max_instances,
         normal_max_price_usd_per_h=settings.normal_max_price_usd_per_h,
         emergency_max_price_usd_per_h=settings.emergency_max_price_usd_per_h,
-        max_launches_per_h=max(20, max_instances // 2),
+        max_launches_per_h=max_instances,
     )
 
 
