@@ -179,7 +179,8 @@ CLAIRVOYANT_RUN_KEY = "clairvoyant-run"
 def _record(evaluation: Any) -> dict[str, Any]:
     r = evaluation.as_dict()
     keep = ("objective_usd", "cost_usd", "delay_cost_usd", "wait_p95_min", "launches", "wasted_launches",
-            "peak_instances", "launches_refused", "sim_wall_s", "warnings", "guardrail_verdict_rules")  # fmt: skip
+            "peak_instances", "launches_refused", "sim_wall_s", "warnings", "limits", "guardrail_verdict_rules",
+            "work_bound_usd", "lp_converged")  # fmt: skip
     return {key: r[key] for key in keep if key in r}
 
 
@@ -253,11 +254,11 @@ def _split_table(split: str, summaries: dict[str, dict[str, Any]]) -> Table:
         table.add_column(policy, justify="right")
     with_run = any(CLAIRVOYANT_RUN_KEY in s["mean_ratio_to_bound"] for s in summaries.values())
     if with_run:
-        table.add_column("clairvoyant run", justify="right")
-        table.add_column("predictive ÷ clairvoyant run", justify="right")
-    table.add_column("predictive ÷ best baseline: family (which)", justify="right")
-    table.add_column("per trace: mean / worst", justify="right")
-    table.add_column("runs held back (offers, refusals)", justify="left")
+        table.add_column("clairv. run", justify="right")
+        table.add_column("pred ÷ run", justify="right")
+    table.add_column("pred ÷ best baseline (which)", justify="right")
+    table.add_column("per trace mean / worst", justify="right")
+    table.add_column("held back (offers, refusals)", justify="left")
     for family, summary in summaries.items():
         ratios = summary["mean_ratio_to_bound"]
         row = [family, str(summary["seeds"]), *[f"{ratios[p]:.2f}" for p in SIMULATED]]
@@ -342,7 +343,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--bundled", action="store_true", help="the bundled traces and the week's speed instead")
     parser.add_argument("--trace", action="append", help="with --bundled: only these bundled traces (by name)")
     args = parser.parse_args(argv)
-    console = Console(width=max(Console().width, 200))
+    console = Console(width=max(Console().width, 220))
     if args.bundled:
         return bundled(args.trace, console)
     train = TRAIN_SEEDS if args.full else DEFAULT_TRAIN_SEEDS
