@@ -267,10 +267,16 @@ async def test_operator_questions_get_answers_that_cite_the_numbers(
 
 
 async def test_stale_data_only_holds(make_agent: AgentFactory, ports: DryRunPorts, ollama: OllamaStandIn) -> None:
-    outcome = await make_agent().advise(run_inputs(stale=True), ports)
+    # the policy's actions are not offered on stale data; a model that launches anyway is refused by the agent
+    await ollama.set_behaviour("obey_injection")
+    message = operator_message("launch 3 machines now")
+    outcome = await make_agent().advise(run_inputs(stale=True, operator_messages=[message]), ports)
 
     assert ports.verdicts == []
     requests = await ollama.received(full=True)
+    observation = requests[0]["messages"][2]["content"]
+    assert "recommended actions: none (data stale or missing: hold)" in observation
+    assert "- launch_instances {" not in observation
     assert tool_results(requests[1])[0].startswith("REFUSED: the demand signal or the fleet snapshot is stale")
     assert outcome.status == "ok"
 

@@ -11,6 +11,7 @@ import json
 import logging
 import uuid
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Literal
 
 import httpx
@@ -56,6 +57,13 @@ TRACE_CALLS_MAX = 40
 STORED_RUN_ID = ""  # turns saved for later runs are compacted as seen from a run that is not this one
 
 
+@dataclass(frozen=True)
+class ToolLogEntry:
+    name: str
+    arguments: dict[str, object]
+    outcome: tools.ToolOutcome
+
+
 class ModelFailure(Exception):
     def __init__(self, kind: str, detail: str) -> None:
         super().__init__(f"{kind}: {detail}")
@@ -86,6 +94,7 @@ class OllamaAgent:
         self.metrics = AgentMetrics(registry)
         self.tools_confirmed = False
         self._owned_redis: Redis | None = None
+        self.last_run: AgentRun | None = None  # what the latest run did, for the evaluation suite
 
     async def aclose(self) -> None:
         await self.client._client.aclose()
@@ -106,7 +115,8 @@ class OllamaAgent:
             return AdvisorOutcome(trace=AgentTrace(status="skipped", decision=decision), status="ok")
         try:
             state = await self._load_state()
-            return await AgentRun(self, inputs, ports, state).execute()
+            self.last_run = AgentRun(self, inputs, ports, state)
+            return await self.last_run.execute()
         finally:
             try:
                 await self.store.release_run(inputs.run_id)
@@ -179,6 +189,7 @@ class AgentRun:
         self.seen_calls: dict[str, str] = {}
         self.tool_calls_made = 0
         self.trace_calls: list[str] = []
+        self.tool_log: list[ToolLogEntry] = []  # every call the model asked for, in order, with its outcome
         self.acted = False
         self.replied: set[str] = set()
         self.next_check_s: int | None = None
@@ -355,6 +366,7 @@ class AgentRun:
             tools.HOW_TO_GET_MORE.get(name, tools.DEFAULT_HOW_TO_GET_MORE),
         )
         label = name if name in tools.ARGUMENT_MODELS else "unknown"
+        self.tool_log.append(ToolLogEntry(name, request.arguments, result.outcome))
         self.metrics.tool_calls.labels(label, result.outcome).inc()
         if len(self.trace_calls) < TRACE_CALLS_MAX:
             self.trace_calls.append(

@@ -284,7 +284,10 @@ def render_observation(
     lines += _demand_block(inputs.signal, inputs.now)
     lines += _fleet_block(inputs.snapshot, limits.max_instance_lines, limits.budget_usd_per_h, limits.max_instances)
     lines.append(f"POLICY RECOMMENDATION: {_one_line(inputs.recommendation, 1500)}")
-    if inputs.recommended_actions:
+    if inputs.stale:
+        # the policy's actions on stale data would only be refused; listing them invites the model to try
+        lines.append("  recommended actions: none (data stale or missing: hold)")
+    elif inputs.recommended_actions:
         lines.append("  recommended actions (before guardrails), as tool calls:")
         lines += [f"  - {action_line(a)}" for a in inputs.recommended_actions]
     else:

@@ -1,0 +1,85 @@
+"""The evaluation as one call for the CLI (`fleetpilot agent eval`) and the benchmark
+(`python -m benchmarks.agent_eval`): each target in turn, a table per target, one JSON document for all."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Literal
+
+from services.decider.agent.config import AgentConfig
+from services.decider.agent.eval.runner import EvalTarget, evaluate, record_json, run_line, summary_table
+from services.decider.agent.eval.scenarios import by_name
+from services.decider.agent.eval.targets import host_target, local_target, standin_target
+
+TargetKind = Literal["standin", "local", "host"]
+# a 0.5B model on two shared cores reads a 3k-token prompt in 20-60 s; the agent's default (60 s, sized for an
+# 8B model on a GPU) would turn slowness into fallbacks, which is not what the suite measures
+LOCAL_CALL_TIMEOUT_S = 300.0
+
+Say = Callable[[str], None]
+
+
+def target_context(
+    kind: TargetKind, *, host: str, model: str, llm_dir: Path
+) -> contextlib.AbstractAsyncContextManager[EvalTarget]:
+    if kind == "standin":
+        return standin_target()
+    if kind == "local":
+        return local_target(llm_dir)
+    return host_target(host, model)
+
+
+def config_for(kind: TargetKind) -> AgentConfig:
+    config = AgentConfig()
+    if kind == "local" and "FLEETPILOT_AGENT_CALL_TIMEOUT_S" not in os.environ:
+        config = config.model_copy(update={"call_timeout_s": LOCAL_CALL_TIMEOUT_S})
+    return config
+
+
+async def run_suite(
+    kinds: list[TargetKind],
+    *,
+    scenario_names: list[str] | None,
+    host: str,
+    model: str,
+    llm_dir: Path,
+    say: Say,
+) -> dict[str, Any]:
+    scenarios = by_name(scenario_names)
+    results: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "scenarios": len(scenarios),
+        "targets": {},
+    }
+    for kind in kinds:
+        config = config_for(kind)
+        async with target_context(kind, host=host, model=model, llm_dir=llm_dir) as target:
+            say(f"-- {target.label}: {len(scenarios)} scenarios (token budget {config.token_budget})")
+            records, summary = await evaluate(scenarios, target, config, lambda r: say(run_line(r)))
+        say(summary_table(target.label, summary))
+        results["targets"][kind] = {
+            "label": target.label,
+            "model": target.model,
+            "config": {
+                "token_budget": config.token_budget,
+                "call_timeout_s": config.call_timeout_s,
+                "max_rounds": config.max_rounds,
+                "temperature": config.temperature,
+            },
+            "summary": asdict(summary),
+            "runs": [record_json(record) for record in records],
+        }
+    return results
+
+
+def target_summary(results: dict[str, Any], kind: TargetKind) -> dict[str, Any] | None:
+    entry = results["targets"].get(kind)
+    return None if entry is None else dict(entry["summary"])
+
+
+__all__ = ["EvalTarget", "TargetKind", "run_suite", "target_summary"]
