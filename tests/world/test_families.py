@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from services.cli.main import app
+from services.decider.policy.fitted import FITTED_CONSTANTS
 from sim.world.families import (
     DAY_MIN,
     FAMILIES,
@@ -196,3 +199,30 @@ def test_a_wrong_option_is_one_clear_line(args: list[str], words: str) -> None:
     assert result.exit_code == 2
     assert words in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_family_benchmark_keeps_train_and_test_apart_and_compares_with_the_best_baseline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+
+    from benchmarks import policy as bench
+
+    monkeypatch.chdir(tmp_path)  # the benchmark writes bench-results/ where it runs
+    assert bench.families(["quiet-surges"], [100], [200], 1, Console(file=io.StringIO())) == 0
+    result = json.loads((tmp_path / "bench-results" / "policy.json").read_text())
+    train, test = result["splits"]["train"], result["splits"]["test"]
+    assert (train["seeds"], test["seeds"]) == ([100], [200])
+    assert [t["trace"] for t in train["traces"]["quiet-surges"]] == ["quiet-surges-100"]
+    record = test["traces"]["quiet-surges"][0]
+    results = record["results"]
+    best = min(bench.BASELINES, key=lambda p: results[p]["objective_usd"])
+    assert record["best_baseline"] == best
+    assert record["predictive_vs_best_baseline"] == pytest.approx(
+        results["predictive"]["objective_usd"] / results[best]["objective_usd"], rel=1e-3
+    )
+    # every policy and the achievable run score at or above the bound on the test split
+    assert all(ratio >= 1 - 1e-9 for ratio in record["ratio_to_bound"].values())
+    assert "clairvoyant-run" in results and "clairvoyant-run" not in train["traces"]["quiet-surges"][0]["results"]
+    assert "geomean_predictive_vs_bound" in test["overall"]
+    assert result["fitted_constants"] == json.loads(json.dumps([c.as_dict() for c in FITTED_CONSTANTS]))
