@@ -109,7 +109,7 @@ class PrometheusServer(LocalServer):
 
     def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[dict[str, Any]]:
         """The matrix Prometheus answers; an error (bad PromQL, a timeout) raises with Prometheus's reason."""
-        params = {"query": expr, "start": start, "end": end, "step": step_s}
+        params: dict[str, str | float] = {"query": expr, "start": start, "end": end, "step": step_s}
         answer = httpx.get(f"{self.url}/api/v1/query_range", params=params, timeout=30.0).json()
         if answer.get("status") != "success":
             raise ValueError(f"{expr!r}: {answer.get('errorType')}: {answer.get('error')}")

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from services.cli.demo_dashboard import PanelAnswer, PanelQuery, Series, grafana_expr, panel_queries
 from tests.deploy.metric_names import ALERT_METRICS, DASHBOARD_METRICS, HISTOGRAMS, REQUIRED_METRICS
 from tests.deploy.promql import metric_names, without_grafana_variables
 from tests.deploy.tools import require_tool
@@ -40,13 +41,8 @@ def panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
-    """(where, expr) for every query of every panel of every dashboard."""
-    return [
-        (f"{path.name}: {panel['title']} [{target['refId']}]", target["expr"])
-        for path in DASHBOARDS
-        for panel in panels(load_dashboard(path))
-        for target in panel.get("targets", [])
-    ]
+    """(where, expr) for every query of every panel of every dashboard: what the live test evaluates too."""
+    return [(query.where, query.expr) for query in panel_queries()]
 
 
 def alert_rules() -> list[dict[str, Any]]:
@@ -234,3 +230,25 @@ def test_every_dashboard_query_is_valid_promql(tmp_path: Path, promtool: str) ->
     path.write_text(yaml.safe_dump(rules))
     result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- the live evaluation's helpers (services/cli/demo_dashboard.py; the run itself is in tests/e2e) ---
+
+
+@pytest.mark.parametrize(
+    ("step_s", "scrape_s", "expected"),
+    [(15.0, 15.0, "rate(x[60s]) + increase(y[3600s])"), (60.0, 15.0, "rate(x[75s]) + increase(y[3600s])")],
+)
+def test_grafana_range_variables_are_replaced_as_grafana_computes_them(
+    step_s: float, scrape_s: float, expected: str
+) -> None:
+    """$__rate_interval is max($__interval + scrape interval, 4 x scrape interval) in Grafana."""
+    expr = "rate(x[$__rate_interval]) + increase(y[$__range])"
+    assert grafana_expr(expr, 3600.0, step_s, scrape_s) == expected
+
+
+def test_an_answer_of_only_nan_is_no_data() -> None:
+    query = PanelQuery("d.json", "p", "A", "histogram_quantile(0.95, x)")
+    assert PanelAnswer(query, [Series({}, [1.0, 2.0], [float("nan"), float("nan")])]).points == 0
+    assert PanelAnswer(query, [Series({}, [1.0, 2.0], [float("nan"), 0.0])]).points == 1
+    assert PanelAnswer(query, error="bad_data").summary() == {"series": 0, "points": 0, "error": "bad_data"}
