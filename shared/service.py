@@ -3,19 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from faststream.asgi import AsgiFastStream, make_ping_asgi
+import nats
+import nats.errors
+from faststream.asgi import AsgiFastStream, AsgiResponse, get
+from faststream.asgi.handlers import GetHandler
+from faststream.asgi.types import Scope
 from faststream.nats import NatsBroker
+from nats.aio.client import Client as NatsClient
 from prometheus_client import make_asgi_app
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
-from shared.bus import build_broker
+from shared.bus import build_broker, nats_connect_options
 from shared.clock import Clock
 from shared.metrics import BusMetrics
 from shared.settings import Settings
 from shared.streams import ensure_streams
 from shared.subjects import Subjects
+
+# a service waiting for NATS tries again after 0.5, 1, 2, 4 ... s, never more than 15 s apart (a broker that
+# comes back is found within 15 s; a long outage costs one log line per 15 s)
+NATS_WAIT_FIRST_S = 0.5
+NATS_WAIT_MAX_S = 15.0
+NATS_CONNECT_TIMEOUT_S = 2.0
+HEALTH_PING_TIMEOUT_S = 2.0
 
 
 @dataclass
@@ -27,6 +42,8 @@ class ServiceContext:
     clock: Clock
     metrics: BusMetrics = field(init=False)
     broker: NatsBroker = field(init=False)
+    # each returns why the service is unhealthy, or None; /health runs them after the broker's own check
+    health_checks: list[Callable[[], str | None]] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         self.metrics = BusMetrics(self.name)
@@ -45,6 +62,34 @@ class ServiceContext:
     def log(self) -> logging.Logger:
         return logging.getLogger(f"fleetpilot.{self.name}")
 
+    async def wait_for_nats(self) -> None:
+        """Until a NATS server answers: a service started before its broker logs where it looks and retries with
+        backoff, while /health says why it is not ready and SIGTERM still stops it (the wait runs after the
+        HTTP server is up, inside a task uvicorn's shutdown cancels)."""
+        url = self.settings.nats_url_for_humans
+
+        def report(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            delay_s = state.next_action.sleep if state.next_action else 0.0
+            self.log.warning(
+                "waiting for NATS at %s (%s); next try in %.1f s", url, describe_nats_error(error), delay_s
+            )
+
+        retrying = AsyncRetrying(
+            wait=wait_exponential(multiplier=NATS_WAIT_FIRST_S, max=NATS_WAIT_MAX_S),
+            retry=retry_if_exception_type((OSError, TimeoutError, nats.errors.Error)),
+            before_sleep=report,
+        )
+        async for attempt in retrying:
+            with attempt:
+                probe = await connect_once(self.settings)
+                await probe.close()
+        self.log.info("NATS at %s answers", url)
+
+    def unhealthy_reasons(self, connected: bool) -> list[str]:
+        reasons = [] if connected else [f"not connected to NATS at {self.settings.nats_url_for_humans}"]
+        return reasons + [reason for check in self.health_checks if (reason := check()) is not None]
+
     async def declare_streams(self) -> None:
         """Idempotent: every service may call it at start-up; the definitions live in shared/streams.py.
 
@@ -54,17 +99,62 @@ class ServiceContext:
         await ensure_streams(self.broker.config.connection_state.stream, self.subjects, self.settings.stream_replicas)
 
 
-def asgi_app(ctx: ServiceContext) -> AsgiFastStream:
-    """The service as an ASGI app: the broker, plus /metrics (its own registry) and /health (broker ping)."""
-    app = AsgiFastStream(
-        ctx.broker,
-        asgi_routes=[
-            ("/metrics", make_asgi_app(ctx.metrics.registry)),
-            ("/health", make_ping_asgi(ctx.broker, timeout=5.0)),
-        ],
+async def connect_once(settings: Settings) -> NatsClient:
+    """A connection that tries each server once, quietly (NoServersError when none answers): what a person at a
+    terminal, or a service waiting for its broker, wants instead of nats-py's endless tries and tracebacks."""
+
+    async def quiet(error: Exception) -> None:
+        """nats-py logs each failed try with a traceback; the caller says it once, in one line."""
+
+    return await nats.connect(
+        **nats_connect_options(settings),
+        connect_timeout=NATS_CONNECT_TIMEOUT_S,
+        allow_reconnect=False,
+        max_reconnect_attempts=1,  # nats-py reads 0 as "no limit"; 1 is one pass over the servers
+        reconnect_time_wait=0.1,
+        error_cb=quiet,
     )
-    app.on_startup(ctx.declare_streams)
-    return app
+
+
+def describe_nats_error(error: BaseException | None) -> str:
+    if error is None:
+        return "no answer"
+    if isinstance(error, nats.errors.NoServersError | ConnectionRefusedError):
+        return "connection refused"
+    return str(error) or type(error).__name__
+
+
+class ServiceApp(AsgiFastStream):
+    """The broker starts once NATS answers and the streams exist, after the HTTP server is up: until then
+    /health says why the service is not ready, and a SIGTERM or Ctrl-C stops it at once."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        super().__init__(
+            ctx.broker, asgi_routes=[("/metrics", make_asgi_app(ctx.metrics.registry)), ("/health", health(ctx))]
+        )
+        self.ctx = ctx
+
+    async def _start_broker(self) -> None:
+        await self.ctx.wait_for_nats()
+        await self.ctx.declare_streams()
+        await super()._start_broker()
+
+
+def health(ctx: ServiceContext) -> GetHandler:
+    """200 when the broker is connected and every check passes; else 503 with the reasons, as JSON."""
+
+    @get(include_in_schema=False)
+    async def respond(scope: Scope) -> AsgiResponse:
+        reasons = ctx.unhealthy_reasons(await ctx.broker.ping(HEALTH_PING_TIMEOUT_S))
+        body = json.dumps({"healthy": not reasons, "reasons": reasons}).encode()
+        return AsgiResponse(body, 503 if reasons else 200, headers={"content-type": "application/json"})
+
+    return respond
+
+
+def asgi_app(ctx: ServiceContext) -> AsgiFastStream:
+    """The service as an ASGI app: the broker, plus /metrics (its own registry) and /health."""
+    return ServiceApp(ctx)
 
 
 async def stop_tasks(tasks: list[asyncio.Task[None]]) -> None:

@@ -2,6 +2,8 @@
 
 The message goes to the OPERATOR stream (a P0 wake-up for the decider); the reply is the first message on the
 operator reply subject with this conversation id. Permissions: the NATS `operator` user may do both.
+A question never makes the fleet act: the run it starts answers from the audit trail and the current state,
+and refuses every command (rule `operator_question`); the next run another trigger starts acts as usual.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import typer
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
-from shared.bus import event_headers, nats_connect_options
+from services.cli.ops import fail_unreachable
+from shared.bus import event_headers
 from shared.contract import OperatorMessage, OperatorReply
+from shared.service import connect_once
 from shared.settings import Settings
 from shared.streams import OPERATOR
 
@@ -34,7 +38,7 @@ def operator_name() -> str:
 async def ask_and_wait(settings: Settings, message: OperatorMessage, timeout_s: float) -> OperatorReply | None:
     """Publish `message` and wait (wall time: a person is waiting) for the reply in its conversation."""
     subjects = settings.subjects
-    client = await nats.connect(**nats_connect_options(settings), connect_timeout=5, max_reconnect_attempts=3)
+    client = await connect_once(settings)
     answered: asyncio.Future[OperatorReply] = asyncio.get_running_loop().create_future()
 
     async def on_reply(msg: Msg) -> None:
@@ -85,8 +89,7 @@ def ask(
     try:
         reply = asyncio.run(ask_and_wait(settings, message, timeout_s))
     except (OSError, nats.errors.Error) as error:
-        typer.echo(f"cannot reach NATS at {settings.nats_url}: {error}", err=True)
-        raise typer.Exit(2) from None
+        raise fail_unreachable(settings, error) from None
     if reply is None:
         typer.echo(
             f"no reply within {timeout_s:.0f} s in conversation {message.conversation_id}: is the decider running "

@@ -17,6 +17,7 @@ from faststream.nats import NatsBroker
 from faststream.specification import AsyncAPI
 from pydantic import BaseModel
 
+from services.cli.errors import writable_file
 from shared import contract as c
 from shared.clock import RealClock
 from shared.service import ServiceContext
@@ -86,6 +87,7 @@ def build_document(settings: Settings | None = None) -> dict[str, object]:
 
 def asyncapi(out: Path = typer.Option(Path("asyncapi.json"), help="where to write the document")) -> None:
     """Write the AsyncAPI document of every subject (the browsable contract)."""
+    writable_file(out, "--out")
     document = build_document()
     out.write_text(json.dumps(document, indent=2) + "\n")
     typer.echo(f"wrote {out} ({len(document.get('channels', {}))} channels)")  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from services.bench.report import SuiteReport
 from services.bench.serving import run_sweep
 from services.bench.serving_stats import LevelSummary, ServingRun, ServingWorkload, serving_result
 from services.bench.verdict import gpu_result, judge_gpu
+from services.cli.errors import writable_file
 from shared.bus import event_headers, nats_connect_options
 from shared.contract import BenchResult
 from shared.settings import Settings
@@ -168,6 +169,7 @@ def bench_serving(
     """Sweep concurrency levels against an endpoint (an API key, if needed: FLEETPILOT_BENCH_SERVING_API_KEY)."""
     if api not in ("chat", "completions"):
         raise typer.BadParameter(f"--api must be chat or completions, got {api!r}")
+    writable_file(out, "--out")  # before a sweep of many minutes, not after
     workload = ServingWorkload(
         levels=parse_levels(levels),
         requests_per_level=requests_per_level,

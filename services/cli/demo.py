@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import tempfile
 import time
@@ -27,10 +28,12 @@ from rich.panel import Panel
 from rich.table import Table
 
 from services.cli.demo_dashboard import MetricSamples
+from services.cli.errors import UserMistake, writable_file
 from shared.contract import DeadLetter, DecisionRecord, DemandSignal, FleetSnapshot, InstanceTransitioned
 from shared.settings import Settings
 from shared.streams import DLQ
 from sim.stack import SERVICES, Stack, StackPlan
+from sim.world.trace import TraceError, load_trace
 
 # Metrics each service must export (checked at the end of the demo, and by the end-to-end test).
 REQUIRED_METRICS: dict[str, tuple[str, ...]] = {
@@ -264,6 +267,23 @@ async def run_demo(
         await asyncio.to_thread(stack.close)
 
 
+def with_options(plan: StackPlan, trace: Path | None, budget_usd_per_h: float | None, speed: float | None) -> StackPlan:
+    """The plan with the options given; a trace is read first, so a bad one is one line, not a failed replay."""
+    changes: dict[str, Any] = {}
+    if trace is not None:
+        try:
+            minutes = len(load_trace(trace).arrivals_per_min)
+        except TraceError as error:
+            raise UserMistake(f"--trace {error}") from None
+        start = plan.start_minute if plan.start_minute < minutes else 0
+        changes.update(trace=trace, start_minute=start, minutes=min(plan.minutes, minutes - start))
+    if budget_usd_per_h is not None:
+        changes["budget_usd_per_h"] = budget_usd_per_h
+    if speed is not None:
+        changes["speed"] = speed
+    return dataclasses.replace(plan, **changes)
+
+
 def print_summary(console: Console, summary: dict[str, Any]) -> None:
     table = Table(title="FleetPilot demo summary", show_header=False)
     rows = [
@@ -288,10 +308,15 @@ def demo(
     live: bool = typer.Option(None, help="live terminal view (default: when the output is a terminal)"),
     timeout_s: float = typer.Option(None, help="wall-clock limit for the replay (default 600, fast 240)"),
     dashboard_png: Path = typer.Option(None, help="sample every service's /metrics and draw the dashboards here"),
+    trace: Path = typer.Option(None, help="a CSV trace `minute,arrivals` to replay (default: the bundled diurnal)"),
+    budget_usd_per_h: float = typer.Option(None, min=0.01, help="the fleet's budget in $/h (default 20, fast 10)"),
+    speed: float = typer.Option(None, min=1.0, help="simulated seconds per wall second (default 360, fast 720)"),
 ) -> None:
     """Run the whole system on simulated vast.ai and Ollama: a day of demand in a few minutes."""
     console = Console()
-    plan = StackPlan.fast() if fast else StackPlan.full()
+    writable_file(summary_json, "--summary-json")
+    writable_file(dashboard_png, "--dashboard-png")
+    plan = with_options(StackPlan.fast() if fast else StackPlan.full(), trace, budget_usd_per_h, speed)
     live_view = console.is_terminal if live is None else live
     limit = timeout_s or (240.0 if fast else 600.0)
     console.print(

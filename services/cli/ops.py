@@ -23,7 +23,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from shared.bus import event_headers, nats_connect_options
+from shared.bus import event_headers
 from shared.contract import (
     DecisionRecord,
     Event,
@@ -36,6 +36,7 @@ from shared.contract import (
     QueueSnapshot,
     TaskEvent,
 )
+from shared.service import connect_once, describe_nats_error
 from shared.settings import Settings
 from shared.streams import AUDIT, DEMAND, LATEST
 
@@ -187,6 +188,9 @@ def decision_lines(record: DecisionRecord) -> list[str]:
     lines.extend(f"  {describe_verdict(verdict)}" for verdict in record.verdicts)
     if record.commands_sent:
         lines.append(f"  commands sent: {', '.join(record.commands_sent)}")
+    if record.mode == "shadow":
+        withheld = ", ".join(record.commands_withheld) or "none"
+        lines.append(f"  shadow mode (FLEETPILOT_DECIDER_MODE=shadow): commands withheld: {withheld}")
     return lines
 
 
@@ -195,7 +199,7 @@ def decision_lines(record: DecisionRecord) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def connected(settings: Settings) -> AsyncIterator[NatsClient]:
-    client = await nats.connect(**nats_connect_options(settings), connect_timeout=5, max_reconnect_attempts=2)
+    client = await connect_once(settings)
     try:
         yield client
     finally:
@@ -267,8 +271,13 @@ publish_app = typer.Typer(
 audit_app = typer.Typer(help="Read the decision audit trail.", no_args_is_help=True)
 
 
-def _fail_unreachable(settings: Settings, error: BaseException) -> typer.Exit:
-    typer.echo(f"cannot reach NATS at {settings.nats_url}: {error}", err=True)
+def fail_unreachable(settings: Settings, error: BaseException) -> typer.Exit:
+    """NATS down or refusing is an ordinary mistake of setup: one line with the URL (never its credentials)."""
+    typer.echo(
+        f"error: cannot reach NATS at {settings.nats_url_for_humans} ({describe_nats_error(error)}): "
+        "is it running, and is FLEETPILOT_NATS_URL right?",
+        err=True,
+    )
     return typer.Exit(2)
 
 
@@ -281,7 +290,7 @@ def status(
     try:
         found = asyncio.run(fetch_snapshot(settings, timeout_s))
     except (OSError, nats.errors.Error) as error:
-        raise _fail_unreachable(settings, error) from None
+        raise fail_unreachable(settings, error) from None
     if found is None:
         typer.echo(
             f"no fleet snapshot: nothing answered on {settings.subjects.fleet_snapshot} and none was published; "
@@ -339,7 +348,9 @@ def publish_task(
 
 @publish_app.command("queue")
 def publish_queue(
-    queues: list[str] = typer.Argument(..., help="TYPE=PENDING[/RUNNING] per task type, e.g. proving=12/3 index=0"),
+    queues: list[str] = typer.Argument(
+        ..., help="TYPE=PENDING or TYPE=PENDING/RUNNING per task type, e.g. proving=12/3 index=0"
+    ),
     event_id: str = typer.Option(None, help="reuse an id to make a retry idempotent (default: a new one)"),
     source: str = typer.Option("jobs", help="who reports it"),
     timeout_s: float = typer.Option(5.0, "--timeout", help="seconds to wait for JetStream's acknowledgement"),
@@ -368,7 +379,7 @@ def _publish(settings: Settings, subject: str, event: Event, stream: str, timeou
         )
         raise typer.Exit(1) from None
     except (OSError, nats.errors.Error) as error:
-        raise _fail_unreachable(settings, error) from None
+        raise fail_unreachable(settings, error) from None
     if published.duplicate:
         typer.echo(f"{type(event).__name__} {event.event_id} was already stored ({published.stream}): not repeated")
     else:
@@ -413,6 +424,6 @@ def audit_tail(
         typer.echo(f"no audit stream {AUDIT.name(settings.subjects)} yet: has any service started?", err=True)
         raise typer.Exit(1) from None
     except (OSError, nats.errors.Error) as error:
-        raise _fail_unreachable(settings, error) from None
+        raise fail_unreachable(settings, error) from None
     except KeyboardInterrupt:
         pass

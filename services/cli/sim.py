@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+
+from services.cli.errors import UserMistake, load_scenario, one_line, writable_file
 
 sim_app = typer.Typer(help="Simulators: vast.ai API, Ollama stand-in, policy evaluation.", no_args_is_help=True)
 
@@ -70,7 +74,7 @@ def sim_vast(
     from sim.vast.scenario import Scenario
     from sim.vast.server import VastSimulator
 
-    world = Scenario.load(scenario) if scenario else Scenario()
+    world = load_scenario(scenario) if scenario else Scenario()
     if seed is not None:
         world = world.model_copy(update={"seed": seed})
     settings = Settings()
@@ -134,12 +138,14 @@ def sim_evaluate(
 
     from sim.world.cli import EvaluateRequest, run_evaluate
 
+    writable_file(Path(plot) if plot else None, "--plot")
+    if scenario:
+        load_scenario(scenario)  # a bad file is said in one line before the replay starts
     try:
         request = EvaluateRequest(trace, policy, scenario, seed, grace_min, delay_usd_per_task_h, initial_machines)
         evaluation = run_evaluate(request)
     except (ValueError, ValidationError, OSError) as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from None
+        raise UserMistake(one_line(error)) from None
     if plot:
         from sim.world.report import plot as draw
 

@@ -13,6 +13,7 @@ from faststream.asgi import AsgiFastStream
 from faststream.nats.annotations import NatsMessage
 from redis.asyncio import Redis
 
+from services.provisioner.dry_run import DryRunVastClient, refused_in_shadow_mode
 from services.provisioner.metrics import ProvisionerMetrics
 from services.provisioner.operations import Provisioner
 from services.provisioner.settings import ProvisionerSettings
@@ -62,18 +63,23 @@ class ProvisionerService:
     context: ServiceContext
 
 
-def build(ctx: ServiceContext, config: ProvisionerSettings | None = None) -> AsgiFastStream:
-    return assemble(ctx, config).app
+def build(ctx: ServiceContext, config: ProvisionerSettings | None = None, *, dry_run: bool = False) -> AsgiFastStream:
+    return assemble(ctx, config, dry_run=dry_run).app
 
 
-def assemble(ctx: ServiceContext, config: ProvisionerSettings | None = None) -> ProvisionerService:
+def assemble(
+    ctx: ServiceContext, config: ProvisionerSettings | None = None, *, dry_run: bool = False
+) -> ProvisionerService:
+    """`dry_run`: vast.ai is read for real and every create/stop/destroy is logged instead of sent."""
     config = config or ProvisionerSettings()
     metrics = ProvisionerMetrics(ctx.metrics.registry)
     metrics.budget.set(ctx.settings.budget_usd_per_h)
     metrics.max_instances.set(ctx.settings.max_instances)
     redis = Redis.from_url(ctx.settings.redis_url)
     store = ProvisionerStore(redis, f"fleetpilot:{ctx.settings.subject_prefix}:{SERVICE}")
-    client = VastClient(
+    client_class = DryRunVastClient if dry_run else VastClient
+    ctx.health_checks.append(metrics.vast.auth_problem)
+    client = client_class(
         ctx.settings.vast_api_url, ctx.settings.vast_api_key, clock=ctx.clock, settings=config, metrics=metrics.vast
     )
     publisher = BusPublisher(ctx)
@@ -90,15 +96,18 @@ def assemble(ctx: ServiceContext, config: ProvisionerSettings | None = None) -> 
 
     @ctx.broker.subscriber(subjects.provision_command("launch"), **command_consumer("launch"))
     async def on_launch(command: LaunchInstances, msg: NatsMessage) -> None:
-        await publisher.result(await provisioner.launch(command, heartbeat=msg.in_progress))
+        refusal = refused_in_shadow_mode(command, "launch", ctx.settings, ctx.clock.now())
+        await publisher.result(refusal or await provisioner.launch(command, heartbeat=msg.in_progress))
 
     @ctx.broker.subscriber(subjects.provision_command("stop"), **command_consumer("stop"))
     async def on_stop(command: StopInstance, msg: NatsMessage) -> None:
-        await publisher.result(await provisioner.stop(command, heartbeat=msg.in_progress))
+        refusal = refused_in_shadow_mode(command, "stop", ctx.settings, ctx.clock.now())
+        await publisher.result(refusal or await provisioner.stop(command, heartbeat=msg.in_progress))
 
     @ctx.broker.subscriber(subjects.provision_command("destroy"), **command_consumer("destroy"))
     async def on_destroy(command: DestroyInstance, msg: NatsMessage) -> None:
-        await publisher.result(await provisioner.destroy(command, heartbeat=msg.in_progress))
+        refusal = refused_in_shadow_mode(command, "destroy", ctx.settings, ctx.clock.now())
+        await publisher.result(refusal or await provisioner.destroy(command, heartbeat=msg.in_progress))
 
     @ctx.broker.subscriber(subjects.provision_offers)
     async def on_offer_query(query: OfferQuery) -> OfferList:
@@ -139,6 +148,6 @@ def assemble(ctx: ServiceContext, config: ProvisionerSettings | None = None) -> 
     return ProvisionerService(app, provisioner, ctx)
 
 
-def create_app(settings: Settings | None = None) -> AsgiFastStream:
-    """Entry point for `fleetpilot run provisioner`."""
-    return build(ServiceContext.from_settings(SERVICE, settings))
+def create_app(settings: Settings | None = None, *, dry_run: bool = False) -> AsgiFastStream:
+    """Entry point for `fleetpilot run provisioner [--dry-run]`."""
+    return build(ServiceContext.from_settings(SERVICE, settings), dry_run=dry_run)

@@ -33,16 +33,35 @@ class VastApiMetrics:
             buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
             registry=registry,
         )
+        self.auth_ok = Gauge(
+            "fleetpilot_vast_auth_ok",
+            "1 when vast.ai accepted the API key at the last answer, 0 when it refused it (NaN: not asked yet)",
+            registry=registry,
+        )
+        self.auth_ok.set(float("nan"))  # unknown until vast.ai answers: never a refusal nor an acceptance
+        self.auth_refused_at: str | None = None  # the endpoint whose answer refused the key, while it does
         for endpoint in VAST_ENDPOINTS:
             self.rate_limited.labels(endpoint)
             self.calls.labels(endpoint, "ok")
 
     def observe(self, endpoint: str, outcome: str, latency_s: float | None) -> None:
         self.calls.labels(endpoint, outcome).inc()
+        if outcome == "auth_error":
+            self.auth_ok.set(0)
+            self.auth_refused_at = endpoint
+        elif outcome == "ok":
+            self.auth_ok.set(1)
+            self.auth_refused_at = None
         if outcome == "rate_limited":
             self.rate_limited.labels(endpoint).inc()
         if latency_s is not None:
             self.latency.labels(endpoint).observe(latency_s)
+
+    def auth_problem(self) -> str | None:
+        """Why the provisioner is unhealthy on vast.ai's side, for /health; None while the key is accepted."""
+        if self.auth_refused_at is None:
+            return None
+        return f"vast.ai refused the API key (FLEETPILOT_VAST_API_KEY) at its last answer ({self.auth_refused_at})"
 
 
 class ProvisionerMetrics:

@@ -1,0 +1,128 @@
+"""How `fleetpilot` answers an ordinary mistake: one line naming the variable or option and what it expects,
+exit code 2, no traceback. Everything else (a bug) keeps its traceback."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import typer
+import typer.main
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings
+from typer._click import exceptions as click_errors  # typer carries its own click; its errors are these
+
+# an ordinary mistake, as click and the shell expect
+USAGE_EXIT_CODE = 2
+
+
+class UserMistake(Exception):
+    """Raised where a command finds bad input it can describe in one line (the line is the message)."""
+
+
+def settings_classes_by_name() -> dict[str, type[BaseSettings]]:
+    from services.cli.config import SETTINGS_CLASSES, load_class
+
+    classes = [load_class(spec) for _, spec in SETTINGS_CLASSES]
+    return {settings_class.__name__: settings_class for settings_class in classes}
+
+
+def environment_variable(settings_class: type[BaseSettings] | None, field: str) -> str:
+    prefix = str(settings_class.model_config.get("env_prefix", "")) if settings_class else "FLEETPILOT_"
+    return f"{prefix}{field}".upper()
+
+
+def describe_settings_error(error: ValidationError) -> str:
+    """`FLEETPILOT_BUDGET_USD_PER_H='abc': expected a number (Input should be a valid number, ...)`, one per
+    problem: the variable a person sets, not the pydantic field behind it."""
+    settings_class = settings_classes_by_name().get(error.title)
+    problems = []
+    for item in error.errors():
+        field = str(item["loc"][0]) if item["loc"] else ""
+        variable = environment_variable(settings_class, field) if field else error.title
+        got = item.get("input")
+        value = f"={got!r}" if isinstance(got, str | int | float) else ""
+        problems.append(f"{variable}{value}: {item['msg'].lower()}")
+    return "; ".join(problems)
+
+
+def is_settings_error(error: ValidationError) -> bool:
+    return error.title in settings_classes_by_name()
+
+
+def writable_file(path: Path | None, option: str) -> Path | None:
+    """Checks an output path before any work is done, so an hour's run does not end in a failed write."""
+    if path is None:
+        return None
+    target = path.expanduser()
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise UserMistake(f"{option} {path}: is a directory; expected a file path to write")
+    if not parent.is_dir():
+        raise UserMistake(f"{option} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise UserMistake(f"{option} {path}: not writable; expected a path this user may write")
+    return path
+
+
+def one_line(error: BaseException) -> str:
+    """A bad file's problem in one line: each pydantic problem as `field: message (got value)`, a YAML or
+    JSON error's first line, an OS error's reason and file."""
+    if isinstance(error, ValidationError):
+        problems = []
+        for item in error.errors():
+            field = ".".join(str(part) for part in item["loc"]) or "value"
+            got = item.get("input")
+            shown = f" (got {got!r})" if isinstance(got, str | int | float | bool) else ""
+            problems.append(f"{field}: {item['msg']}{shown}")
+        return "; ".join(problems)
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror.lower()
+    text = " ".join(str(error).split())
+    return text or type(error).__name__
+
+
+def load_scenario(path: str, option: str = "--scenario") -> Any:
+    """A vast.ai simulator scenario file, or a UserMistake naming the option, the file and the problem."""
+    import yaml
+
+    from sim.vast.scenario import Scenario
+
+    try:
+        return Scenario.load(path)
+    except (OSError, ValueError, yaml.YAMLError) as error:  # pydantic's ValidationError is a ValueError
+        raise UserMistake(f"{option} {path}: {one_line(error)}") from None
+
+
+def fail(line: str) -> NoReturn:
+    typer.echo(f"error: {line}", err=True)
+    raise SystemExit(USAGE_EXIT_CODE)
+
+
+class FleetPilotApp(typer.Typer):
+    """The `fleetpilot` command: usage errors, bad settings and UserMistake end in one line and exit code 2."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        command = typer.main.get_command(self)
+        kwargs["standalone_mode"] = False  # errors come back here as exceptions, to be said in one line
+        try:
+            result = command.main(*args, **kwargs)
+        except click_errors.NoArgsIsHelpError as error:  # `fleetpilot` alone: the help, as before
+            typer.echo(error.ctx.get_help() if error.ctx else str(error))
+            raise SystemExit(USAGE_EXIT_CODE) from None
+        except click_errors.UsageError as error:
+            fail(error.format_message().replace("\n", " "))
+        except click_errors.ClickException as error:
+            fail(error.format_message())
+        except click_errors.Abort:
+            typer.echo("aborted", err=True)
+            raise SystemExit(130) from None
+        except UserMistake as error:
+            fail(str(error))
+        except ValidationError as error:
+            if not is_settings_error(error):
+                raise
+            fail(describe_settings_error(error))
+        sys.exit(result if isinstance(result, int) else 0)

@@ -1,0 +1,91 @@
+"""`fleetpilot up`: the whole stack on this machine, for trying FleetPilot by hand.
+
+A private nats-server and redis-server, the vast.ai and Ollama stand-ins and every service, each on its own
+free port, on a fast clock; it prints the variables that point `fleetpilot status`, `publish`, `ask`, `dlq` and
+`audit tail` at it, and runs until Ctrl-C (services stop before the stand-ins they call).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import signal
+import tempfile
+import threading
+from pathlib import Path
+
+import typer
+
+from services.cli.errors import UserMistake
+from shared.contract.audit import DeciderMode
+from sim.stack import SERVICES, Stack, StackPlan
+
+# 60 simulated seconds per wall second: a machine's ~10 min start-up takes 10 s, an hour of demand one minute,
+# and the decider's 5 min heartbeat comes every 5 s. Slow enough to read `fleetpilot status` as it changes.
+DEFAULT_SPEED = 60.0
+
+
+def client_environment(stack: Stack) -> dict[str, str]:
+    """What a terminal needs to talk to this stack: the same bus, prefix and clock as the services."""
+    env = stack.env()
+    names = (
+        "FLEETPILOT_NATS_URL",
+        "FLEETPILOT_REDIS_URL",
+        "FLEETPILOT_SUBJECT_PREFIX",
+        "FLEETPILOT_VAST_API_URL",
+        "FLEETPILOT_VAST_API_KEY",
+        "FLEETPILOT_CLOCK_SPEED",
+        "FLEETPILOT_CLOCK_SIM_EPOCH",
+        "FLEETPILOT_CLOCK_WALL_EPOCH_S",
+    )
+    return {name: env[name] for name in names if name in env}
+
+
+def exports(environment: dict[str, str]) -> str:
+    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in environment.items())
+
+
+def up(
+    speed: float = typer.Option(DEFAULT_SPEED, min=1.0, help="simulated seconds per wall second (1 = real time)"),
+    budget_usd_per_h: float = typer.Option(10.0, min=0.01, help="the fleet's budget, $/h"),
+    max_instances: int = typer.Option(20, min=1, help="most instances at once"),
+    mode: str = typer.Option(
+        "live", help="live: the decider's commands reach the vast.ai stand-in; shadow: decided and audited, not sent"
+    ),
+    workdir: Path = typer.Option(None, help="where logs and data go (default: a new temporary directory)"),
+) -> None:
+    """Start NATS, Redis, the vast.ai and Ollama stand-ins and every service locally; Ctrl-C stops them all."""
+    if mode not in ("live", "shadow"):
+        raise UserMistake(f"--mode {mode!r}: expected live or shadow")
+    decider_mode: DeciderMode = "live" if mode == "live" else "shadow"
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
+    directory = workdir or Path(tempfile.mkdtemp(prefix="fleetpilot-up-"))
+    plan = dataclasses.replace(StackPlan.full(), speed=speed, budget_usd_per_h=budget_usd_per_h)
+    plan = dataclasses.replace(plan, max_instances=max_instances)
+    mode_env = {"FLEETPILOT_DECIDER_MODE": decider_mode}
+    stack = Stack(plan, directory, process_env={name: dict(mode_env) for name in SERVICES}, log_level="info")
+    stopping = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        typer.echo(f"starting in {directory} (x{speed:g} clock, budget ${budget_usd_per_h:g}/h, {decider_mode})")
+        stack.start()
+        environment = {**client_environment(stack), **mode_env}
+        env_file = directory / "fleetpilot.env"
+        env_file.write_text(exports(environment))
+        for name in (*SERVICES, "vast", "ollama"):
+            typer.echo(f"  {name:<12} http://127.0.0.1:{stack.ports[name]}  (log: {directory / f'{name}.log'})")
+        typer.echo(f"  nats         {stack.nats.url}\n  redis        {stack.redis.url}")
+        typer.echo(f"\nIn another terminal:  source {env_file}")
+        typer.echo("then: fleetpilot status, fleetpilot publish queue default=40, fleetpilot audit tail -f, ...")
+        typer.echo("\nready; Ctrl-C stops everything")
+        while not stopping.wait(0.5):
+            if crashed := stack.crashed():
+                typer.echo(f"stopped early: {', '.join(crashed)} (see the logs above)", err=True)
+                raise typer.Exit(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        typer.echo("stopping: services first, then the stand-ins, NATS and Redis", err=True)
+        stack.close()
