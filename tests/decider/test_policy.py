@@ -369,9 +369,12 @@ def test_a_flash_crowd_launches_at_the_first_run_that_sees_it_and_more_as_it_las
                        above_capacity_for_s=minutes_old * 60, state=DemandState.UNDER_PROVISIONED)  # fmt: skip
         rec = recommend(crowd, fleet, NOW)
         assert [plan.reason for plan in rec.launches] == [LaunchReason.BACKLOG], rec.explanation
-        # sized by what will be left when machines land: the queue, plus the surge for as long again as it lasted
+        # sized by what will be left when machines land (the queue, plus the surge for as long again as it
+        # lasted), cleared within the surge's drain target
         left = pending + (rate - 1200) * minutes_old / 60
-        assert rec.launch_count == math.ceil(left / 120 - 0.1)
+        config = PolicyConfig()
+        need = math.ceil(left / (120 * config.surge_drain_target_s / 3600) - 0.1)
+        assert rec.launch_count == min(need, config.max_launches_per_decision)
         counts.append(rec.launch_count)
     assert counts == sorted(counts) and counts[0] < counts[-1]
     # once it has lasted `sustained_for_s`, the rate itself is planned for

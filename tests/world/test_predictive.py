@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from services.demand.core import IngestOutcome
+from shared.contract import TaskEvent
 from sim.world.bound import clairvoyant_bound
 from sim.world.engine import Engine
 from sim.world.evaluate import evaluate
@@ -71,3 +73,44 @@ def test_a_fixed_seed_gives_the_same_predictive_run() -> None:
         return {k: v for k, v in out.items() if not timing(k)}
 
     assert record() == record()
+
+
+def test_the_world_feeds_demand_through_task_events_and_it_learns_the_machines_real_pace() -> None:
+    # every machine rented runs at half its catalog pace (the catalog says 120 tasks/h for an RTX 4090)
+    scenario = quiet_scenario(fates={"stuck_loading": 0, "exit_error": 0, "offline_later": 0, "slow": 1.0,
+                                     "slow_factor": {"min": 0.5, "max": 0.5}},
+                              startup={"startup_s": {"min": 3600, "max": 3600}})  # fmt: skip
+    world = WorldConfig(initial_machines=0)
+    policy = PredictiveAdapter(default_guardrails(world, scenario))
+    engine = Engine(Trace.of([10] * 300, "cold start at 600/h"), policy, scenario, 0, world)
+    engine.run()
+    assert policy.sampled_completions["RTX 4090"] > 100  # completions went in one by one, as task events
+    signal = policy.demand.evaluate(policy.fleet_now()).signal
+    assert signal.per_worker_throughput_tasks_per_h is not None
+    assert 50 <= signal.per_worker_throughput_tasks_per_h <= 70
+    # through demand's own duplicate check: an event seen is not counted twice
+    seen = TaskEvent(event_id=f"world-task-{policy.task_seq}", occurred_at=policy.fleet_now(), source="job-system",
+                     kind="completed", task_id="again", task_type="default")  # fmt: skip
+    assert policy.demand.ingest(seen, policy.fleet_now()) is IngestOutcome.DUPLICATE
+
+
+def test_a_flash_crowd_that_lasts_hours_launches_at_the_first_decider_run_that_sees_it() -> None:
+    crowd_minute = 120
+    trace = Trace.of([10] * crowd_minute + [60] * 240 + [10] * 60, "a four-hour flash crowd")
+    world = WorldConfig()
+    policy = adapter(world)
+    runs: list[tuple[float, int]] = []  # (when, machines launched) for every decider run
+    decide = policy.decide
+
+    def recording(view):  # type: ignore[no-untyped-def]
+        before = policy.runs
+        actions = decide(view)
+        if policy.runs > before:
+            runs.append((view.now_s, sum(a.count for a in actions if isinstance(a, Launch))))
+        return actions
+
+    policy.decide = recording  # type: ignore[method-assign]
+    Engine(trace, policy, quiet_scenario(), 0, world).run()
+    during = [(at_s, launched) for at_s, launched in runs if at_s > crowd_minute * 60]
+    assert during[0][1] > 0, during[:3]  # the first run after the crowd began launched
+    assert during[0][0] <= (crowd_minute + 3) * 60  # and came within minutes (demand's trigger, P1 debounce)

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from shared import gpu_models
 from shared.contract import DemandSignal, InstanceLine, InstanceState, SeasonEcho, WindowStats
 
 ARRIVING_STATES = frozenset(
@@ -41,13 +42,22 @@ def learned_startup_s(
 
 
 def throughput_per_machine(signal: DemandSignal, producing: Sequence[InstanceLine], default_per_h: float) -> float:
-    """Tasks per hour one machine finishes: demand's measurement, else the fleet's, else the default."""
+    """Tasks per hour one machine finishes: demand's measurement, else the fleet's, else the catalog's.
+
+    demand measures a worker only while it had work; fleet's per-instance rate counts idle time too, so on a
+    fleet with room to spare it reads what arrives, not what a machine can do (15/h on a steady trace's
+    under-loaded start, which launched 27 machines): it only counts when it is above the catalog's
+    reference for the fleet's models (`shared.gpu_models`), else the default.
+    """
     if signal.per_worker_throughput_tasks_per_h:
         return signal.per_worker_throughput_tasks_per_h
+    catalog = [model.reference_tasks_per_h * line.num_gpus for line in producing
+               if line.gpu_model and (model := gpu_models.find(line.gpu_model)) is not None]  # fmt: skip
+    prior = statistics.median(catalog) if catalog else default_per_h
     measured = [line.throughput_tasks_per_h for line in producing if line.throughput_tasks_per_h]
     if measured:
-        return statistics.median(m for m in measured if m is not None)
-    return default_per_h
+        return max(prior, statistics.median(m for m in measured if m is not None))
+    return prior
 
 
 def ready_offsets_s(arriving: Iterable[InstanceLine], now: datetime, startup_s: float) -> list[float]:

@@ -83,6 +83,11 @@ class PolicyConfig:
     # producers served before. 22 tasks within a minute on a cold start once launched 10 GPUs because one
     # minute's rate was planned for 3.5 hours; a minute's evidence now buys what clears a minute's arrivals
     surge_min_s: float = 60.0
+    # the backlog a surge leaves when machines land is cleared within this time. Waiting B tasks cleared by n
+    # machines costs ≈ B²/(2 n μ) task-hours at the delay price d, each machine its startup s at price p: the
+    # sum is least at n = B √(d / (2 μ s p)), a drain time of √(2 s p / (μ d)) ≈ 0.35 h at μ = 120/h,
+    # s = 1.5 h, p = 0.5 $/h and d = 0.10 $/task-h (sim/world/README.md's objective)
+    surge_drain_target_s: float = 1200.0
     # whether a machine still loading is billed: the world and the vast.ai simulator bill from creation, so a
     # loading machine nobody needs any more costs its price every hour it stays (vast itself bills GPU time
     # from running: with False only a machine that is running but not yet producing is given back)
@@ -243,8 +248,8 @@ def recommend(
 
     backlog_at_horizon = backlog_at(startup_s)
     drain_machines = backlog_at_horizon / (thr * drain_h)
-    surge_left = backlog_at(startup_s + config.backlog_drain_target_s, surge=True)
-    surge_machines = ceil_machines(surge_left / (thr * drain_h), config.round_slack_machines)
+    surge_left = backlog_at(startup_s + config.surge_drain_target_s, surge=True)
+    surge_machines = ceil_machines(surge_left / (thr * config.surge_drain_target_s / 3600), config.round_slack_machines)
     demand_present = pending > 0 or rate_now > 0
     target = max(ceil_machines(rate_up / thr + drain_machines, config.round_slack_machines), config.min_machines)
     keep = max(ceil_machines(rate_keep / thr + drain_machines, config.round_slack_machines), config.min_machines)
@@ -285,7 +290,7 @@ def recommend(
            if backlog_at_horizon >= 1 else "")
         + f"; have {healthy} producing + {arriving} arriving, {pending} pending"
         + (f"; a surge {surge_s / 60:.0f} min old, expected to last as long again, leaves {surge_left:.0f} tasks"
-           f" after {(startup_s + config.backlog_drain_target_s) / 3600:.1f}h: {surge_machines} machines clear them"
+           f" after {(startup_s + config.surge_drain_target_s) / 3600:.1f}h: {surge_machines} machines clear them"
            if not planned_from_rate and (undrainable or nobody_serving) else "")
     )  # fmt: skip
 

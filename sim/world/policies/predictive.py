@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -93,6 +93,18 @@ class _Reported:
     price_usd_per_h: float = 0.0
 
 
+# workers per GPU model whose every completion demand receives as a task event (see _feed_sampled_completions)
+SAMPLED_WORKERS_PER_MODEL = 2
+
+
+@dataclass
+class _SampledWorker:
+    gpu_model: str
+    started: float  # the machine's tasks started, as of `at_s`
+    at_s: float
+    completions: deque[float] = field(default_factory=deque)  # when its started tasks complete, in order
+
+
 @dataclass
 class _Carry:
     """Float task counts from the fluid world, handed to the cores as integers without losing remainders."""
@@ -136,6 +148,9 @@ class PredictiveAdapter:
         self.signal: DemandSignal | None = None
         self.last_bulk_s = -math.inf
         self.task_seq = 0
+        self.sampled: dict[int, _SampledWorker] = {}
+        self.sampled_completions: Counter[str] = Counter()
+        self.producing_ids: set[int] = set()
         self.runs = 0
         self.run_labels: Counter[str] = Counter()
         self.policy_ms: list[float] = []
@@ -189,7 +204,6 @@ class PredictiveAdapter:
         initial = [m for m in view.machines if m.state is MachineState.PRODUCING]
         if not history or not initial:
             return
-        seconds_per_task = len(initial) * 3600.0 / sum(m.tasks_per_h for m in initial)
         gpu_model = Counter(m.gpu_model for m in initial).most_common(1)[0][0]
         workers = tuple(f"worker-{m.instance_id}" for m in initial)
         for minute in range(-60, 0):
@@ -197,8 +211,7 @@ class PredictiveAdapter:
             at = EPOCH + timedelta(seconds=minute * 60 + 30)
             counts = TaskCounts(
                 at=at, task_type=TASK_TYPE, submitted=n, started=n, completed=n, duration_sum_s=n * view.task_s,
-                durations=n, busy_completions=n, busy_s=n * seconds_per_task, gpu_model=gpu_model,
-                worker_ids=workers if minute >= -15 else (),
+                durations=n, gpu_model=gpu_model, worker_ids=workers if minute >= -15 else (),
             )  # fmt: skip
             self.demand.ingest_counts(counts, at)
 
@@ -215,16 +228,17 @@ class PredictiveAdapter:
             ),
             now,
         )
+        sampled = self._feed_sampled_completions(view, now)
         completed_share = view.completed_total / view.started_total if view.started_total > 0 else 0.0
         for gpu_model, started in sorted(view.started_by_gpu_model.items()):
-            # a task completes one duration after it starts: each model's share of the completions so far
-            completed = self.carry.take(f"completed:{gpu_model}", started * completed_share)
-            busy_s = view.busy_s_by_gpu_model[gpu_model] - self.carry.cumulative.get(f"busy:{gpu_model}", 0.0)
-            done = started - self.carry.cumulative.get(f"started:{gpu_model}", 0.0)
-            if not completed or done <= 0:
+            # a task completes one duration after it starts: each model's share of the completions so far, less
+            # those its sampled workers reported one by one
+            whole = math.floor(started * completed_share + 1e-9) - sampled[gpu_model]
+            key = f"completed:{gpu_model}"
+            completed = whole - self.carry.fed.get(key, 0)
+            if completed <= 0:
                 continue
-            self.carry.cumulative[f"busy:{gpu_model}"] = view.busy_s_by_gpu_model[gpu_model]
-            self.carry.cumulative[f"started:{gpu_model}"] = started
+            self.carry.fed[key] = whole
             self.demand.ingest_counts(
                 TaskCounts(
                     at=at,
@@ -232,8 +246,6 @@ class PredictiveAdapter:
                     completed=completed,
                     duration_sum_s=completed * view.task_s,
                     durations=completed,
-                    busy_completions=completed,
-                    busy_s=busy_s * completed / done,
                     gpu_model=gpu_model,
                 ),
                 now,
@@ -247,6 +259,62 @@ class PredictiveAdapter:
         )
         self.demand.observe_queue(queue, now)
         self.fleet.observe_queue(queue, now)
+
+    def _feed_sampled_completions(self, view: WorldView, now: datetime) -> Counter[str]:
+        """Every completion of a few producing workers per GPU model, as the job system reports them: task events
+        through demand's own duplicate check and busy-time throughput estimator, at the machines' real pace.
+
+        Each worker's starts are spread over the minute as its started count grew, and complete one task
+        duration later. Reporting every task of a 1000-machine fleet would be ~2000 events a simulated minute;
+        the estimator measures a worker's pace while it had work, so a sample of workers per model shows it.
+        Returns the completions reported so far, by GPU model (the aggregated counts leave them out).
+        """
+        producing_ids = self._producing_ids(view)
+        for instance_id in [i for i in self.sampled if i not in producing_ids]:
+            del self.sampled[instance_id]
+        members: Counter[str] = Counter(worker.gpu_model for worker in self.sampled.values())
+        for instance_id in sorted(producing_ids):
+            machine = view.machines_by_id[instance_id]
+            if instance_id not in self.sampled and members[machine.gpu_model] < SAMPLED_WORKERS_PER_MODEL:
+                self.sampled[instance_id] = _SampledWorker(machine.gpu_model, machine.tasks_started, view.now_s)
+                members[machine.gpu_model] += 1
+        for instance_id, worker in self.sampled.items():
+            started = view.machines_by_id[instance_id].tasks_started
+            if started > worker.started:
+                span_s = view.now_s - worker.at_s
+                for task in range(math.floor(worker.started) + 1, math.floor(started) + 1):
+                    started_s = worker.at_s + (task - worker.started) / (started - worker.started) * span_s
+                    worker.completions.append(started_s + view.task_s)
+            worker.started, worker.at_s = started, view.now_s
+            while worker.completions and worker.completions[0] <= view.now_s:
+                self.task_seq += 1
+                event = TaskEvent(
+                    event_id=f"world-task-{self.task_seq}",
+                    occurred_at=EPOCH + timedelta(seconds=worker.completions.popleft()),
+                    source=SOURCE_JOBS,
+                    kind="completed",
+                    task_id=f"task-{self.task_seq}",
+                    task_type=TASK_TYPE,
+                    worker_id=f"worker-{instance_id}",
+                    instance_id=instance_id,
+                    gpu_model=worker.gpu_model,
+                    duration_s=view.task_s,
+                )
+                self.demand.ingest(event, now)
+                self.sampled_completions[worker.gpu_model] += 1
+        return self.sampled_completions
+
+    def _producing_ids(self, view: WorldView) -> set[int]:
+        """Producing machines, kept from the world's events rather than a scan of every machine each minute."""
+        if not self.reported:
+            self.producing_ids = {m.instance_id for m in view.machines if m.state is MachineState.PRODUCING}
+        for event in view.events:
+            if event.kind == "producing":
+                self.producing_ids.add(event.instance_id)
+            elif event.kind in ("offline", "gone", "exited"):
+                self.producing_ids.discard(event.instance_id)
+        self.producing_ids &= view.machines_by_id.keys()
+        return self.producing_ids
 
     # --- what the provisioner says: vast's status, mapped by the provisioner's own rule -----------------------
 
