@@ -155,6 +155,13 @@ class FateShares(_Strict):
         total = self.stuck_loading + self.exit_error + self.offline_later + self.slow
         if total > 1.0 + 1e-9:
             raise ValueError(f"fate shares add up to {total:.3f}, above 1")
+        # a "slow" machine faster than its model's reference would make the world's lower bound, which prices
+        # work at the reference speed, no bound at all
+        if not 0 < self.slow_factor.min <= self.slow_factor.max <= 1:
+            raise ValueError(
+                f"slow_factor must lie within (0, 1] (a share of the model's reference throughput),"
+                f" got {self.slow_factor.min:g}..{self.slow_factor.max:g}"
+            )
         return self
 
 

@@ -138,3 +138,10 @@ def test_a_run_that_cannot_drain_stops_at_the_horizon_and_charges_the_queue() ->
     assert result.tasks_unserved == pytest.approx(1800)
     assert result.tasks_completed == 0
     assert result.delay_cost_usd > 0
+
+
+@pytest.mark.parametrize("slow_factor", [{"min": 0.5, "max": 1.2}, {"min": 0.0, "max": 0.5}])
+def test_a_slow_factor_outside_0_to_1_is_refused_with_its_name(slow_factor: dict[str, float]) -> None:
+    # a "slow" machine faster than its reference would let a run score below the world's lower bound
+    with pytest.raises(ValueError, match="slow_factor must lie within"):
+        Scenario.model_validate({"fates": {"slow_factor": slow_factor}})
