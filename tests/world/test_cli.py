@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from sim.world.evaluate import Refusal, evaluate, limits_summary, limits_warning
 from sim.world.trace import Trace
 from tests.world.conftest import quiet_scenario
 
+FLEETPILOT = Path(sys.executable).parent / "fleetpilot"
 REQUIRED_KEYS = {
     "policy", "tasks_submitted", "tasks_completed", "cost_usd", "delay_cost_usd", "objective_usd", "wait_p50_min",
     "wait_p95_min", "wait_max_min", "machine_hours", "idle_machine_hours", "launches", "wasted_launches",
@@ -49,19 +53,26 @@ def test_the_table_and_the_plot(trace_file: Path, tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def fleetpilot(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed console script, as a user runs it: its one-line errors and exit codes are its own."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("FLEETPILOT_")}
+    return subprocess.run([str(FLEETPILOT), *args], env=env, capture_output=True, text=True, timeout=120)
+
+
 def test_a_malformed_trace_is_a_clear_error_with_its_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("minute,arrivals\n0,4\n1,4\n2,four\n")
-    result = CliRunner().invoke(app, ["sim", "evaluate", "--trace", str(bad), "--policy", "reactive", "--json"])
-    assert result.exit_code == 2
+    result = fleetpilot("sim", "evaluate", "--trace", str(bad), "--policy", "reactive", "--json")
+    assert result.returncode == 2
     assert "bad.csv:4:" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
     assert result.stdout == ""
 
 
 def test_an_unknown_policy_is_named(trace_file: Path) -> None:
-    result = CliRunner().invoke(app, ["sim", "evaluate", "--trace", str(trace_file), "--policy", "psychic"])
-    assert result.exit_code == 2
-    assert "psychic" in result.stderr
+    result = fleetpilot("sim", "evaluate", "--trace", str(trace_file), "--policy", "psychic")
+    assert result.returncode == 2
+    assert "psychic" in result.stderr and "clairvoyant-run" in result.stderr
 
 
 def test_the_objective_can_be_configured(trace_file: Path) -> None:
