@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: setup test lint format bench demo soak asyncapi agent-smoke clean
+.PHONY: setup test lint format bench demo soak asyncapi agent-smoke llm agent-eval clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,15 @@ asyncapi: $(STAMP)
 
 agent-smoke: $(STAMP)
 	$(BIN)/python -m services.decider.agent.smoke $(ARGS)
+
+# a real 0.5B model on this machine: builds llama-server and assembles the model once (cached in .llm/), then serves
+llm: $(STAMP)
+	nice -n 10 $(BIN)/fleetpilot llm serve $(ARGS)
+
+# the agent evaluation on the stand-in and on the real local model (tens of minutes on two cores)
+agent-eval: $(STAMP)
+	nice -n 10 $(BIN)/fleetpilot llm serve --install-only
+	nice -n 10 $(BIN)/python -m benchmarks.agent_eval --target standin --target local $(ARGS)
 
 clean:
 	rm -rf $(VENV) bench-results .pytest_cache .mypy_cache .ruff_cache

@@ -10,6 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 import typer
 import uvicorn
 
+from services.cli.agent_eval import agent_app
 from services.cli.ask import ask
 from services.cli.asyncapi import asyncapi
 from services.cli.bench import bench_app
@@ -17,6 +18,7 @@ from services.cli.config import config, load_dotenv_file
 from services.cli.demo import demo
 from services.cli.dlq import dlq_app
 from services.cli.errors import FleetPilotApp, UserMistake
+from services.cli.llm import llm_app
 from services.cli.ops import audit_app, publish_app, status
 from services.cli.sim import sim_app
 from services.cli.up import up
@@ -96,9 +98,11 @@ def run_service(
 
 # Command groups: each area registers its own typer app here, one line each.
 # (keep this block sorted; one `app.add_typer(...)` per line)
+app.add_typer(agent_app, name="agent")
 app.add_typer(audit_app, name="audit")
 app.add_typer(bench_app, name="bench")
 app.add_typer(dlq_app, name="dlq")
+app.add_typer(llm_app, name="llm")
 app.add_typer(publish_app, name="publish")
 app.add_typer(sim_app, name="sim")
 app.command("asyncapi")(asyncapi)

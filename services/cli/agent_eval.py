@@ -1,0 +1,67 @@
+"""`fleetpilot agent eval`: the agent evaluation suite against the stand-in, the local model or any Ollama host."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+
+from services.cli.errors import UserMistake, writable_file
+
+agent_app = typer.Typer(help="The LLM agent: evaluation against scenarios with known answers.", no_args_is_help=True)
+
+
+class Target(StrEnum):
+    STANDIN = "standin"
+    LOCAL = "local"
+    HOST = "host"
+
+
+@agent_app.command("eval")
+def evaluate(
+    target: list[Target] = typer.Option(
+        None, "--target", case_sensitive=False, help="standin (default), local (llama-server model) or host; repeatable"
+    ),
+    host: str = typer.Option(None, help="Ollama host for --target host (default: FLEETPILOT_OLLAMA_HOST)"),
+    model: str = typer.Option(None, help="model for --target host (default: FLEETPILOT_OLLAMA_MODEL)"),
+    scenario: list[str] = typer.Option(None, "--scenario", help="run only these scenarios; repeatable"),
+    directory: Path = typer.Option(
+        None, "--dir", help="the local model's folder (default: FLEETPILOT_LLM_DIR or .llm)"
+    ),
+    output: Path = typer.Option(None, "--output", "-o", help="also write the results as JSON here"),
+) -> None:
+    """Run every scenario through the real agent and guardrails and score the decisions."""
+    from services.decider.agent.eval.scenarios import by_name
+    from services.decider.agent.eval.suite import TargetKind, run_suite
+    from services.llm.runtime import LocalModelError, LocalModelPaths, default_root, missing_parts
+    from shared.settings import Settings
+
+    kinds: list[TargetKind] = [t.value for t in target] if target else ["standin"]  # type: ignore[misc]
+    llm_dir = directory or default_root()
+    out = writable_file(output, "--output")
+    try:
+        by_name(scenario)
+    except ValueError as error:
+        raise UserMistake(f"--scenario: {error}") from None
+    if "local" in kinds and (missing := missing_parts(LocalModelPaths(llm_dir))):
+        raise UserMistake(f"--target local: not installed ({'; '.join(missing)}); run `fleetpilot llm serve` once")
+    settings = Settings()
+    try:
+        results = asyncio.run(
+            run_suite(
+                kinds,
+                scenario_names=scenario,
+                host=host or settings.ollama_host,
+                model=model or settings.ollama_model,
+                llm_dir=llm_dir,
+                say=typer.echo,
+            )
+        )
+    except LocalModelError as error:
+        raise UserMistake(f"--target local: {error}") from None
+    if out is not None:
+        out.write_text(json.dumps(results, indent=2, default=str))
+        typer.echo(f"wrote {out}")
