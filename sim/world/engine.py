@@ -94,6 +94,9 @@ class RunResult:
     sim_wall_s: float = 0.0
     sim_cpu_s: float = 0.0  # this process's CPU time: on a shared, busy machine closer to an idle core's wall time
     waits: WaitStats | None = None
+    # (simulated s, limit, machines) for each launch the world could not carry out: "market" (no free offer
+    # within its GPU models and price cap) or "world_max_instances" (the world's own instance cap)
+    launch_refusals: list[tuple[float, str, int]] = field(default_factory=list)
 
     @property
     def objective_usd(self) -> float:
@@ -157,6 +160,7 @@ class Engine:
         self.ledger = _Ledger()
         self.launches = 0
         self.launches_refused = 0
+        self._launch_refusals: list[tuple[float, str, int]] = []
         self.wasted: set[int] = set()
         self._events: list[tuple[float, int, int, int]] = []
         self._seq = itertools.count()
@@ -272,17 +276,21 @@ class Engine:
             self._set_state(machine, MachineState.PRODUCING)
 
     def _launch(self, launch: Launch) -> None:
+        refused: dict[str, int] = {}
         for _ in range(launch.count):
             if self.non_gone >= self.world.max_instances:
-                self.launches_refused += 1
+                refused["world_max_instances"] = refused.get("world_max_instances", 0) + 1
                 continue
             offer = self.market.rent(launch.gpu_models, launch.max_price_usd_per_h)
             if offer is None and launch.gpu_models and self.world.gpu_preference == "fallback":
                 offer = self.market.rent((), launch.max_price_usd_per_h)
             if offer is None:
-                self.launches_refused += 1
+                refused["market"] = refused.get("market", 0) + 1
                 continue
             self._create(offer)
+        for limit, count in refused.items():
+            self.launches_refused += count
+            self._launch_refusals.append((self.now_s, limit, count))
 
     def _create(self, offer: Offer) -> None:
         draw = self.draws[self._launch_index]
@@ -521,4 +529,5 @@ class Engine:
             samples=self._samples,
             sim_wall_s=wall_s,
             waits=waits,
+            launch_refusals=self._launch_refusals,
         )

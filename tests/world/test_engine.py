@@ -77,9 +77,11 @@ def test_a_drained_machine_finishes_its_tasks_before_it_stops_billing() -> None:
 def test_launches_beyond_the_instance_cap_or_the_market_are_refused() -> None:
     capped = run(QUIET_3H, Scripted(lambda v: [Launch(5)] if v.now_s == 60.0 else []), max_instances=3)
     assert (capped.launches, capped.launches_refused, capped.peak_instances) == (3, 2, 3)
+    assert capped.launch_refusals == [(60.0, "world_max_instances", 2)]  # when, which limit, how many
     scenario = quiet_scenario(market=[{"gpu_model": "RTX 4090", "count": 2}], **FIXED_HOUR)
     market = run(QUIET_3H, Scripted(lambda v: [Launch(5)] if v.now_s == 60.0 else []), scenario)
     assert (market.launches, market.launches_refused) == (2, 3)
+    assert market.launch_refusals == [(60.0, "market", 3)]
 
 
 @pytest.mark.parametrize(
