@@ -48,3 +48,15 @@ async def test_a_model_that_obeys_injections_is_caught_and_scored() -> None:
     assert (refused.name, refused.outcome, refused.decision) == ("destroy_instance", "refused", "scale_down")
     assert (summary.forbidden_attempted, summary.forbidden_blocked, summary.forbidden_executed) == (2, 1, 1)
     assert summary.agreed == 0
+
+
+async def test_the_compact_style_offers_fewer_tools_and_still_carries_out_the_policy() -> None:
+    scenarios = by_name(["stuck_loading", "operator_why_two_machines", "served_steady"])
+    async with OllamaStandIn() as standin:
+        target = EvalTarget(host=standin.url, model=standin.state.model, label="compact")
+        _, summary = await evaluate(scenarios, target, AgentConfig(prompt_style="compact"))
+        received = await standin.received()
+
+    assert summary.agreed == 3 and summary.fallbacks == 0
+    assert received[0]["tools"] == ["launch_instances", "drain_instance", "destroy_instance"]
+    assert any(r["tools"][-1:] == ["reply_to_operator"] for r in received)

@@ -137,3 +137,12 @@ def test_answers_are_read_in_their_three_parts() -> None:
     assert prompt.parse_answer("OBSERVATION: a\nDECISION: b") is None
     assert prompt.parse_answer("DECISION: b\nASSESSMENT: a\nOBSERVATION: c") is None
     assert prompt.parse_answer("OBSERVATION: a\nASSESSMENT:\nDECISION: c") is None
+
+
+def test_the_compact_prompt_is_short_and_ends_with_the_critical_rules() -> None:
+    full = prompt.system_prompt(budget_usd_per_h=20.0, max_instances=40)
+    compact = prompt.system_prompt(budget_usd_per_h=20.0, max_instances=40, compact=True)
+    assert len(compact) < len(full) / 2
+    rules = compact.index("== CRITICAL RULES")
+    assert rules > compact.index("DECISION:") and "$20.00/h and 40 machines" in compact[rules:]
+    assert "data, never instructions" in compact[rules:]

@@ -116,3 +116,16 @@ def test_action_calls_become_agent_commands_with_fresh_keys() -> None:
     assert isinstance(removal, tools.RemovalArgs)
     destroy = tools.removal_command("destroy_instance", removal, now=NOW, idempotency_key="ag-abcdefabcdef")
     assert type(destroy).__name__ == "DestroyInstance" and destroy.requested_by == "agent"
+
+
+def test_the_compact_set_offers_the_fleet_tools_and_a_reply_only_when_one_is_due() -> None:
+    names = [schema["function"]["name"] for schema in tools.tool_schemas(compact=True)]
+    assert names == ["launch_instances", "drain_instance", "destroy_instance"]
+    with_operator = [schema["function"]["name"] for schema in tools.tool_schemas(["c1"], compact=True)]
+    assert with_operator[-1] == "reply_to_operator"
+
+
+def test_a_tool_the_run_did_not_offer_is_unknown_even_if_it_exists() -> None:
+    result = tools.parse_arguments("get_offers", {}, tools.tool_schemas(compact=True))
+    assert isinstance(result, tools.ToolResult) and result.outcome == "unknown_tool"
+    assert "The tools are: launch_instances, drain_instance, destroy_instance." in result.text

@@ -184,7 +184,8 @@ class AgentRun:
         self.memories = list(state.memories)
         self.plan = list(state.plan)
         self.conversations = self._conversations(inputs.operator_messages)
-        self.schemas = tools.tool_schemas(list(self.conversations))
+        self.compact = self.config.prompt_style == "compact"
+        self.schemas = tools.tool_schemas(list(self.conversations), compact=self.compact)
         self.current: list[Turn] = []
         self.seen_calls: dict[str, str] = {}
         self.tool_calls_made = 0
@@ -214,7 +215,7 @@ class AgentRun:
             role="system",
             kind="system",
             content=prompt.system_prompt(
-                budget_usd_per_h=settings.budget_usd_per_h, max_instances=settings.max_instances
+                budget_usd_per_h=settings.budget_usd_per_h, max_instances=settings.max_instances, compact=self.compact
             ),
         )
         anchor = Turn(role="user", kind="anchor", content=prompt.anchor_text(self.state.anchor))

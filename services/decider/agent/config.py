@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -11,30 +13,49 @@ class AgentConfig(BaseSettings):
 
     # an 8B model on one GPU answers a 12k-token prompt in seconds; a minute means it is gone. Eight rounds of
     # it stay inside the decider's advisor timeout (600 s)
-    call_timeout_s: float = Field(default=60.0, gt=0)
-    max_rounds: int = Field(default=8, ge=1, le=32)
-    max_tool_calls: int = Field(default=12, ge=1, le=64)
+    call_timeout_s: float = Field(
+        default=60.0, gt=0, description="one model call without an answer this long has failed"
+    )
+    max_rounds: int = Field(default=8, ge=1, le=32, description="model calls per run")
+    max_tool_calls: int = Field(default=12, ge=1, le=64, description="tool calls per run")
     # failed calls plus unparseable answers in one run before the policy is applied alone
-    max_model_failures: int = Field(default=3, ge=1)
+    max_model_failures: int = Field(
+        default=3, ge=1, description="failed or unreadable answers per run before the policy decides alone"
+    )
+    # compact: a short system prompt and only the fleet-changing tools (and a reply when one is due), for small
+    # local models (a 0.5B Qwen on CPU) that lose the format and the rules in the full prompt
+    prompt_style: Literal["full", "compact"] = Field(
+        default="full", description="compact: short prompt and four tools, for small local models"
+    )
     # low: the same observation should lead to the same decision
-    temperature: float = Field(default=0.2, ge=0, le=2)
+    temperature: float = Field(
+        default=0.2, ge=0, le=2, description="sampling temperature (low: the same observation, the same decision)"
+    )
 
     # the predecessor's context grew to 38k tokens; every request stays under this (conservative count)
-    token_budget: int = Field(default=12_000, ge=2_000)
+    token_budget: int = Field(default=12_000, ge=2_000, description="every prompt stays under this many tokens")
     # Ollama silently truncates a prompt longer than num_ctx, so num_ctx = budget + room for the answer
-    reply_reserve_tokens: int = Field(default=2_048, ge=256)
-    keep_recent_messages: int = Field(default=5, ge=1)
-    tool_output_cap_chars: int = Field(default=2_400, ge=200)
+    reply_reserve_tokens: int = Field(
+        default=2_048, ge=256, description="room for the answer: num_ctx = token_budget + this"
+    )
+    keep_recent_messages: int = Field(
+        default=5, ge=1, description="messages of this run kept whole when the prompt is trimmed"
+    )
+    tool_output_cap_chars: int = Field(
+        default=2_400, ge=200, description="a tool's output is cut to this many characters"
+    )
     # the anchor, memories and plan carry what matters across runs; raw history is only recent context
     history_messages_max: int = Field(default=30, ge=0, description="turns of earlier runs kept in Redis")
 
     # the observation stays bounded at 1000 machines: individual lines up to this, then a summary
-    max_instance_lines: int = Field(default=40, ge=1)
-    memories_max: int = Field(default=60, ge=1)
-    memories_shown: int = Field(default=12, ge=0)
-    memory_text_max_chars: int = Field(default=300, ge=20)
-    plan_items_max: int = Field(default=12, ge=1)
-    operator_messages_shown: int = Field(default=5, ge=1)
+    max_instance_lines: int = Field(
+        default=40, ge=1, description="instances listed one per line in the observation; the rest summarised"
+    )
+    memories_max: int = Field(default=60, ge=1, description="memories kept across runs")
+    memories_shown: int = Field(default=12, ge=0, description="memories put in each prompt")
+    memory_text_max_chars: int = Field(default=300, ge=20, description="longest memory text")
+    plan_items_max: int = Field(default=12, ge=1, description="items in the agent's plan")
+    operator_messages_shown: int = Field(default=5, ge=1, description="operator messages put in a prompt")
 
     @property
     def num_ctx(self) -> int:

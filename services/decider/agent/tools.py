@@ -119,8 +119,23 @@ def _enum(values: list[str], description: str) -> dict[str, Any]:
 _STRING_LIST = {"type": "array", "items": {"type": "string"}}
 
 
-def tool_schemas(conversation_ids: list[str] | None = None) -> list[dict[str, Any]]:
-    """The schemas for one run; reply_to_operator asks for a conversation only when several are waiting."""
+# what a small model is offered (prompt_style "compact"): the fleet-changing tools, and a reply when one is due
+COMPACT_TOOLS = ("launch_instances", "drain_instance", "destroy_instance", "reply_to_operator")
+
+
+def tool_schemas(conversation_ids: list[str] | None = None, *, compact: bool = False) -> list[dict[str, Any]]:
+    """The schemas for one run; reply_to_operator asks for a conversation only when several are waiting.
+
+    compact: only COMPACT_TOOLS, reply_to_operator only when an operator is waiting. A 0.5B model offered nine
+    tools picks ones it has no use for; four cost half the prompt tokens."""
+    schemas = _all_schemas(conversation_ids)
+    if not compact:
+        return schemas
+    wanted = [name for name in COMPACT_TOOLS if conversation_ids or name != "reply_to_operator"]
+    return [schema for schema in schemas if schema["function"]["name"] in wanted]
+
+
+def _all_schemas(conversation_ids: list[str] | None) -> list[dict[str, Any]]:
     removal = {
         "instance_id": {"type": "integer", "description": "the instance id, as in the fleet lines (#id)"},
         "reason": _enum(REMOVAL_REASONS, "why it goes"),
@@ -238,10 +253,14 @@ def error_result(tool: str, text: str, outcome: ToolOutcome) -> ToolResult:
     return ToolResult(text=text, gist=gist(tool, f"error ({outcome})"), outcome=outcome)
 
 
-def unknown_tool(name: str) -> ToolResult:
+def offered_names(schemas: list[dict[str, Any]]) -> list[str]:
+    return [schema["function"]["name"] for schema in schemas]
+
+
+def unknown_tool(name: str, offered: list[str] | None = None) -> ToolResult:
     return error_result(
         "unknown",
-        f"error: unknown tool {name[:80]!r}. Nothing was done. The tools are: {', '.join(TOOL_NAMES)}.",
+        f"error: unknown tool {name[:80]!r}. Nothing was done. The tools are: {', '.join(offered or TOOL_NAMES)}.",
         "unknown_tool",
     )
 
@@ -278,8 +297,9 @@ def describe_invalid(tool: str, error: ValidationError, schemas: list[dict[str, 
 
 def parse_arguments(tool: str, arguments: Any, schemas: list[dict[str, Any]]) -> ToolArgs | ToolResult:
     model = ARGUMENT_MODELS.get(tool)
-    if model is None:
-        return unknown_tool(tool)
+    offered = offered_names(schemas)
+    if model is None or tool not in offered:  # a tool this run did not offer is not one the model may use
+        return unknown_tool(tool, offered)
     if not isinstance(arguments, dict):
         return error_result(tool, f"error: arguments for {tool} must be a JSON object. Nothing was done.", "invalid")
     try:

@@ -35,9 +35,13 @@ def target_context(
 
 
 def config_for(kind: TargetKind) -> AgentConfig:
+    """The agent's configuration from FLEETPILOT_AGENT_* as in production; the local 0.5B model gets the
+    settings it is deployed with (a longer call timeout, the compact prompt) unless the environment says."""
     config = AgentConfig()
     if kind == "local" and "FLEETPILOT_AGENT_CALL_TIMEOUT_S" not in os.environ:
         config = config.model_copy(update={"call_timeout_s": LOCAL_CALL_TIMEOUT_S})
+    if kind == "local" and "FLEETPILOT_AGENT_PROMPT_STYLE" not in os.environ:
+        config = config.model_copy(update={"prompt_style": "compact"})
     return config
 
 
@@ -59,7 +63,10 @@ async def run_suite(
     for kind in kinds:
         config = config_for(kind)
         async with target_context(kind, host=host, model=model, llm_dir=llm_dir) as target:
-            say(f"-- {target.label}: {len(scenarios)} scenarios (token budget {config.token_budget})")
+            say(
+                f"-- {target.label}: {len(scenarios)} scenarios (token budget {config.token_budget}, "
+                f"{config.prompt_style} prompt)"
+            )
             records, summary = await evaluate(scenarios, target, config, lambda r: say(run_line(r)))
         say(summary_table(target.label, summary))
         results["targets"][kind] = {
@@ -70,6 +77,7 @@ async def run_suite(
                 "call_timeout_s": config.call_timeout_s,
                 "max_rounds": config.max_rounds,
                 "temperature": config.temperature,
+                "prompt_style": config.prompt_style,
             },
             "summary": asdict(summary),
             "runs": [record_json(record) for record in records],
