@@ -16,7 +16,7 @@ from typing import Any
 
 from services.fleet.config import FleetSettings
 from services.fleet.lifecycle import ARRIVING, allowed, is_backwards
-from services.fleet.lines import format_line
+from services.fleet.lines import SnapshotLines
 from shared.contract import (
     BenchResult,
     DrainInstance,
@@ -181,6 +181,7 @@ class FleetCore:
         self.dirty: set[int] = set()  # instances changed since the adapter last saved them
         self.purged: set[int] = set()  # gone instances forgotten since the last save
         self.changed = False  # anything a snapshot shows changed since the adapter last published one
+        self._lines = SnapshotLines()  # snapshot lines, rebuilt only where what they show changed
         self.ignored_moves = 0  # moves the table refused (backwards or sideways), for the metric
         # what the queue says, for judging silence
         self.queue_pending: int | None = None
@@ -332,31 +333,12 @@ class FleetCore:
     # ---- outputs ---------------------------------------------------------------------------------------------
     def lines(self, now: datetime) -> list[InstanceLine]:
         now_s = now.timestamp()
-        lines = []
-        for record in sorted(self.instances.values(), key=lambda r: r.instance_id):
-            if record.state == S.GONE:
-                continue
-            throughput = self.throughput(record, now_s)
-            lines.append(
-                InstanceLine(
-                    instance_id=record.instance_id,
-                    state=record.state,
-                    failure_reason=record.failure_reason,
-                    vast_status=record.vast_status,
-                    gpu_model=record.gpu_model,
-                    num_gpus=record.num_gpus,
-                    price_usd_per_h=record.price_usd_per_h,
-                    host_id=record.host_id,
-                    machine_id=record.machine_id,
-                    created_at=_utc(record.created_at_s),
-                    state_since=_utc(record.state_since_s),
-                    last_task_at=_utc(record.last_task_at_s) if record.last_task_at_s is not None else None,
-                    tasks_completed=record.tasks_completed,
-                    throughput_tasks_per_h=throughput,
-                    bench_verdict=record.bench_verdict,
-                    line=format_line(record, now_s, throughput),
-                )
-            )
+        lines = [
+            self._lines.line(record, now_s, self.throughput(record, now_s))
+            for _, record in sorted(self.instances.items())
+            if record.state != S.GONE
+        ]
+        self._lines.forget({line.instance_id for line in lines})
         return lines
 
     def snapshot(self, now: datetime) -> FleetSnapshot:

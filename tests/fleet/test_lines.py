@@ -1,0 +1,40 @@
+"""Snapshot lines are rebuilt only where what they show changed, and then show the change."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from services.fleet.core import FleetCore
+from shared.contract import InstanceState as S
+from tests.fleet.test_core import ID, T0, observed, producing, task
+
+
+def test_an_unchanged_instance_keeps_its_line_and_a_change_rebuilds_it() -> None:
+    core = FleetCore()
+    start = producing(core, T0)
+    core.observe_instance(observed(S.LOADING, start, 2, price_usd_per_h=0.4), start)
+    first = {line.instance_id: line for line in core.snapshot(start + timedelta(seconds=10)).instances}
+    again = {line.instance_id: line for line in core.snapshot(start + timedelta(seconds=20)).instances}
+    assert all(again[i] is first[i] for i in (ID, 2))  # nothing they show moved
+    # a completion changes the producer's line (last task, count, throughput), not the loading one's
+    done = start + timedelta(seconds=30)
+    core.observe_task(task("completed", done, task_id="c1"), done)
+    after = {line.instance_id: line for line in core.snapshot(done).instances}
+    assert after[ID] is not first[ID] and after[ID].tasks_completed == 2 and after[ID].last_task_at == done
+    assert after[2] is first[2]
+    # six minutes on, the uptime they show (to 0.1 h) has moved: both lines are rebuilt
+    later = {line.instance_id: line for line in core.snapshot(done + timedelta(minutes=6)).instances}
+    assert all(later[i] is not after[i] for i in (ID, 2))
+    assert later[2].line.endswith("0.1h up") and after[2].line.endswith("0.0h up")
+    # a state change shows at once
+    core.observe_instance(observed(S.RUNNING, done, 2, price_usd_per_h=0.4), done)
+    shown = {line.instance_id: line for line in core.snapshot(done + timedelta(minutes=6)).instances}
+    assert shown[2].state is S.RUNNING
+
+
+def test_a_gone_instance_leaves_the_lines() -> None:
+    core = FleetCore()
+    core.observe_instance(observed(S.LOADING, T0, 2), T0)
+    assert [line.instance_id for line in core.snapshot(T0).instances] == [2]
+    core.observe_instance(observed(S.GONE, T0, 2), T0)
+    assert core.snapshot(T0).instances == []
