@@ -15,7 +15,9 @@ import json
 import tempfile
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +29,12 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 
-from services.cli.demo_dashboard import MetricSamples
+from services.cli.demo_dashboard import DashboardRecorder
 from services.cli.errors import UserMistake, writable_file
 from shared.contract import DeadLetter, DecisionRecord, DemandSignal, FleetSnapshot, InstanceTransitioned
 from shared.settings import Settings
 from shared.streams import DLQ
+from sim.prometheus import INSTALL_HINT, prometheus_binary
 from sim.stack import SERVICES, Stack, StackPlan
 from sim.world.trace import TraceError, load_trace
 
@@ -159,7 +162,13 @@ def wasted_launches(ledger: dict[str, Any], state: LiveState) -> int:
     )
 
 
-def summarise(stack: Stack, state: LiveState, ledger: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
+def summarise(
+    stack: Stack,
+    state: LiveState,
+    ledger: dict[str, Any],
+    metrics: dict[str, Any],
+    dashboard_panels: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     jobs = json.loads(stack.job_summary_path.read_text()) if stack.job_summary_path.exists() else {}
     return {
         **jobs,
@@ -174,6 +183,8 @@ def summarise(stack: Stack, state: LiveState, ledger: dict[str, Any], metrics: d
         "dead_letters": len(state.dead_letters),
         "metrics": metrics,
         "crashed_processes": stack.crashed(),
+        # with --dashboard-png: every dashboard panel's query as Prometheus answered it (series, points, error)
+        **({"dashboard_panels": dashboard_panels} if dashboard_panels is not None else {}),
     }
 
 
@@ -200,14 +211,17 @@ def check(summary: dict[str, Any]) -> list[str]:
             problems.append(f"{service} does not export {', '.join(found['missing'])}")
     if summary["crashed_processes"]:
         problems.append(f"processes exited early: {', '.join(summary['crashed_processes'])}")
+    for where, answer in summary.get("dashboard_panels", {}).items():
+        if answer["error"] or not answer["points"]:
+            problems.append(f"dashboard panel {where} has no data ({answer['error'] or 'empty answer'})")
     return problems
 
 
-async def sample_metrics_until_done(stack: Stack, samples: MetricSamples, every_s: float = 2.0) -> None:
-    async with httpx.AsyncClient(timeout=2.0) as client:
-        while True:
-            await samples.sample(client, stack.ports, stack.now())
-            await asyncio.sleep(every_s)
+def simulated_time(stack: Stack) -> Callable[[float], datetime]:
+    def at(wall_s: float) -> datetime:
+        return stack.sim_epoch + timedelta(seconds=(wall_s - stack.wall_epoch_s) * stack.plan.speed)
+
+    return at
 
 
 async def run_demo(
@@ -216,16 +230,19 @@ async def run_demo(
     workdir = Path(tempfile.mkdtemp(prefix="fleetpilot-demo-"))
     stack = Stack(plan, workdir)
     state = LiveState()
+    recorder = DashboardRecorder(SERVICES, workdir) if dashboard_png else None
+    dashboard_panels = None
     try:
         await asyncio.to_thread(stack.start)
+        if recorder is not None:
+            await asyncio.to_thread(recorder.start, stack.ports)
+            console.print(f"  prometheus   {recorder.prometheus.url}")
         console.print(f"[dim]logs in {workdir}[/]")
         for name in SERVICES:
             console.print(f"  {name:<12} http://127.0.0.1:{stack.ports[name]}/metrics")
         nc = await nats.connect(stack.nats.url)
         await follow(nc, state)
         stack.start_jobs()
-        samples = MetricSamples()
-        sampler = asyncio.create_task(sample_metrics_until_done(stack, samples)) if dashboard_png else None
         deadline = time.monotonic() + timeout_s
         jobs = stack.processes["jobs"]
         if live_view:
@@ -246,9 +263,10 @@ async def run_demo(
                         f"decisions={sum(state.decision_outcomes.values())}"
                     )
                 await asyncio.sleep(0.5)
-        if sampler is not None and dashboard_png is not None:
-            sampler.cancel()
-            samples.draw(dashboard_png)
+        if recorder is not None and dashboard_png is not None:
+            dashboard_panels = await asyncio.to_thread(
+                recorder.finish, dashboard_png, simulated_time(stack), stack.plan.speed
+            )
             console.print(f"dashboard picture: {dashboard_png}")
         async with httpx.AsyncClient(timeout=5.0) as client:
             ledger = (await client.get(f"http://127.0.0.1:{stack.ports['vast']}/_sim/ledger")).json()
@@ -259,11 +277,13 @@ async def run_demo(
             if state_.messages > len(state.dead_letters):
                 console.print(f"[yellow]{state_.messages} dead letters in the DLQ stream[/]")
         await nc.close()
-        summary = summarise(stack, state, ledger, metrics)
+        summary = summarise(stack, state, ledger, metrics, dashboard_panels)
         if jobs.poll() is None:
             summary["timed_out"] = True
         return summary
     finally:
+        if recorder is not None:
+            await asyncio.to_thread(recorder.close)
         await asyncio.to_thread(stack.close)
 
 
@@ -307,7 +327,9 @@ def demo(
     summary_json: Path = typer.Option(None, help="also write the summary as JSON here"),
     live: bool = typer.Option(None, help="live terminal view (default: when the output is a terminal)"),
     timeout_s: float = typer.Option(None, help="wall-clock limit for the replay (default 600, fast 240)"),
-    dashboard_png: Path = typer.Option(None, help="sample every service's /metrics and draw the dashboards here"),
+    dashboard_png: Path = typer.Option(
+        None, help="run Prometheus beside the stack, evaluate every dashboard panel's query, draw them here"
+    ),
     trace: Path = typer.Option(None, help="a CSV trace `minute,arrivals` to replay (default: the bundled diurnal)"),
     budget_usd_per_h: float = typer.Option(None, min=0.01, help="the fleet's budget in $/h (default 20, fast 10)"),
     speed: float = typer.Option(None, min=1.0, help="simulated seconds per wall second (default 360, fast 720)"),
@@ -316,6 +338,8 @@ def demo(
     console = Console()
     writable_file(summary_json, "--summary-json")
     writable_file(dashboard_png, "--dashboard-png")
+    if dashboard_png and prometheus_binary() is None:
+        raise UserMistake(f"--dashboard-png needs Prometheus's `prometheus` binary on the PATH ({INSTALL_HINT})")
     plan = with_options(StackPlan.fast() if fast else StackPlan.full(), trace, budget_usd_per_h, speed)
     live_view = console.is_terminal if live is None else live
     limit = timeout_s or (240.0 if fast else 600.0)

@@ -1,14 +1,22 @@
-"""`fleetpilot demo --fast` end to end: every service as a process, the summary checked, the metrics scraped."""
+"""`fleetpilot demo --fast` end to end: every service as a process, the summary checked, the metrics scraped,
+and (with Debian's `prometheus`) every dashboard panel's query answered by a real Prometheus that scraped them.
+One demo run serves every test here."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from services.cli.demo import REQUIRED_METRICS, check
+from services.cli.demo_dashboard import panel_queries
 from tests.deploy.metric_names import DASHBOARD_METRICS
+from tests.deploy.tools import find_tool, require_tool
 
 SANE = {
     "tasks_submitted": 100,
@@ -45,19 +53,48 @@ def test_the_summary_check_fails_each_kind_of_insane_run() -> None:
         assert len(problems) == 1, (field, problems)
 
 
-def test_fast_demo_serves_the_work_within_budget_and_exports_every_metric(tmp_path: Path) -> None:
-    summary_path = tmp_path / "summary.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "services.cli.main", "demo", "--fast", "--no-live", "--summary-json", str(summary_path)],
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
+@dataclass(frozen=True)
+class DemoRun:
+    summary: dict[str, Any]
+    picture: Path | None
+
+
+@pytest.fixture(scope="module")
+def fast_demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    workdir = tmp_path_factory.mktemp("demo")
+    summary_path = workdir / "summary.json"
+    picture = workdir / "dashboard.png" if find_tool("prometheus") else None
+    command = [sys.executable, "-m", "services.cli.main", "demo", "--fast", "--no-live"]
+    command += ["--summary-json", str(summary_path)]
+    if picture is not None:
+        command += ["--dashboard-png", str(picture)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=540)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    summary = json.loads(summary_path.read_text())
+    return DemoRun(json.loads(summary_path.read_text()), picture)
+
+
+def test_fast_demo_serves_the_work_within_budget_and_exports_every_metric(fast_demo: DemoRun) -> None:
+    summary = fast_demo.summary
     assert check(summary) == []
     assert summary["tasks_completed"] > 0
     # every service's /metrics was scraped while the stack ran, and has what the issue lists
     assert set(summary["metrics"]) == set(REQUIRED_METRICS)
     exported = {name for found in summary["metrics"].values() for name in found["exported"]}
     assert not [name for name in DASHBOARD_METRICS if name not in exported], "dashboards query unexported metrics"
+
+
+def test_every_dashboard_panel_has_data_in_a_real_prometheus(fast_demo: DemoRun) -> None:
+    require_tool("prometheus")
+    panels = fast_demo.summary["dashboard_panels"]
+    assert set(panels) == {query.where for query in panel_queries()}, "every query of every panel was asked"
+    empty = {where: answer for where, answer in panels.items() if answer["error"] or not answer["points"]}
+    assert empty == {}
+
+
+def test_the_dashboard_picture_is_drawn_from_the_answers(fast_demo: DemoRun) -> None:
+    require_tool("prometheus")
+    import matplotlib.image
+
+    assert fast_demo.picture is not None
+    height, width, _channels = matplotlib.image.imread(fast_demo.picture).shape
+    assert height > 600 and width > 900
