@@ -8,7 +8,9 @@ ARGS ?=
 .PHONY: setup test lint format bench demo soak asyncapi agent-smoke llm agent-eval clean
 
 $(STAMP): pyproject.toml
+	@test -x $(BIN)/python || echo "first run: creating $(VENV) and installing FleetPilot and its dependencies (a few minutes)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing into $(VENV) (pip, quiet; pyproject.toml changed or first run)"
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev,sim]"
 	@touch $(STAMP)

@@ -133,7 +133,6 @@ def start_decider(nats_url: str, redis_url: str, log_path: Path) -> subprocess.P
         "FLEETPILOT_DECIDER_SNAPSHOT_REQUEST_TIMEOUT_S": "0.5",
         "FLEETPILOT_DECIDER_SIGNAL_MAX_AGE_S": "3600",
         "FLEETPILOT_DECIDER_SNAPSHOT_MAX_AGE_S": "3600",
-        "FLEETPILOT_DECIDER_MODE": "live",  # the run publishes its commands, as in production
         "PYTHONPATH": str(REPO),
     }
     with open(log_path, "wb") as log:

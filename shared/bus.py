@@ -68,6 +68,21 @@ def describe_error(error: BaseException) -> str:
     return text[:4000]
 
 
+def problem_fields(error: BaseException) -> str:
+    """`field.path: what is wrong (got value)` for each field of a message that did not validate (at most five),
+    so the dead-letter log line names them; "" for any other error."""
+    inner = getattr(error, "original_error", error)  # fast_depends wraps pydantic's error
+    if not isinstance(inner, pydantic.ValidationError):
+        return ""
+    problems = []
+    for item in inner.errors()[:5]:
+        field = ".".join(str(part) for part in item["loc"]) or "(the message)"
+        got = item.get("input")
+        shown = f" (got {got!r})" if isinstance(got, str | int | float | bool) or got is None else ""
+        problems.append(f"{field}: {item['msg']}{shown}"[:200])
+    return "; ".join(problems)
+
+
 def delivery_count(raw: Msg) -> int | None:
     """How many times JetStream delivered this message; None for core NATS."""
     try:
@@ -112,7 +127,7 @@ class DeadLetterMiddleware:
             raw.subject,
             reason,
             deliveries,
-            letter.error.splitlines()[0] if letter.error else "",
+            problem_fields(error) or (letter.error.splitlines()[0] if letter.error else ""),
         )
 
 

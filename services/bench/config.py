@@ -14,22 +14,36 @@ class BenchSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLEETPILOT_BENCH_", env_file=None, extra="ignore")
 
     # Instances prove a report is theirs with this token; unset, the intake refuses every report.
-    report_token: SecretStr | None = None
-    report_timeout_s: float = Field(default=DEFAULT_REPORT_TIMEOUT_S, gt=0)
+    report_token: SecretStr | None = Field(
+        default=None, description="required: rented machines file their suite reports with it (provisioner too)"
+    )
+    report_timeout_s: float = Field(
+        default=DEFAULT_REPORT_TIMEOUT_S, gt=0, description="how long a request waits for its report each time"
+    )
     report_ttl_s: float = Field(default=86_400.0, gt=0, description="how long an unclaimed report is kept")
     sweep_interval_s: float = Field(default=30.0, gt=0, description="how often overdue requests are failed")
-    report_max_bytes: int = Field(default=256 * 1024, gt=0)
+    report_max_bytes: int = Field(default=256 * 1024, gt=0, description="largest suite report accepted")
 
-    degraded_below_share: float = Field(default=0.8, gt=0, le=1)
-    fail_below_share: float = Field(default=0.4, gt=0, le=1)
+    degraded_below_share: float = Field(
+        default=0.8, gt=0, le=1, description="verdict degraded below this share of the reference speed"
+    )
+    fail_below_share: float = Field(
+        default=0.4, gt=0, le=1, description="verdict fail below this share of the reference speed"
+    )
     local_min_time_s: float | None = Field(default=None, gt=0, description="per measurement, for local runs")
 
     serving_levels: tuple[int, ...] = Field(default=DEFAULT_LEVELS, description="JSON in the environment: [1,8,32]")
-    serving_requests_per_level: int | None = Field(default=None, ge=1)
-    serving_prompt_tokens: int = Field(default=512, ge=1)
-    serving_output_tokens: int = Field(default=256, ge=1)
-    serving_model: str | None = None
-    serving_api_key: SecretStr | None = None
+    serving_requests_per_level: int | None = Field(
+        default=None, ge=1, description="requests per concurrency level (default: max(4 x level, 16))"
+    )
+    serving_prompt_tokens: int = Field(default=512, ge=1, description="mean prompt length of the serving sweep")
+    serving_output_tokens: int = Field(default=256, ge=1, description="mean output length of the serving sweep")
+    serving_model: str | None = Field(
+        default=None, description="model the serving sweep asks for (default: the server's first)"
+    )
+    serving_api_key: SecretStr | None = Field(
+        default=None, description="API key of the endpoint the serving sweep measures (secret)"
+    )
 
     def thresholds(self) -> Thresholds:
         return Thresholds(degraded_below_share=self.degraded_below_share, fail_below_share=self.fail_below_share)

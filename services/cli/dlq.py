@@ -6,15 +6,15 @@ Rendering is pure (DeadLetter in, lines out); the JetStream reads sit at the bot
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import nats.errors
 import nats.js.errors
 import typer
-from pydantic import ValidationError
 
-from services.cli.ops import connected, describe_validation_error, fail_unreachable
+from services.cli.ops import connected, fail_unreachable, newest_first
 from shared.contract import DeadLetter
 from shared.settings import Settings
 from shared.streams import DLQ
@@ -58,23 +58,14 @@ def detail_lines(seq: int, letter: DeadLetter) -> list[str]:
 
 async def read_dead_letters(settings: Settings, count: int, service: str | None = None) -> list[tuple[int, DeadLetter]]:
     """The newest `count` dead letters (oldest first), of one service when `service` is given."""
-    stream = DLQ.name(settings.subjects)
     found: list[tuple[int, DeadLetter]] = []
-    async with connected(settings) as client:
-        js = client.jetstream()
-        state = (await js.stream_info(stream)).state
-        seq = state.last_seq
-        while seq >= max(state.first_seq, 1) and len(found) < count:
-            try:
-                message = await js.get_msg(stream, seq)
-                letter = DeadLetter.model_validate_json(message.data or b"")
-                if service is None or letter.service == service:
-                    found.append((seq, letter))
-            except nats.js.errors.NotFoundError:
-                pass  # removed by age or limits
-            except ValidationError as error:
-                typer.echo(f"skipping DLQ message #{seq}: {describe_validation_error(error)}", err=True)
-            seq -= 1
+    letters = newest_first(settings, DLQ.name(settings.subjects), DeadLetter, "DLQ message")
+    async with contextlib.aclosing(letters):  # stopping early closes the generator, and its connection, now
+        async for seq, letter in letters:
+            if service is None or letter.service == service:
+                found.append((seq, letter))
+            if len(found) >= count:
+                break
     return list(reversed(found))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
@@ -18,7 +18,7 @@ import nats.errors
 import nats.js.errors
 import typer
 from nats.aio.client import Client as NatsClient
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
@@ -45,6 +45,7 @@ SOURCE = "cli"
 STATE_ORDER = list(InstanceState)
 SnapshotOrigin = Literal["live", "published"]
 E = TypeVar("E", bound=Event)
+M = TypeVar("M", bound=BaseModel)
 
 
 # --- pure: parsing and rendering ---
@@ -242,23 +243,33 @@ async def publish_to_stream(
     return Published(subject, ack.stream, ack.seq, bool(ack.duplicate))
 
 
-async def recent_decisions(settings: Settings, count: int, after_seq: int = 0) -> list[tuple[int, DecisionRecord]]:
-    """The last `count` decision records (oldest first) with their stream sequence, newer than `after_seq`."""
-    stream = AUDIT.name(settings.subjects)
-    found: list[tuple[int, DecisionRecord]] = []
+async def newest_first(
+    settings: Settings, stream: str, model: type[M], what: str, after_seq: int = 0
+) -> AsyncGenerator[tuple[int, M], None]:
+    """A stream's messages as `model`, newest first with their sequence, down to `after_seq` (exclusive); a
+    message deleted meanwhile is passed over, one that does not validate is said on stderr and passed over."""
     async with connected(settings) as client:
         js = client.jetstream()
         state = (await js.stream_info(stream)).state
-        seq = state.last_seq
-        while seq >= max(state.first_seq, after_seq + 1, 1) and len(found) < count:
+        for seq in range(state.last_seq, max(state.first_seq, after_seq + 1, 1) - 1, -1):
             try:
                 message = await js.get_msg(stream, seq)
-                found.append((seq, DecisionRecord.model_validate_json(message.data or b"")))
+                yield seq, model.model_validate_json(message.data or b"")
             except nats.js.errors.NotFoundError:
                 pass  # deleted by age or limits
             except ValidationError as error:
-                typer.echo(f"skipping decision record #{seq}: {describe_validation_error(error)}", err=True)
-            seq -= 1
+                typer.echo(f"skipping {what} #{seq}: {describe_validation_error(error)}", err=True)
+
+
+async def recent_decisions(settings: Settings, count: int, after_seq: int = 0) -> list[tuple[int, DecisionRecord]]:
+    """The last `count` decision records (oldest first) with their stream sequence, newer than `after_seq`."""
+    found: list[tuple[int, DecisionRecord]] = []
+    records = newest_first(settings, AUDIT.name(settings.subjects), DecisionRecord, "decision record", after_seq)
+    async with contextlib.aclosing(records):  # stopping early closes the generator, and its connection, now
+        async for seq, record in records:
+            found.append((seq, record))
+            if len(found) >= count:
+                break
     return list(reversed(found))
 
 

@@ -16,36 +16,56 @@ class DeciderSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLEETPILOT_DECIDER_", env_file=None, extra="ignore")
 
     # names this process in run ids and its own trigger consumers (every replica sees every trigger)
-    replica_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:8], pattern=r"^[A-Za-z0-9_-]{1,32}$")
+    replica_id: str = Field(
+        default_factory=lambda: uuid.uuid4().hex[:8],
+        pattern=r"^[A-Za-z0-9_-]{1,32}$",
+        description="names this replica in run ids and its consumers (default: random)",
+    )
 
     # triggering (see TriggerConfig for where the defaults come from)
-    p1_quiet_s: float = Field(default=20.0, gt=0)
-    p1_max_delay_s: float = Field(default=120.0, gt=0)
-    heartbeat_s: float = Field(default=300.0, gt=0)
-    max_runs_per_h: int = Field(default=20, ge=1)
-    max_p0_runs_per_h: int = Field(default=120, ge=0)
-    run_at_start: bool = True
+    p1_quiet_s: float = Field(default=20.0, gt=0, description="P1 triggers run once none came for this long")
+    p1_max_delay_s: float = Field(
+        default=120.0, gt=0, description="P1 triggers run at the latest this long after the first"
+    )
+    heartbeat_s: float = Field(default=300.0, gt=0, description="a run at least this often, triggers or not")
+    max_runs_per_h: int = Field(default=20, ge=1, description="most runs per hour (P0 runs counted apart)")
+    max_p0_runs_per_h: int = Field(default=120, ge=0, description="most P0 runs per hour")
+    run_at_start: bool = Field(default=True, description="run once at start-up")
 
     # single flight: Redis expires the lock in wall time, so a crashed holder blocks others this long at most
-    lock_ttl_s: float = Field(default=30.0, gt=0)
+    lock_ttl_s: float = Field(
+        default=30.0, gt=0, description="the single-flight lock expires this long after its holder stops renewing it"
+    )
     lock_retry_s: float = Field(default=1.0, gt=0, description="clock seconds between tries while another holds it")
     redis_retry_s: float = Field(default=5.0, gt=0, description="clock seconds between tries while Redis is down")
 
     # inputs older than this are stale: the run only holds and raises an alert
-    signal_max_age_s: float = Field(default=600.0, gt=0)
-    snapshot_max_age_s: float = Field(default=600.0, gt=0)
-    snapshot_request_timeout_s: float = Field(default=2.0, gt=0)
+    signal_max_age_s: float = Field(
+        default=600.0, gt=0, description="a demand signal older than this is stale: the run holds and alerts"
+    )
+    snapshot_max_age_s: float = Field(
+        default=600.0, gt=0, description="a fleet snapshot older than this is stale: the run holds and alerts"
+    )
+    snapshot_request_timeout_s: float = Field(
+        default=2.0, gt=0, description="how long a run waits for fleet's snapshot"
+    )
 
     # guardrails beyond the shared budget and max instances
     # unset: as many launches per hour as the fleet may have instances, so a cold start or a step up can reach
     # the fleet it needs within one startup time (20/h against 40 instances took two startups, and a surge
     # building had its launches refused for the rate alone)
     max_launches_per_h: int | None = Field(default=None, ge=0, description="unset: the max_instances setting")
-    min_producers_while_queued: int = Field(default=1, ge=0)
+    min_producers_while_queued: int = Field(
+        default=1, ge=0, description="guardrail: producers never removed below this while tasks wait"
+    )
 
     # the advisor (LLM agent): "package.module:factory", factory(ctx) -> Advisor; empty runs the policy alone
-    advisor: str = ""
-    advisor_timeout_s: float = Field(default=600.0, gt=0)
+    advisor: str = Field(
+        default="", description="package.module:factory of the advisor (the LLM agent); empty: the policy alone"
+    )
+    advisor_timeout_s: float = Field(
+        default=600.0, gt=0, description="the advisor's whole run is cut off after this; the policy then decides"
+    )
 
     def trigger_config(self) -> TriggerConfig:
         return TriggerConfig(

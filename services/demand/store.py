@@ -14,19 +14,35 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from shared.state_version import found_version, marker, restore_plan, say_rebuild
+
+# 2: the version marker is written; the window state and the id memory are what version 1 (no marker) saved
+STATE_VERSION = 2
+MIGRATES_FROM = frozenset({1})
+
 
 class DemandStore:
     def __init__(self, redis_url: str, namespace: str, seen_capacity: int) -> None:
         self.redis: Redis = Redis.from_url(redis_url, socket_timeout=5.0, socket_connect_timeout=5.0)
         self.state_key = f"fleetpilot:{namespace}:demand:state"
         self.seen_key = f"fleetpilot:{namespace}:demand:seen_event_ids"
+        self.version_key = f"fleetpilot:{namespace}:demand:version"
         self.seen_capacity = seen_capacity
 
     async def load(self) -> tuple[dict[str, Any] | None, list[str]]:
+        """The saved windows and id memory, migrated to this version; nothing when the saved version is unknown
+        here (dropped: the windows refill from the events, as after a lost Redis)."""
         async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.get(self.version_key)
             pipe.get(self.state_key)
             pipe.lrange(self.seen_key, 0, -1)
-            raw_state, raw_ids = await pipe.execute()
+            raw_version, raw_state, raw_ids = await pipe.execute()
+        version = found_version(raw_version, "demand")
+        if restore_plan(version, STATE_VERSION, MIGRATES_FROM) == "rebuild":
+            say_rebuild("demand", version, STATE_VERSION)
+            await self.redis.delete(self.state_key, self.seen_key, self.version_key)
+            return None, []
+        # version 1 → 2 changes nothing saved: the next checkpoint writes the marker
         state = json.loads(raw_state) if raw_state else None
         return state, [i.decode() for i in raw_ids]
 
@@ -34,6 +50,7 @@ class DemandStore:
         payload = json.dumps(state, separators=(",", ":"))
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.set(self.state_key, payload)
+            pipe.set(self.version_key, marker("demand", STATE_VERSION))
             if new_seen_ids:
                 pipe.rpush(self.seen_key, *new_seen_ids)
                 pipe.ltrim(self.seen_key, -self.seen_capacity, -1)

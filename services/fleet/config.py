@@ -10,20 +10,34 @@ class FleetSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLEETPILOT_FLEET_", env_file=None, extra="ignore")
 
     # A healthy machine goes from rent to running in 1-2 h (image pull included); three is stuck.
-    stuck_loading_s: float = Field(default=3 * 3600, gt=0)
+    stuck_loading_s: float = Field(
+        default=3 * 3600,
+        gt=0,
+        description="loading longer than this: failed (stuck_loading); healthy machines take 1-2 h",
+    )
     # A running machine's worker registers within minutes of the container starting; 45 min is lost.
-    never_registered_s: float = Field(default=45 * 60, gt=0)
+    never_registered_s: float = Field(
+        default=45 * 60, gt=0, description="running but no worker registered this long: failed (never_registered)"
+    )
     # A producing worker completes a task every ~30 s while work waits; 15 min of silence is dead.
-    silent_dead_s: float = Field(default=15 * 60, gt=0)
+    silent_dead_s: float = Field(
+        default=15 * 60, gt=0, description="a producer with no task event this long while work waits: failed (silent)"
+    )
     # Every producer silent at once points at something bigger (the job system, the network): say so first.
-    all_silent_s: float = Field(default=10 * 60, gt=0)
+    all_silent_s: float = Field(
+        default=10 * 60, gt=0, description="every producer silent this long at once raises one alert first"
+    )
     # "Tasks are queued" is only believed from a recent queue snapshot; a stale one never kills machines.
-    queue_stale_s: float = Field(default=10 * 60, gt=0)
+    queue_stale_s: float = Field(
+        default=10 * 60, gt=0, description="a queue snapshot older than this is not believed (never kills machines)"
+    )
     throughput_window_s: float = Field(default=3600, gt=0, description="window of an instance's tasks/h")
     gone_retention_s: float = Field(default=24 * 3600, gt=0, description="how long a gone instance is remembered")
     ignored_moves_kept: int = Field(default=10, ge=0, description="ignored moves kept per instance")
 
     # the service's timer
     tick_s: float = Field(default=5, gt=0, description="time-in-state checks and snapshot-on-change cadence")
-    snapshot_interval_s: float = Field(default=60, gt=0)
-    seen_event_ids: int = Field(default=20_000, ge=100)
+    snapshot_interval_s: float = Field(
+        default=60, gt=0, description="a fleet snapshot is published at least this often"
+    )
+    seen_event_ids: int = Field(default=20_000, ge=100, description="event ids remembered for de-duplication")

@@ -28,28 +28,35 @@ class ProvisionerSettings(BaseSettings):
 
     # offer constraints
     allowed_gpu_models: list[str] = Field(
-        default_factory=lambda: ["RTX 4090", "RTX 5090", "RTX 3090", "RTX PRO 6000", "A100 SXM4", "A100 PCIE"]
+        default_factory=lambda: ["RTX 4090", "RTX 5090", "RTX 3090", "RTX PRO 6000", "A100 SXM4", "A100 PCIE"],
+        description="GPU models that may be rented (JSON list in the environment)",
     )
-    min_reliability: float = Field(default=0.95, ge=0, le=1)
-    verified_only: bool = True
-    min_cuda: float = Field(default=12.2, ge=0)
+    min_reliability: float = Field(
+        default=0.95, ge=0, le=1, description="offers with a lower vast.ai reliability are skipped"
+    )
+    verified_only: bool = Field(default=True, description="rent only machines vast.ai has verified")
+    min_cuda: float = Field(default=12.2, ge=0, description="offers whose driver supports less are skipped")
     min_disk_gb: float = Field(default=50.0, ge=0, description="offers with less free disk are skipped")
-    excluded_host_ids: list[int] = Field(default_factory=list)
-    excluded_machine_ids: list[int] = Field(default_factory=list)
-    search_limit: int = Field(default=64, ge=1, le=1000)
+    excluded_host_ids: list[int] = Field(default_factory=list, description="hosts never rented from (JSON list)")
+    excluded_machine_ids: list[int] = Field(default_factory=list, description="machines never rented (JSON list)")
+    search_limit: int = Field(default=64, ge=1, le=1000, description="offers asked for per search")
 
     # what runs on a rented machine
-    image: str = "fleetpilot/worker:latest"
-    disk_gb: float = Field(default=50.0, gt=0)
+    image: str = Field(default="fleetpilot/worker:latest", description="docker image to run")
+    disk_gb: float = Field(default=50.0, gt=0, description="disk allocated to each instance")
     onstart: str = Field(
         default="bash -lc 'echo fleetpilot worker starting'",
         description="shell run at container start; the bench engineer's benchmark script goes here",
     )
     worker_env: dict[str, str] = Field(default_factory=dict, description="passed to every instance as-is")
-    worker_ports: list[int] = Field(default_factory=lambda: [8000])
+    worker_ports: list[int] = Field(
+        default_factory=lambda: [8000], description="container ports each instance exposes (JSON list)"
+    )
 
     # reconciliation and budget
-    reconcile_interval_s: float = Field(default=60.0, gt=0)
+    reconcile_interval_s: float = Field(
+        default=60.0, gt=0, description="how often vast.ai's instance list is compared with what is known"
+    )
     gone_after_missing_lists: int = Field(
         default=2, ge=1, description="an instance vast stops listing is gone after this many successful lists"
     )
@@ -64,13 +71,20 @@ class ProvisionerSettings(BaseSettings):
     max_offer_fallbacks: int = Field(default=6, ge=1, description="offers tried per instance when they are gone")
 
     # the vast.ai client
-    request_timeout_s: float = Field(default=30.0, gt=0)
-    connect_timeout_s: float = Field(default=10.0, gt=0)
+    request_timeout_s: float = Field(default=30.0, gt=0, description="a vast.ai call without an answer this long fails")
+    connect_timeout_s: float = Field(default=10.0, gt=0, description="a connection to vast.ai not made this fast fails")
     max_attempts: int = Field(default=5, ge=1, description="per API call, for 429, 5xx and connection errors")
-    backoff_initial_s: float = Field(default=1.0, ge=0)
-    backoff_max_s: float = Field(default=30.0, ge=0)
-    spacing_s: dict[str, float] = Field(default_factory=lambda: dict(DOCUMENTED_SPACING_S))
-    rate_limited_wait_s: dict[str, float] = Field(default_factory=lambda: dict(DOCUMENTED_RATE_LIMITED_WAIT_S))
+    backoff_initial_s: float = Field(
+        default=1.0, ge=0, description="first wait before retrying a failed vast.ai call (doubles each time)"
+    )
+    backoff_max_s: float = Field(default=30.0, ge=0, description="longest wait between retries")
+    spacing_s: dict[str, float] = Field(
+        default_factory=lambda: dict(DOCUMENTED_SPACING_S),
+        description="least time between two calls per endpoint (vast.ai's documented limits; JSON)",
+    )
+    rate_limited_wait_s: dict[str, float] = Field(
+        default_factory=lambda: dict(DOCUMENTED_RATE_LIMITED_WAIT_S), description="wait after a 429 per endpoint (JSON)"
+    )
     instance_list_api: str = Field(
         default="v1",
         pattern="^(v1|v0)$",
@@ -78,7 +92,13 @@ class ProvisionerSettings(BaseSettings):
     )
 
     # NATS: a launch can outlive the default ack wait (create spacing × count); the handler also signals progress
-    command_ack_wait_s: float = Field(default=120.0, gt=0)
+    command_ack_wait_s: float = Field(
+        default=120.0, gt=0, description="JetStream ack wait for a command (a launch may take several creates)"
+    )
     # replicas take turns changing the fleet through a Redis lease; a crashed holder's lease expires after this
-    lease_ttl_s: float = Field(default=120.0, gt=0)
-    lease_poll_s: float = Field(default=0.5, gt=0)
+    lease_ttl_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="replicas take turns through a Redis lease; a crashed holder's expires after this",
+    )
+    lease_poll_s: float = Field(default=0.5, gt=0, description="how often a replica tries to take the lease")

@@ -12,6 +12,14 @@ from redis.asyncio import Redis
 from services.provisioner.host_history import HostHistory
 from services.provisioner.reconcile import KnownInstance
 from shared.contract import ProvisionResult
+from shared.state_version import found_version, marker, restore_plan, say_rebuild
+
+# 2: the version marker is written; instances, host history and throughput are what version 1 (no marker) saved
+STATE_VERSION = 2
+MIGRATES_FROM = frozenset({1})
+# what reconciliation rebuilds from vast.ai's list (instances carry our label) and later verdicts; answered
+# commands, the fence and the lease are kept: they are small, keyed by id and guard against acting twice
+REBUILT_PARTS = ("instances", "host_history", "observed_tasks_per_h")
 
 RESULT_TTL_S = 7 * 86_400  # a command redelivered or re-sent within a week is answered, not acted on again
 
@@ -41,8 +49,19 @@ class ProvisionerStore:
     def _key(self, *parts: str) -> str:
         return ":".join((self.namespace, *parts))
 
+    # ---- the version of what is saved -----------------------------------------------------------------------
+    async def check_version(self) -> None:
+        """Before the first load: an older version is migrated (1 → 2 changes nothing saved), an unknown one
+        dropped, so reconciliation rebuilds the instances from vast.ai's list."""
+        version = found_version(await self.redis.get(self._key("version")), "provisioner")
+        if restore_plan(version, STATE_VERSION, MIGRATES_FROM) == "rebuild":
+            say_rebuild("provisioner", version, STATE_VERSION)
+            await self.redis.delete(*(self._key(part) for part in REBUILT_PARTS))
+        await self.redis.set(self._key("version"), marker("provisioner", STATE_VERSION))
+
     # ---- instances --------------------------------------------------------------------------------------
     async def load_instances(self) -> dict[int, KnownInstance]:
+        await self.check_version()  # loaded first of all, at start-up and on taking over the lease
         raw = await self.redis.hgetall(self._key("instances"))
         return {int(k): KnownInstance.model_validate_json(v) for k, v in raw.items()}
 

@@ -101,3 +101,11 @@ def test_the_version_is_the_installed_one(run_cli: RunCli) -> None:
 
     done = run_cli("--version")
     assert done.returncode == 0 and done.stdout.strip() == f"fleetpilot {version('fleetpilot')}"
+
+
+def test_a_trace_saved_with_a_utf8_bom_is_read(tmp_path: Path) -> None:
+    from sim.world.trace import load_trace
+
+    trace = tmp_path / "excel.csv"
+    trace.write_bytes(b"\xef\xbb\xbfminute,arrivals\r\n0,3\r\n1,4\r\n")
+    assert load_trace(trace).arrivals_per_min == (3, 4)

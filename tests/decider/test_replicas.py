@@ -44,6 +44,7 @@ class Replica:
             "FLEETPILOT_HTTP_HOST": "127.0.0.1",
             "FLEETPILOT_HTTP_PORT": str(self.port),
             "FLEETPILOT_DECIDER_REPLICA_ID": name,
+            "FLEETPILOT_DECIDER_MODE": "live",
             "FLEETPILOT_DECIDER_ADVISOR": "tests.decider.slow_advisor:build_advisor",
             "FLEETPILOT_TEST_ADVISOR_SLEEP_S": str(RUN_S),
             "FLEETPILOT_DECIDER_LOCK_TTL_S": str(LOCK_TTL_S),

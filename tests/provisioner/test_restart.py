@@ -35,6 +35,7 @@ def provisioner_environment(settings: Settings, vast_url: str) -> dict[str, str]
         "FLEETPILOT_SUBJECT_PREFIX": settings.subject_prefix,
         "FLEETPILOT_VAST_API_URL": vast_url,
         "FLEETPILOT_VAST_API_KEY": API_KEY,
+        "FLEETPILOT_DECIDER_MODE": "live",  # commands are carried out (shadow, the default, refuses them)
         "FLEETPILOT_HTTP_PORT": str(free_port()),
     }
     config = QUIET.model_copy(update={**FAST_RECOVERY, "request_timeout_s": 60.0})

@@ -41,6 +41,7 @@ SERVICE_ENV = {
     "FLEETPILOT_HTTP_HOST": "127.0.0.1",
     "FLEETPILOT_VAST_API_URL": "http://127.0.0.1:9",
     "FLEETPILOT_VAST_API_KEY": "security-test-key",
+    "FLEETPILOT_DECIDER_MODE": "live",
     "FLEETPILOT_OLLAMA_HOST": "http://127.0.0.1:9",
 }
 

@@ -1,0 +1,149 @@
+"""Saved state survives an upgrade: each service restores every older version it knows (state_v1/ holds what
+version 1, the unversioned shape, wrote: taken from a real run), and drops a version it does not know, to be
+rebuilt from the bus and vast.ai, saying so."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from services.demand.config import DemandSettings
+from services.demand.core import DemandCore
+from services.demand.store import DemandStore
+from services.fleet.config import FleetSettings
+from services.fleet.core import FleetCore
+from services.fleet.store import FleetStore
+from services.provisioner.store import ProvisionerStore
+from shared.contract import InstanceState, ProvisionResult
+from shared.state_version import marker
+from sim.infra import RedisServer
+
+V1 = Path(__file__).parent / "state_v1"
+NAMESPACE = "fp"
+
+
+def version_1(service: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((V1 / f"{service}.json").read_text())
+    return data
+
+
+def unknown_marker(service: str) -> str:
+    """What a newer release would write."""
+    return marker(service, 99)
+
+
+@pytest.fixture
+async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_server.url)
+    yield client
+    await client.aclose()
+
+
+async def write_fleet_v1(redis: Redis) -> dict[str, Any]:
+    saved = version_1("fleet")
+    mapping = {str(r["instance_id"]): json.dumps(r) for r in saved["instances"]}
+    await redis.hset(f"fleetpilot:{NAMESPACE}:fleet:instances", mapping=mapping)  # type: ignore[misc]
+    await redis.set(f"fleetpilot:{NAMESPACE}:fleet:meta", json.dumps(saved["meta"]))
+    return saved
+
+
+async def test_fleet_restores_version_1_and_marks_it_current_on_the_next_save(
+    redis: Redis, redis_server: RedisServer
+) -> None:
+    saved = await write_fleet_v1(redis)
+    store = FleetStore(redis_server.url, NAMESPACE)
+    records, meta = await store.load()
+    core = FleetCore.from_state(records, meta, datetime(2026, 3, 2, 1, 0, tzinfo=UTC), FleetSettings())
+    [instance] = core.instances.values()
+    assert instance.instance_id == saved["instances"][0]["instance_id"] and instance.state is InstanceState.LOADING
+    await store.save([], [], core.meta_state())
+    assert json.loads(await redis.get(store.version_key)) == {"service": "fleet", "version": 2}
+    assert await store.load() == (records, core.meta_state())
+    await store.close()
+
+
+async def test_fleet_drops_a_version_it_does_not_know(
+    redis: Redis, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    await write_fleet_v1(redis)
+    store = FleetStore(redis_server.url, NAMESPACE)
+    await redis.set(store.version_key, unknown_marker("fleet"))
+    assert await store.load() == ([], None)
+    assert "fleet: saved state has version 99" in caplog.text and "rebuilding" in caplog.text
+    assert not await redis.exists(store.instances_key, store.meta_key)
+    await store.close()
+
+
+async def test_demand_restores_version_1(redis: Redis, redis_server: RedisServer) -> None:
+    saved = version_1("demand")
+    await redis.set(f"fleetpilot:{NAMESPACE}:demand:state", json.dumps(saved["state"]))
+    await redis.rpush(f"fleetpilot:{NAMESPACE}:demand:seen_event_ids", *saved["seen_event_ids"])  # type: ignore[misc]
+    store = DemandStore(redis_server.url, NAMESPACE, seen_capacity=1000)
+    state, seen = await store.load()
+    assert state == saved["state"] and seen == saved["seen_event_ids"]
+    core = DemandCore.from_state(state, DemandSettings(), seen)
+    assert core.to_state() == saved["state"]  # the windows came back whole
+    await store.save(core.to_state(), [])
+    assert json.loads(await redis.get(store.version_key)) == {"service": "demand", "version": 2}
+    await store.close()
+
+
+async def test_demand_drops_a_version_it_does_not_know(
+    redis: Redis, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    saved = version_1("demand")
+    store = DemandStore(redis_server.url, NAMESPACE, seen_capacity=1000)
+    await redis.set(store.state_key, json.dumps(saved["state"]))
+    await redis.set(store.version_key, "not a marker")
+    assert await store.load() == (None, [])
+    assert "demand: saved state has an unreadable version marker" in caplog.text
+    await store.close()
+
+
+async def write_provisioner_v1(redis: Redis) -> tuple[ProvisionerStore, dict[str, Any]]:
+    saved = version_1("provisioner")
+    store = ProvisionerStore(redis, f"fleetpilot:{NAMESPACE}:provisioner")
+    await redis.hset(  # type: ignore[misc]
+        store._key("instances"), mapping={str(r["instance_id"]): json.dumps(r) for r in saved["instances"]}
+    )
+    await redis.set(store._key("host_history"), json.dumps(saved["host_history"]))
+    await redis.hset(store._key("observed_tasks_per_h"), mapping=saved["observed_tasks_per_h"])  # type: ignore[misc]
+    return store, saved
+
+
+async def test_the_provisioner_restores_version_1(redis: Redis) -> None:
+    store, saved = await write_provisioner_v1(redis)
+    known = await store.load_instances()
+    [instance] = known.values()
+    assert instance.label == saved["instances"][0]["label"] and instance.state is InstanceState.LOADING
+    history = await store.load_history()
+    assert history.throughput_ratio(12041) == 0.93 and len(history.incidents) == 1
+    assert await store.load_observed_throughput() == {"RTX 5090": 131.5}
+    assert json.loads(await redis.get(store._key("version"))) == {"service": "provisioner", "version": 2}
+
+
+async def test_the_provisioner_drops_what_vast_ai_rebuilds_and_keeps_its_answers(
+    redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, _ = await write_provisioner_v1(redis)
+    answered = ProvisionResult(
+        occurred_at=datetime(2026, 3, 2, tzinfo=UTC), source="provisioner", idempotency_key="launch-0001",
+        command="launch", outcome="done", instance_ids=[33032701],
+    )  # fmt: skip
+    await store.save_result(answered)
+    await store.admit_fencing_token(41)
+    await redis.set(store._key("version"), unknown_marker("provisioner"))
+    with caplog.at_level(logging.WARNING, logger="fleetpilot.state"):
+        assert await store.load_instances() == {}
+    assert "provisioner: saved state has version 99" in caplog.text
+    assert (await store.load_history()).incidents == [] and await store.load_observed_throughput() == {}
+    # a command answered before is still answered, and an older decider is still fenced off
+    assert await store.result_for("launch-0001") == answered
+    assert await store.admit_fencing_token(40) == 41
