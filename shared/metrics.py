@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 
 @dataclass
@@ -23,6 +23,25 @@ class BusMetrics:
             "fleetpilot_duplicate_events_total",
             "Events ignored because their event_id was already processed",
             ["service"],
+            registry=self.registry,
+        )
+        # JetStream consumer lag, read by shared/consumer_lag.py; absent while unknown
+        self.consumer_pending = Gauge(
+            "fleetpilot_consumer_pending_messages",
+            "Messages in the stream not yet delivered to this durable consumer",
+            ["stream", "consumer"],
+            registry=self.registry,
+        )
+        self.consumer_ack_pending = Gauge(
+            "fleetpilot_consumer_ack_pending_messages",
+            "Messages delivered to this durable consumer and not yet acknowledged",
+            ["stream", "consumer"],
+            registry=self.registry,
+        )
+        self.consumer_info_failures = Counter(
+            "fleetpilot_consumer_info_failures_total",
+            "Consumer lag reads that failed (the lag gauges are then absent, not zero)",
+            ["stream", "consumer"],
             registry=self.registry,
         )
         for reason in ("invalid_message", "handler_failed"):

@@ -20,6 +20,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 
 from shared.bus import build_broker, nats_connect_options
 from shared.clock import Clock
+from shared.consumer_lag import poll_consumer_lag
 from shared.metrics import BusMetrics
 from shared.settings import Settings
 from shared.streams import ensure_streams
@@ -133,6 +134,17 @@ class ServiceApp(AsgiFastStream):
             ctx.broker, asgi_routes=[("/metrics", make_asgi_app(ctx.metrics.registry)), ("/health", health(ctx))]
         )
         self.ctx = ctx
+        self.consumer_lag: list[asyncio.Task[None]] = []
+        self.after_startup(self.report_consumer_lag)
+        self.on_shutdown(self.stop_reporting_consumer_lag)
+
+    async def report_consumer_lag(self) -> None:
+        """The backlog of each durable this service pulls from, as gauges (shared/consumer_lag.py)."""
+        poller = poll_consumer_lag(self.ctx.broker, self.ctx.metrics)
+        self.consumer_lag.append(asyncio.create_task(poller, name="consumer-lag"))
+
+    async def stop_reporting_consumer_lag(self) -> None:
+        await stop_tasks(self.consumer_lag)
 
     async def _start_broker(self) -> None:
         await self.ctx.wait_for_nats()
