@@ -207,6 +207,14 @@ class ApiBehaviour(_Strict):
     default_search_limit: int = Field(default=64, ge=1)
 
 
+class SpeedSpread(_Strict):
+    """How far machines' real pace strays from the catalog's (shared/gpu_models), drawn from the seed: one factor
+    per GPU model (the catalog's figure is off for it) and one per machine (its host's cooling, PCIe, CPU)."""
+
+    model_spread: float = Field(default=0.15, ge=0, le=0.9, description="each model's factor within 1 ± this")
+    host_spread: float = Field(default=0.15, ge=0, le=0.9, description="each machine's factor within 1 ± this")
+
+
 class Billing(_Strict):
     """What the ledger charges: storage from creation, the GPU price while the machine is running (vast's rule)."""
 
@@ -233,6 +241,7 @@ class Scenario(_Strict):
     dynamics: MarketDynamics = Field(default_factory=MarketDynamics)
     startup: StartupSpec = Field(default_factory=StartupSpec)
     fates: FateShares = Field(default_factory=FateShares)
+    speed: SpeedSpread = Field(default_factory=SpeedSpread)
     machine_fates: dict[int, Fate] = Field(default_factory=dict, description="machine_id → forced fate")
     api: ApiBehaviour = Field(default_factory=ApiBehaviour)
     billing: Billing = Field(default_factory=Billing)
@@ -247,11 +256,13 @@ class Scenario(_Strict):
 
     @classmethod
     def quiet(cls, **overrides: Any) -> Scenario:
-        """No rate limits, no random faults, no market motion, healthy machines: a base for exact tests."""
+        """No rate limits, no random faults, no market motion, healthy machines at the catalog's pace: a base for
+        exact tests."""
         base: dict[str, Any] = {
             "market": [],
             "dynamics": {"price_drift_per_h": 0, "taken_by_others_per_h": 0, "new_offers_per_h": 0},
             "fates": {"stuck_loading": 0, "exit_error": 0, "offline_later": 0, "slow": 0},
+            "speed": {"model_spread": 0, "host_spread": 0},
             "api": {"rate_limits": {}},
         }
         for key, value in overrides.items():

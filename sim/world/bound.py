@@ -89,9 +89,14 @@ def build_problem(trace: Trace, scenario: Scenario, world: WorldConfig, objectiv
     market = Market(offers_from_scenario(scenario))
     n_initial = initial_fleet_size(market, trace.arrivals_per_min, world)
     tiers: list[Tier] = []
-    for i, offer in enumerate(market.offers):
+    # the market rents by the catalog's pace; work is priced at each machine's real pace, cheapest first within
+    # the initial fleet and within the rest
+    by_real_price = sorted(market.offers[:n_initial], key=lambda o: o.real_usd_per_task) + sorted(
+        market.offers[n_initial:], key=lambda o: o.real_usd_per_task
+    )
+    for i, offer in enumerate(by_real_price):
         initial = i < n_initial
-        price, rate = offer.usd_per_task, offer.reference_tasks_per_h
+        price, rate = offer.real_usd_per_task, offer.tasks_per_h
         last = tiers[-1] if tiers else None
         if last and last.initial == initial and price <= last.usd_per_task * (1 + TIER_PRICE_STEP):
             width = last.width_tasks_per_h + rate

@@ -267,7 +267,7 @@ class Engine:
             offer = self.market.rent()
             if offer is None:
                 break
-            rate = offer.reference_tasks_per_h
+            rate = offer.tasks_per_h
             schedule = Schedule(running_s, 0.0, INF, INF)
             machine = Machine(next(self._ids), offer, Fate.HEALTHY, rate, created_s, schedule, running_s=running_s)
             machine.launched = False
@@ -299,7 +299,7 @@ class Engine:
         fate = offer.fate or draw.fate
         now = self.now_s
         running_s = ready_s = exit_s = offline_s = INF
-        rate = offer.reference_tasks_per_h
+        rate = offer.tasks_per_h
         if fate is Fate.EXIT_ERROR:
             exit_s = now + draw.startup_s
         elif fate is not Fate.STUCK_LOADING:

@@ -59,17 +59,40 @@ class Offer:
     offer_id: int
     gpu_model: str
     price_usd_per_h: float
-    reference_tasks_per_h: float
+    reference_tasks_per_h: float  # the catalog's pace for its GPUs: what a renter expects (and ranks offers by)
     fate: Fate | None = None  # forced by the scenario (OfferSpec.fate)
+    tasks_per_h: float = 0.0  # its real pace when healthy; 0: the reference
+
+    def __post_init__(self) -> None:
+        if self.tasks_per_h <= 0:
+            object.__setattr__(self, "tasks_per_h", self.reference_tasks_per_h)
 
     @property
     def usd_per_task(self) -> float:
+        """Dollars per task at the catalog's pace: the renter's ranking."""
         return self.price_usd_per_h / self.reference_tasks_per_h
+
+    @property
+    def real_usd_per_task(self) -> float:
+        """Dollars per task at the machine's real pace: what the lower bound must price work at."""
+        return self.price_usd_per_h / self.tasks_per_h
 
 
 def offers_from_scenario(scenario: Scenario) -> list[Offer]:
-    """Every machine the scenario lists, priced once from its seed (the world's market does not drift)."""
+    """Every machine the scenario lists, priced once from its seed (the world's market does not drift), each with
+    its real pace: the catalog's, off by its model's and its machine's factors (`Scenario.speed`, drawn from the
+    seed too), so a policy that trusts the priors sizes wrong and one that measures learns."""
     rng = np.random.default_rng([scenario.seed, 17])
+    speed_rng = np.random.default_rng([scenario.seed, 23])  # its own stream: prices stay what they were
+    model_factor: dict[str, float] = {}
+    model_spread, host_spread = scenario.speed.model_spread, scenario.speed.host_spread
+
+    def real_pace(gpu_model: str, reference: float) -> float:
+        key = _canonical(gpu_model)
+        if key not in model_factor:
+            model_factor[key] = float(speed_rng.uniform(1 - model_spread, 1 + model_spread))
+        return reference * model_factor[key] * float(speed_rng.uniform(1 - host_spread, 1 + host_spread))
+
     offers: list[Offer] = []
     for segment in scenario.market:
         model = gpu_models.find(segment.gpu_model)
@@ -81,11 +104,17 @@ def offers_from_scenario(scenario: Scenario) -> list[Offer]:
             typical = model.typical_price_usd_per_h * segment.num_gpus
             low, high = typical * 0.85, typical * 1.15
         for price in rng.uniform(low, high, segment.count):
-            offers.append(Offer(len(offers) + 1, segment.gpu_model, round(float(price), 4), rate))
+            offers.append(
+                Offer(len(offers) + 1, segment.gpu_model, round(float(price), 4), rate,
+                      tasks_per_h=real_pace(segment.gpu_model, rate))
+            )  # fmt: skip
     for spec in scenario.offers:
         model = gpu_models.find(spec.gpu_model)
         rate = (model.reference_tasks_per_h if model else gpu_models.REFERENCE_TASKS_PER_H_RTX_4090) * spec.num_gpus
-        offers.append(Offer(len(offers) + 1, spec.gpu_model, spec.price_usd_per_h, rate, spec.fate))
+        offers.append(
+            Offer(len(offers) + 1, spec.gpu_model, spec.price_usd_per_h, rate, spec.fate,
+                  tasks_per_h=real_pace(spec.gpu_model, rate))
+        )  # fmt: skip
     return offers
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from sim.vast.scenario import Scenario
+from sim.world.bound import clairvoyant_bound
 from sim.world.engine import Engine
 from sim.world.evaluate import evaluate
-from sim.world.model import Launch, MachineState, Remove, WorldConfig
+from sim.world.model import Launch, MachineState, Remove, WorldConfig, offers_from_scenario
 from sim.world.trace import Trace
 from tests.world.conftest import quiet_scenario, timing
 from tests.world.scripted import Hold, Scripted
@@ -147,3 +148,19 @@ def test_a_slow_factor_outside_0_to_1_is_refused_with_its_name(slow_factor: dict
     # a "slow" machine faster than its reference would let a run score below the world's lower bound
     with pytest.raises(ValueError, match="slow_factor must lie within"):
         Scenario.model_validate({"fates": {"slow_factor": slow_factor}})
+
+
+def test_machines_run_at_their_own_pace_and_the_bound_prices_work_at_it() -> None:
+    spread = quiet_scenario(speed={"model_spread": 0.15, "host_spread": 0.15},
+                            market=[{"gpu_model": "RTX 4090", "count": 20, "price_usd_per_h": {"min": 0.5, "max": 0.5}},
+                                    {"gpu_model": "RTX 5090", "count": 20}])  # fmt: skip
+    offers = offers_from_scenario(spread)
+    paces = {offer.tasks_per_h / offer.reference_tasks_per_h for offer in offers}
+    assert len(paces) == len(offers) and min(paces) < 0.95 and max(paces) > 1.05  # each its own, some faster
+    assert all(0.85**2 - 1e-9 <= pace <= 1.15**2 + 1e-9 for pace in paces)
+    assert {o.tasks_per_h for o in offers_from_scenario(quiet_scenario(market=spread.market))} == {120.0, 162.0}
+    trace = Trace.of([20] * 120 + [60] * 60 + [10] * 120, "step")
+    bound = clairvoyant_bound(trace, spread, WorldConfig(drain_max_s=4 * 3600)).objective_usd
+    for policy in ("reactive", "target-tracking", "predictive"):
+        run = evaluate(trace, policy, spread, 0, WorldConfig(drain_max_s=4 * 3600))
+        assert run.objective_usd >= bound - 1e-6, policy
