@@ -36,4 +36,14 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         " objective 1.0 → 2.0: diurnal 437 → 420, weekly 346 → 316, growth 263 → 271, decline 257 → 229,"
         " flash-crowd 2050 → 2010",
     ),
+    FittedConstant(
+        name="PolicyConfig.surge_drain_target_s",
+        value=1200.0,
+        families=("batch", "flash-crowd"),
+        seeds=(100, 101, 102, 103, 104),
+        note="derived from the objective (√(2 s p / (μ d)) ≈ 0.35 h), then checked on the train seeds, 2 days"
+        " each, before the world's task-event feed and machine pace spread: 3600 → 1200 → 600 s gave batch"
+        " 5218 → 4707 → 4518 and flash-crowd 2010 → 1904 → 1852 (the policy before the surge rule: 3787, 1879);"
+        " kept at the derived value",
+    ),
 ]
