@@ -4,19 +4,11 @@ One demo run serves every test here."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
-import pytest
-
 from services.cli.demo import REQUIRED_METRICS, check
 from services.cli.demo_dashboard import panel_queries
 from tests.deploy.metric_names import DASHBOARD_METRICS
-from tests.deploy.tools import find_tool, require_tool
+from tests.deploy.tools import require_tool
+from tests.e2e.conftest import DemoRun
 
 SANE = {
     "tasks_submitted": 100,
@@ -51,26 +43,6 @@ def test_the_summary_check_fails_each_kind_of_insane_run() -> None:
     for field, value in broken.items():
         problems = check({**SANE, field: value})
         assert len(problems) == 1, (field, problems)
-
-
-@dataclass(frozen=True)
-class DemoRun:
-    summary: dict[str, Any]
-    picture: Path | None
-
-
-@pytest.fixture(scope="module")
-def fast_demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
-    workdir = tmp_path_factory.mktemp("demo")
-    summary_path = workdir / "summary.json"
-    picture = workdir / "dashboard.png" if find_tool("prometheus") else None
-    command = [sys.executable, "-m", "services.cli.main", "demo", "--fast", "--no-live"]
-    command += ["--summary-json", str(summary_path)]
-    if picture is not None:
-        command += ["--dashboard-png", str(picture)]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=540)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return DemoRun(json.loads(summary_path.read_text()), picture)
 
 
 def test_fast_demo_serves_the_work_within_budget_and_exports_every_metric(fast_demo: DemoRun) -> None:
