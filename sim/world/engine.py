@@ -14,9 +14,18 @@ import math
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from services.decider.guardrails import (
+    FleetLedger,
+    GuardrailConfig,
+    SentLaunch,
+    check,
+    worst_price_usd_per_h,
+)
+from shared.contract import LaunchInstances, LaunchReason
 from sim.vast.scenario import Fate, Scenario
 from sim.world.fluid import FluidQueue, ServicePiece
 from sim.world.model import (
@@ -43,6 +52,7 @@ INF = math.inf
 # event kinds, in the order they are handled when they fall on the same moment
 MINUTE, RUNNING, READY, EXIT, OFFLINE, GONE, DECIDE, SAMPLE, END = range(9)
 TARGET_SAMPLES = 1500
+GUARDRAIL_EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # the guardrails' clock: simulated seconds from here
 
 
 class WorldPolicy(Protocol):
@@ -141,6 +151,9 @@ class Engine:
     seed: int = 0
     world: WorldConfig = field(default_factory=WorldConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    # the decider's own guardrails (services/decider/guardrails.check) applied to every launch of a policy that
+    # does not run them itself, so every policy meets the same limits; None: only the market and the world cap
+    guardrails: GuardrailConfig | None = None
 
     def __post_init__(self) -> None:
         self.now_s = 0.0
@@ -161,6 +174,8 @@ class Engine:
         self.launches = 0
         self.launches_refused = 0
         self._launch_refusals: list[tuple[float, str, int]] = []
+        self._guarded_launches: list[SentLaunch] = []
+        self.committed_usd_per_h = 0.0  # every non-gone machine's price, billed yet or not (the guardrails' view)
         self.wasted: set[int] = set()
         self._events: list[tuple[float, int, int, int]] = []
         self._seq = itertools.count()
@@ -322,6 +337,7 @@ class Engine:
         machine.state_since_s = self.now_s
         self.machines[machine.instance_id] = machine
         self.non_gone += 1
+        self.committed_usd_per_h += machine.price_usd_per_h
         self.peak_instances = max(self.peak_instances, self.non_gone)
 
     def _set_billed(self, machine: Machine, billed: bool) -> None:
@@ -351,6 +367,7 @@ class Engine:
         machine.state_since_s = self.now_s
         if state is MachineState.GONE:
             self.non_gone -= 1
+            self.committed_usd_per_h = max(0.0, self.committed_usd_per_h - machine.price_usd_per_h)
             self._set_billed(machine, False)
             self.market.release(machine.offer)
             self.machines.pop(machine.instance_id, None)
@@ -467,9 +484,38 @@ class Engine:
         self._decision_wall_s.append(time.perf_counter() - wall_start)
         for action in actions:
             if isinstance(action, Launch):
-                self._launch(action)
+                if self.guardrails is not None and not getattr(self.policy, "runs_guardrails", False):
+                    action = self._through_guardrails(action, self.guardrails)
+                if action.count > 0:
+                    self._launch(action)
             else:
                 self._remove(action)
+
+    def _through_guardrails(self, launch: Launch, config: GuardrailConfig) -> Launch:
+        """What the decider's guardrails grant of a launch, the rest recorded with the rule that refused it."""
+        now = GUARDRAIL_EPOCH + timedelta(seconds=self.now_s)
+        ledger = FleetLedger(
+            states={},
+            committed_usd_per_h=self.committed_usd_per_h,
+            instance_count=self.non_gone,
+            launches=tuple(self._guarded_launches),
+            demand_present=True,
+            workers_stalled=False,
+            stale=False,
+        )
+        key = f"world-launch-{len(self._guarded_launches)}-{int(self.now_s)}"
+        command = LaunchInstances(
+            occurred_at=now, source="world", idempotency_key=key,
+            requested_by="policy", count=launch.count, launch_priority="normal", reason=LaunchReason.BACKLOG,
+            max_price_usd_per_h=launch.max_price_usd_per_h,
+        )  # fmt: skip
+        verdict, ledger = check(command, ledger, now, config)
+        granted = verdict.action.count if verdict.verdict == "allowed" else 0  # type: ignore[union-attr]
+        if granted < launch.count and verdict.rule:
+            self.launches_refused += launch.count - granted
+            self._launch_refusals.append((self.now_s, verdict.rule, launch.count - granted))
+        self._guarded_launches = [s for s in ledger.launches if (now - s.sent_at).total_seconds() < 3600]
+        return replace(launch, count=granted, max_price_usd_per_h=worst_price_usd_per_h(command, config))
 
     def _sample(self) -> None:
         counts = {state: 0 for state in MachineState}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from services.decider.guardrails import GuardrailConfig
 from sim.vast.scenario import Scenario
 from sim.world.bound import clairvoyant_bound
 from sim.world.engine import Engine
@@ -164,3 +165,20 @@ def test_machines_run_at_their_own_pace_and_the_bound_prices_work_at_it() -> Non
     for policy in ("reactive", "target-tracking", "predictive"):
         run = evaluate(trace, policy, spread, 0, WorldConfig(drain_max_s=4 * 3600))
         assert run.objective_usd >= bound - 1e-6, policy
+
+
+def test_guardrails_given_to_the_world_bind_every_policy_and_each_refusal_is_recorded() -> None:
+    limits = GuardrailConfig(budget_usd_per_h=2.0, max_instances=10, normal_max_price_usd_per_h=0.8,
+                             emergency_max_price_usd_per_h=1.2, max_launches_per_h=10)  # fmt: skip
+    world = WorldConfig(initial_machines=0)
+    engine = Engine(QUIET_3H, Scripted(lambda v: [Launch(5)] if v.now_s in (60.0, 120.0) else []),
+                    quiet_scenario(**FIXED_HOUR), 0, world, guardrails=limits)  # fmt: skip
+    result = engine.run()
+    # $2/h at up to $0.80 each: 2 of the first 5; then those 2 cost their real $0.50 each, which leaves room for 1
+    assert result.launches == 3 and result.peak_instances == 3
+    assert result.launch_refusals == [(60.0, "budget_usd_per_h", 3), (120.0, "budget_usd_per_h", 4)]
+    assert result.launches_refused == 7
+    # without them, only the market binds
+    free = Engine(QUIET_3H, Scripted(lambda v: [Launch(5)] if v.now_s in (60.0, 120.0) else []),
+                  quiet_scenario(**FIXED_HOUR), 0, world).run()  # fmt: skip
+    assert free.launches == 10 and free.launch_refusals == []

@@ -125,6 +125,7 @@ class _Carry:
 
 class PredictiveAdapter:
     name = "predictive"
+    runs_guardrails = True  # every action goes through the decider's guardrails here, as the runner does
     decision_interval_s = 60.0  # the job system's queue snapshots and demand's counting buckets are per minute
 
     def __init__(
