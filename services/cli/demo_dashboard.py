@@ -125,7 +125,11 @@ def transition_markers(
     markers = []
     for series in parse_matrix(prometheus.query_range(expr, start, end, step_s)):
         label, colour = MARKERS[series.labels["to_state"]]
-        for before, after, at in zip(series.values, series.values[1:], series.times[1:], strict=False):
+        values, times = series.values, series.times
+        # a counter fleet creates at its first transition appears at 1 with no point before it
+        if times and times[0] > start + step_s:
+            values, times = [0.0, *values], [times[0] - step_s, *times]
+        for before, after, at in zip(values, values[1:], times[1:], strict=False):
             if after > before:
                 markers.append((at, label, colour))
     return markers

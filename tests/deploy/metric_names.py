@@ -24,6 +24,7 @@ DASHBOARD_METRICS: list[str] = [
     # every service (shared/metrics.py)
     "fleetpilot_dead_letters_total",  # counter {service, reason}
     "fleetpilot_duplicate_events_total",  # counter {service}
+    "fleetpilot_consumer_pending_messages",  # gauge {stream, consumer} (shared/consumer_lag.py)
     # provisioner: the vast.ai API
     "fleetpilot_vast_api_calls_total",  # counter {endpoint, outcome}
     "fleetpilot_vast_rate_limited_total",  # counter {endpoint}
@@ -40,7 +41,6 @@ ALERT_METRICS: list[str] = [
     "fleetpilot_vast_foreign_instances",  # gauge: instances on the account without FleetPilot's label
     "fleetpilot_agent_degraded",  # gauge: 1 while the last agent run was degraded
     "fleetpilot_decider_lock_backend_up",  # gauge: 0 while the decider cannot reach Redis
-    "fleetpilot_consumer_pending_messages",  # gauge {stream, consumer} (shared/consumer_lag.py)
 ]
 
 HISTOGRAMS: frozenset[str] = frozenset(
