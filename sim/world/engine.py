@@ -53,6 +53,7 @@ INF = math.inf
 MINUTE, RUNNING, READY, EXIT, OFFLINE, GONE, DECIDE, SAMPLE, END = range(9)
 TARGET_SAMPLES = 1500
 GUARDRAIL_EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # the guardrails' clock: simulated seconds from here
+LAUNCH_COMMAND_MAX = 100  # shared.contract.LaunchInstances.count's upper bound
 
 
 class WorldPolicy(Protocol):
@@ -484,12 +485,24 @@ class Engine:
         self._decision_wall_s.append(time.perf_counter() - wall_start)
         for action in actions:
             if isinstance(action, Launch):
-                if self.guardrails is not None and not getattr(self.policy, "runs_guardrails", False):
-                    action = self._through_guardrails(action, self.guardrails)
-                if action.count > 0:
-                    self._launch(action)
+                for launch in self._granted(action):
+                    self._launch(launch)
             else:
                 self._remove(action)
+
+    def _granted(self, launch: Launch) -> list[Launch]:
+        """The launches the guardrails allow of a policy's launch, when the engine runs them for the policy."""
+        if self.guardrails is None or getattr(self.policy, "runs_guardrails", False):
+            return [launch]
+        granted = []
+        # one launch command carries at most LAUNCH_COMMAND_MAX machines (the contract's limit): a larger launch
+        # goes to the guardrails as several commands, as the decider would send it
+        for start in range(0, launch.count, LAUNCH_COMMAND_MAX):
+            chunk = replace(launch, count=min(LAUNCH_COMMAND_MAX, launch.count - start))
+            allowed = self._through_guardrails(chunk, self.guardrails)
+            if allowed.count > 0:
+                granted.append(allowed)
+        return granted
 
     def _through_guardrails(self, launch: Launch, config: GuardrailConfig) -> Launch:
         """What the decider's guardrails grant of a launch, the rest recorded with the rule that refused it."""

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from services.decider.guardrails import GuardrailConfig
 from sim.vast.scenario import Scenario
 from sim.world.bound import BoundResult, clairvoyant_bound
 from sim.world.engine import Engine, RunResult, Sample, WorldPolicy
@@ -23,6 +24,13 @@ from sim.world.trace import Trace
 CLAIRVOYANT = "clairvoyant"
 # a real run that follows the bound's plan reading the future: achievable, so the optimum lies between the two
 CLAIRVOYANT_RUN = "clairvoyant-run"
+
+
+def _default_guardrails(world: WorldConfig, scenario: Scenario) -> GuardrailConfig:
+    # the decider's guardrails scaled to the world (sim/world/policies/predictive.py), imported when a run needs them
+    from sim.world.policies.predictive import default_guardrails
+
+    return default_guardrails(world, scenario)
 
 
 def _predictive(world: WorldConfig, scenario: Scenario) -> WorldPolicy:
@@ -262,13 +270,18 @@ def evaluate(
         if factory is None:
             raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
         engine_policy = factory(world, scenario)
-        run = Engine(trace, engine_policy, scenario, seed, world, objective).run()
+        # every policy meets the same guardrails: the predictive adapter runs them as the decider does, the engine
+        # puts every other policy's launches through them
+        guardrails = _default_guardrails(world, scenario)
+        run = Engine(trace, engine_policy, scenario, seed, world, objective, guardrails=guardrails).run()
         evaluation = _from_run(run, objective)
         report = getattr(engine_policy, "report", None)
         if callable(report):
             evaluation.extra.update(report())
-        # a policy that runs under guardrails logs the launches they refused or trimmed
-        refusals = [Refusal(at_s, rule, count) for at_s, rule, count in getattr(engine_policy, "launch_refusals", ())]
+        # the engine logs what the market, its cap and (for the baselines) the guardrails refused; the predictive
+        # adapter logs what its own guardrails refused or trimmed
+        logged = [*run.launch_refusals, *getattr(engine_policy, "launch_refusals", ())]
+        refusals = [Refusal(at_s, str(limit), count) for at_s, limit, count in logged]
         evaluation.extra["limits"] = limits_summary(refusals)
         if warning := limits_warning(evaluation.extra["limits"]):
             evaluation.warnings.append(warning)
@@ -360,5 +373,6 @@ class MarketSupply:
 
 def market_supply(trace: Trace, scenario: Scenario, world: WorldConfig) -> MarketSupply:
     offers = offers_from_scenario(scenario)
-    usable = sorted((offer.reference_tasks_per_h for offer in offers), reverse=True)[: world.max_instances]
+    # every machine at its real pace (the catalog's, off by its model's and its own factor)
+    usable = sorted((offer.tasks_per_h for offer in offers), reverse=True)[: world.max_instances]
     return MarketSupply(len(offers), len(usable), float(sum(usable)), trace.peak_tasks_per_h)

@@ -161,3 +161,15 @@ def test_the_report_says_which_guardrail_refused_launches_and_when() -> None:
     assert 1.0 <= limits["max_instances"]["first_h"] <= limits["max_instances"]["last_h"] <= 12.0
     assert any("guardrail max_instances" in w for w in evaluation.warnings)
     assert "cannot supply this trace's peak" in evaluation.warnings[0]
+
+
+def test_baselines_meet_the_same_guardrails_and_their_refusals_are_reported() -> None:
+    # 1000 tasks queued at once: the demand-based scaler asks for ~125 machines in one launch (two commands, as a
+    # command carries at most 100), beyond the guardrails' instance cap at the 30-machine market
+    queued = Trace.of([1000 if m == 30 else 2 for m in range(240)], "queued")
+    evaluation = evaluate(queued, "demand-based", quiet_scenario(), 0)
+    limits = {entry["limit"]: entry for entry in evaluation.extra["limits"]}
+    assert limits["max_instances"]["refused"] > 0
+    assert limits["max_instances"]["first_h"] == pytest.approx(31 / 60, abs=0.02)
+    assert evaluation.peak_instances is not None and evaluation.peak_instances <= 30
+    assert any("guardrail max_instances" in w for w in evaluation.warnings)
