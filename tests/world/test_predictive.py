@@ -114,3 +114,14 @@ def test_a_flash_crowd_that_lasts_hours_launches_at_the_first_decider_run_that_s
     during = [(at_s, launched) for at_s, launched in runs if at_s > crowd_minute * 60]
     assert during[0][1] > 0, during[:3]  # the first run after the crowd began launched
     assert during[0][0] <= (crowd_minute + 3) * 60  # and came within minutes (demand's trigger, P1 debounce)
+
+
+def test_guardrails_scaled_to_a_trace_keep_the_defaults_ratios() -> None:
+    world, scenario = WorldConfig(), quiet_scenario()
+    small = default_guardrails(world, scenario, Trace.of([10] * 120, "600/h"))  # 5 machines at its peak
+    assert (small.max_instances, small.budget_usd_per_h, small.max_launches_per_h) == (30, 15.0, 30)  # the market
+    big = default_guardrails(world, quiet_scenario(market=[{"gpu_model": "RTX 4090", "count": 500}]),
+                             Trace.of([400] * 120, "24000/h"))  # fmt: skip
+    # 200 catalog machines at its busiest hour: 1.5 times that, at the defaults' $20/h per 40 instances
+    assert (big.max_instances, big.budget_usd_per_h, big.max_launches_per_h) == (300, 150.0, 300)
+    assert default_guardrails(world, scenario).budget_usd_per_h == 30 * 1.2  # no trace: the cap binds first

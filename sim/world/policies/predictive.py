@@ -39,6 +39,7 @@ from services.fleet.config import FleetSettings
 from services.fleet.core import FleetCore, Transition
 from services.fleet.lifecycle import trigger_for
 from services.provisioner.reconcile import observed_state
+from shared import gpu_models
 from shared.contract import (
     DemandSignal,
     DestroyInstance,
@@ -57,25 +58,35 @@ from shared.contract import (
 from shared.settings import Settings
 from sim.vast.scenario import Scenario
 from sim.world.model import Action, Launch, MachineState, Remove, WorldConfig, WorldView
+from sim.world.trace import Trace
 
+# guardrails scaled to a trace allow this many times the catalog machines its busiest hour needs
+TRACE_HEADROOM = 1.5
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday: the bundled week starts on one
 TASK_TYPE = "default"
 SOURCE_JOBS = "job-system"
 SOURCE_PROVISIONER = "provisioner"
 
 
-def default_guardrails(world: WorldConfig, scenario: Scenario) -> GuardrailConfig:
-    """The shared settings' guardrails, scaled to the world's size.
+def default_guardrails(world: WorldConfig, scenario: Scenario, trace: Trace | None = None) -> GuardrailConfig:
+    """The shared settings' guardrails, scaled to the world's size, or to the trace's when it is given.
 
     The defaults (40 instances, as many launches per hour, $20/h) are for a small fleet; the world keeps their
-    ratios: launches per hour at the instance cap (a cold start reaches its fleet within one startup), and a
-    budget that the instance cap binds first.
+    ratios: launches per hour at the instance cap (a cold start reaches its fleet within one startup). Without
+    a trace the cap is the world's (or the market) and the budget one the cap binds first. With one, the cap
+    is TRACE_HEADROOM times the catalog machines its busiest hour needs (at least the defaults' 40) and the
+    budget the defaults' $0.50 per allowed instance: a fleet of dearer or slower machines meets it at the peak.
     """
     settings = Settings()
     market = sum(segment.count for segment in scenario.market) + len(scenario.offers)
     max_instances = max(1, min(world.max_instances, market))
+    budget_usd_per_h = max_instances * settings.emergency_max_price_usd_per_h
+    if trace is not None:
+        peak_machines = trace.peak_tasks_per_h / gpu_models.REFERENCE_TASKS_PER_H_RTX_4090
+        max_instances = min(max_instances, max(settings.max_instances, math.ceil(TRACE_HEADROOM * peak_machines)))
+        budget_usd_per_h = max_instances * settings.budget_usd_per_h / max(1, settings.max_instances)
     return GuardrailConfig(
-        budget_usd_per_h=max_instances * settings.emergency_max_price_usd_per_h,
+        budget_usd_per_h=budget_usd_per_h,
         max_instances=max_instances,
         normal_max_price_usd_per_h=settings.normal_max_price_usd_per_h,
         emergency_max_price_usd_per_h=settings.emergency_max_price_usd_per_h,
