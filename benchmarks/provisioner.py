@@ -44,6 +44,7 @@ from shared.contract import (
     LaunchReason,
     ProvisionResult,
     RemovalReason,
+    VastAccountObserved,
 )
 from shared.settings import Settings
 from sim.infra import RedisServer
@@ -65,6 +66,8 @@ BENCH_CONFIG = ProvisionerSettings(
     min_cuda=12.0,
     min_disk_gb=20.0,
     disk_gb=20.0,
+    bench_url="http://bench.invalid:8000",  # the simulated machines run nothing
+    report_token="bench-report-token",
 )
 STUCK_AFTER_S = 2.5 * 3600  # past the 1-2 h startup: still loading means stuck
 BAD_HOSTS, GOOD_HOSTS, MACHINES_PER_HOST = 5, 15, 3
@@ -76,6 +79,9 @@ class _Quiet:
         return None
 
     async def result(self, event: ProvisionResult) -> None:
+        return None
+
+    async def account(self, event: VastAccountObserved) -> None:
         return None
 
 

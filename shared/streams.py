@@ -59,10 +59,10 @@ DEMAND = StreamSpec(
 )
 LATEST = StreamSpec(
     "LATEST",
-    lambda s: [s.demand_signal, s.fleet_snapshot_published],
+    lambda s: [s.demand_signal, s.fleet_snapshot_published, s.provision_account],
     max_msgs_per_subject=1,
     max_age_s=DAY_S,
-    description="last value of the demand signal and the fleet snapshot",
+    description="last value of the demand signal, the fleet snapshot and the provisioner's account view",
 )
 INSTANCES = StreamSpec(
     "INSTANCES",

@@ -43,6 +43,11 @@ class Subjects:
         return f"{self.prefix}.provision.result"
 
     @property
+    def provision_account(self) -> str:
+        """The vast.ai account beyond FleetPilot's instances (foreign ones), kept as a last value in JetStream."""
+        return f"{self.prefix}.provision.account"
+
+    @property
     def provision_offers(self) -> str:
         """Request/reply (core NATS): ranked offers from the provisioner."""
         return f"{self.prefix}.provision.offers"

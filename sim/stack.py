@@ -102,6 +102,11 @@ class Stack:
                 "FLEETPILOT_HTTP_HOST": "127.0.0.1",
                 "FLEETPILOT_DECIDER_ADVISOR": AGENT_FACTORY,
                 "FLEETPILOT_BENCH_REPORT_TOKEN": BENCH_REPORT_TOKEN,
+                # where the rented machines' onstart fetches the suite and reports (the job stand-in runs it)
+                "FLEETPILOT_PROVISIONER_BENCH_URL": f"http://127.0.0.1:{self.ports['bench']}",
+                # the simulated hosts report the catalog's CUDA (12.4 for Ampere/Ada); no image runs on them, so
+                # the default image's 12.8 floor would only narrow the demo's market to the Blackwell cards
+                "FLEETPILOT_PROVISIONER_MIN_CUDA": "12.4",
                 "FLEETPILOT_DECIDER_MODE": "live",  # against the vast.ai stand-in; shadow is the default elsewhere
             }
         )

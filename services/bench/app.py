@@ -17,10 +17,17 @@ from pydantic import AnyHttpUrl, BaseModel
 from redis.asyncio import Redis
 
 from services.bench import gpu_suite
-from services.bench.collect import missing_report_result, overdue, pending_from_request, result_event_id
+from services.bench.collect import (
+    missing_report_result,
+    overdue,
+    pending_from_request,
+    result_event_id,
+    waiting_again,
+)
 from services.bench.config import BenchSettings
 from services.bench.intake import REPORT_PATH, SUITE_PATH, intake_app
 from services.bench.metrics import BenchMetrics
+from services.bench.onstart import exit_for_setting
 from services.bench.references import reference_for
 from services.bench.report import SuiteReport
 from services.bench.serving import run_sweep
@@ -168,20 +175,28 @@ def build(
             return  # finished by complete_if_reported, or later by a report or the sweep
         await store.finish(request.event_id)
 
-    async def fail_overdue_requests() -> None:
+    async def report_overdue_requests() -> None:
+        """Each request past its deadline without a report: `unknown`, counted, and (retries left) waited on again."""
         pending = await store.all_pending()
         metrics.pending_requests.set(len(pending))
         for bench in overdue(pending, ctx.clock.now()):
             if await complete_if_reported(bench.instance_id) or not await store.claim(bench.request_event_id):
                 continue
-            await publish(missing_report_result(bench, occurred_at=ctx.clock.now(), source=SERVICE))
-            await store.finish(bench.request_event_id, bench.instance_id)
+            now = ctx.clock.now()
+            waits_left = config.report_retries - bench.missed_reports
+            metrics.reports_missing.inc()
+            await publish(missing_report_result(bench, occurred_at=now, source=SERVICE, waits_left=waits_left))
+            if waits_left > 0:
+                await store.add_pending(waiting_again(bench, now, config.report_timeout_s))
+                await store.release(bench.request_event_id)
+            else:
+                await store.finish(bench.request_event_id, bench.instance_id)
 
     async def sweep_forever() -> None:
         while True:
             await ctx.clock.sleep(config.sweep_interval_s)
             try:
-                await fail_overdue_requests()
+                await report_overdue_requests()
             except Exception:  # Redis or NATS away: the next sweep retries; the requests stay pending
                 ctx.log.exception("bench sweep of overdue requests failed")
 
@@ -210,4 +225,11 @@ def build(
 
 def create_app(settings: Settings | None = None) -> AsgiFastStream:
     """Entry point for `faststream run services.bench.app:create_app --factory` and `fleetpilot run bench`."""
-    return build(ServiceContext.from_settings(SERVICE, settings))
+    config = BenchSettings()
+    if config.report_token is None or not config.report_token.get_secret_value():
+        # without it every report is refused, every rented machine ends `unknown`: refuse to start instead
+        exit_for_setting(
+            "FLEETPILOT_BENCH_REPORT_TOKEN is not set: expected the token rented machines file their suite "
+            "reports with (the same value for bench and the provisioner; e.g. `openssl rand -hex 24`)"
+        )
+    return build(ServiceContext.from_settings(SERVICE, settings), config)

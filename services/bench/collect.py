@@ -1,8 +1,10 @@
 """Meeting a GPU bench request with its instance's report, whichever arrives first, and giving up in time.
 
 The suite runs at container start and usually reports before fleet asks; a request waits for the report
-until its deadline, then the instance fails with "no report". A result's event id derives from the request's,
-so a request handled twice (redelivery, a report racing a request) publishes one event after JetStream's
+until its deadline. A missing report is not a failed benchmark (the onstart may not have run, the intake may
+be unreachable): the verdict is `unknown`, the wait starts again, and after `report_retries` waits bench stops
+waiting. A report that comes later is still judged. A result's event id derives from the request's, so a
+request handled twice (redelivery, a report racing a request) publishes one event after JetStream's
 de-duplication.
 """
 
@@ -26,6 +28,7 @@ class PendingGpuBench(ContractModel):
     instance_id: int
     requested_at: UtcDatetime
     deadline: UtcDatetime
+    missed_reports: int = Field(default=0, ge=0, description="deadlines passed without a report so far")
 
 
 def pending_from_request(request: BenchRequest, report_timeout_s: float) -> PendingGpuBench:
@@ -47,16 +50,32 @@ def overdue(pending: list[PendingGpuBench], now: datetime) -> list[PendingGpuBen
     return [bench for bench in pending if bench.deadline <= now]
 
 
-def missing_report_result(bench: PendingGpuBench, *, occurred_at: datetime, source: str) -> BenchResult:
-    waited_s = (bench.deadline - bench.requested_at).total_seconds()
+def waiting_again(bench: PendingGpuBench, now: datetime, report_timeout_s: float) -> PendingGpuBench:
+    """The same request after a missed deadline: one more miss counted, a new deadline from now."""
+    return bench.model_copy(
+        update={"missed_reports": bench.missed_reports + 1, "deadline": now + timedelta(seconds=report_timeout_s)}
+    )
+
+
+def missing_report_result(
+    bench: PendingGpuBench, *, occurred_at: datetime, source: str, waits_left: int
+) -> BenchResult:
+    """`unknown`, never `fail`: nothing was measured, so nothing may be failed or destroyed for it."""
+    waited_s = (occurred_at - bench.requested_at).total_seconds()
+    miss = bench.missed_reports + 1
+    then = f"waiting again ({waits_left} more)" if waits_left > 0 else "no longer waiting"
     return BenchResult(
-        event_id=result_event_id(bench.request_event_id),
+        # one event per miss: each must get through JetStream's de-duplication, and the real verdict after them
+        event_id=f"{result_event_id(bench.request_event_id)}-unknown-{miss}"[:128],
         occurred_at=occurred_at,
         source=source,
         instance_id=bench.instance_id,
         kind="gpu",
         device="cuda",
-        verdict="fail",
+        verdict="unknown",
         error=f"no suite report from instance {bench.instance_id} within {waited_s:.0f} s of the request",
-        explanation=f"instance {bench.instance_id}: fail: the GPU suite never reported (onstart failed or blocked)",
+        explanation=(
+            f"instance {bench.instance_id}: unknown: the GPU suite has not reported ({miss} missed deadline(s); "
+            f"check the onstart line and that the instance reaches bench's intake); {then}"
+        ),
     )

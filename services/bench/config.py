@@ -13,15 +13,18 @@ from services.bench.verdict import Thresholds
 class BenchSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLEETPILOT_BENCH_", env_file=None, extra="ignore")
 
-    # Instances prove a report is theirs with this token; unset, the intake refuses every report.
+    # Instances prove a report is theirs with this token; `fleetpilot run bench` refuses to start without it.
     report_token: SecretStr | None = Field(
         default=None, description="required: rented machines file their suite reports with it (provisioner too)"
     )
     report_timeout_s: float = Field(
         default=DEFAULT_REPORT_TIMEOUT_S, gt=0, description="how long a request waits for its report each time"
     )
+    report_retries: int = Field(
+        default=3, ge=0, description="waits after the first missed deadline (each publishes `unknown`) before giving up"
+    )
     report_ttl_s: float = Field(default=86_400.0, gt=0, description="how long an unclaimed report is kept")
-    sweep_interval_s: float = Field(default=30.0, gt=0, description="how often overdue requests are failed")
+    sweep_interval_s: float = Field(default=30.0, gt=0, description="how often overdue requests are looked at")
     report_max_bytes: int = Field(default=256 * 1024, gt=0, description="largest suite report accepted")
 
     degraded_below_share: float = Field(

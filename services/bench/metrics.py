@@ -19,6 +19,11 @@ class BenchMetrics:
             ["outcome"],
             registry=registry,
         )
+        self.reports_missing = Counter(
+            "fleetpilot_bench_reports_missing_total",
+            "Deadlines a GPU bench request passed without its instance's suite report (verdict unknown; alert on it)",
+            registry=registry,
+        )
         self.pending_requests = Gauge(
             "fleetpilot_bench_pending_requests",
             "GPU bench requests waiting for their instance's report",

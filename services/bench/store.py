@@ -53,6 +53,10 @@ class BenchStore:
         """True for the one caller that may publish this request's result now."""
         return bool(await self.redis.set(self._claim_key(request_event_id), "1", nx=True, ex=CLAIM_TTL_S))
 
+    async def release(self, request_event_id: str) -> None:
+        """Give up a claim without finishing: the request goes on waiting, and its report may claim it later."""
+        await self.redis.delete(self._claim_key(request_event_id))
+
     async def is_done(self, request_event_id: str) -> bool:
         return bool(await self.redis.exists(self._done_key(request_event_id)))
 

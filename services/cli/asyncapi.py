@@ -42,6 +42,7 @@ def catalog(subjects: Subjects) -> list[Channel]:
         Channel(s.demand_signal, c.DemandSignal, "demand's verdict, last value kept"),
         Channel(f"{p}.provision.instance.{{state}}", c.InstanceObserved, "provisioner's view of a vast instance"),
         Channel(s.provision_result, c.ProvisionResult, "the provisioner's answer to a command"),
+        Channel(s.provision_account, c.VastAccountObserved, "foreign instances on the vast account, last value"),
         Channel(s.provision_offers, c.OfferQuery, "request/reply: ranked offers (reply: OfferList)"),
         Channel(f"{p}.fleet.instance.{{state}}", c.InstanceTransitioned, "an instance entered a lifecycle state"),
         Channel(s.fleet_snapshot, c.FleetSnapshotRequest, "request/reply: the fleet view (reply: FleetSnapshot)"),

@@ -35,6 +35,7 @@ from shared.contract import (
     QueueDepth,
     QueueSnapshot,
     TaskEvent,
+    VastAccountObserved,
 )
 from shared.service import connect_once, describe_nats_error
 from shared.settings import Settings
@@ -224,6 +225,36 @@ async def fetch_snapshot(settings: Settings, timeout_s: float) -> tuple[FleetSna
         return FleetSnapshot.model_validate_json(stored.data or b""), "published"
 
 
+async def fetch_account_view(settings: Settings) -> VastAccountObserved | None:
+    """The provisioner's last view of the vast.ai account (foreign instances); None when it published none."""
+    async with connected(settings) as client:
+        try:
+            stored = await client.jetstream().get_last_msg(
+                LATEST.name(settings.subjects), settings.subjects.provision_account
+            )
+        except nats.js.errors.NotFoundError:
+            return None
+    return VastAccountObserved.model_validate_json(stored.data or b"")
+
+
+def foreign_summary(account: VastAccountObserved) -> str:
+    """Instances on the account that are not FleetPilot's: listed so nobody wonders who pays for them."""
+    if not account.foreign_count and not account.unreadable_rows:
+        return ""
+    lines = [
+        f"{account.foreign_count} foreign instance(s) on the vast.ai account (no FleetPilot label; never touched):"
+    ]
+    for row in account.foreign_instances:
+        price = f"${row.price_usd_per_h:.2f}/h" if row.price_usd_per_h is not None else "price unknown"
+        lines.append(
+            f"  #{row.instance_id} {row.label or '(no label)'}: {row.gpu_model or '?'} x{row.num_gpus or '?'}, "
+            f"{row.vast_actual_status or 'provisioning'}, {price}"
+        )
+    if account.unreadable_rows:
+        lines.append(f"{account.unreadable_rows} row(s) of the last list were unreadable (see the provisioner's log)")
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Published:
     subject: str
@@ -321,6 +352,10 @@ def status(
             err=True,
         )
     console.print(snapshot_table(snapshot))
+    with contextlib.suppress(OSError, nats.errors.Error, ValidationError):  # an extra line, never a failed status
+        account = asyncio.run(fetch_account_view(settings))
+        if account is not None and (summary := foreign_summary(account)):
+            console.print(Text(summary))
 
 
 @publish_app.command("task")

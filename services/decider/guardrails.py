@@ -19,6 +19,7 @@ from shared.contract import (
     DemandState,
     DestroyInstance,
     DrainInstance,
+    FailureReason,
     FleetSnapshot,
     GuardrailVerdict,
     InstanceState,
@@ -58,6 +59,7 @@ class GuardrailRule(StrEnum):
     UNKNOWN_INSTANCE = "unknown_instance"
     ALREADY_REMOVED = "already_removed"
     LOCK_LOST = "lock_lost"  # applied by the runner: a stale lock holder must not act
+    BENCH_NOT_FAILED = "bench_not_failed"  # bench_failed named for a machine whose benchmark did not fail
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ class FleetLedger:
     workers_stalled: bool
     stale: bool
     removed: frozenset[int] = field(default_factory=frozenset)
+    # instances whose benchmark really failed: a missing report (verdict `unknown`) is no reason to remove one
+    bench_failed: frozenset[int] = field(default_factory=frozenset)
 
     @property
     def producing(self) -> int:
@@ -144,6 +148,11 @@ def ledger_from(
         demand_present=demand_present(signal),
         workers_stalled=signal is not None and signal.state is DemandState.WORKERS_STALLED,
         stale=stale or snapshot is None or signal is None,
+        bench_failed=frozenset(
+            line.instance_id
+            for line in (snapshot.instances if snapshot else [])
+            if line.bench_verdict == "fail" or line.failure_reason is FailureReason.BENCH_FAILED
+        ),
     )
 
 
@@ -233,6 +242,11 @@ def _check_removal(
         refusal = GuardrailRule.UNKNOWN_INSTANCE, f"#{iid} is not in the fleet snapshot"
     elif iid in ledger.removed:
         refusal = GuardrailRule.ALREADY_REMOVED, f"#{iid} was already removed in this run"
+    elif action.reason is RemovalReason.BENCH_FAILED and iid not in ledger.bench_failed:
+        refusal = (
+            GuardrailRule.BENCH_NOT_FAILED,
+            f"#{iid}'s benchmark did not fail (a missing report is unknown, not failed): no {verb} for bench_failed",
+        )
     elif ledger.workers_stalled and (state is S.PRODUCING or action.reason in SCALE_DOWN_REASONS):
         refusal = (
             GuardrailRule.WORKERS_STALLED,

@@ -284,6 +284,10 @@ class FleetCore:
         record.bench_verdict = result.verdict
         self._touch(record)
         detail = f"bench {result.verdict}: {result.explanation[:200]}"
+        if result.verdict == "unknown":
+            # no report came: nothing was judged, so nothing moves (a producing machine keeps producing, an
+            # arriving one is still judged by time in state); bench keeps waiting and alerts
+            return []
         if result.verdict == "fail":
             return self._move(record, S.FAILED, at_s, detail, FailureReason.BENCH_FAILED)
         return self._move(record, S.BENCHMARKED, at_s, detail)

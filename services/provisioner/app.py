@@ -30,6 +30,7 @@ from shared.contract import (
     OfferQuery,
     ProvisionResult,
     StopInstance,
+    VastAccountObserved,
 )
 from shared.service import ServiceContext, asgi_app
 from shared.settings import Settings
@@ -46,6 +47,7 @@ class BusPublisher:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.stream = INSTANCES.name(ctx.subjects)
+        self.latest_stream = LATEST.name(ctx.subjects)
 
     async def instance(self, event: InstanceObserved) -> None:
         await publish_event(
@@ -54,6 +56,10 @@ class BusPublisher:
 
     async def result(self, event: ProvisionResult) -> None:
         await publish_event(self.ctx.broker, self.ctx.subjects.provision_result, event, stream=self.stream)
+
+    async def account(self, event: VastAccountObserved) -> None:
+        # the last value is what `fleetpilot status` shows
+        await publish_event(self.ctx.broker, self.ctx.subjects.provision_account, event, stream=self.latest_stream)
 
 
 @dataclass
@@ -150,4 +156,6 @@ def assemble(
 
 def create_app(settings: Settings | None = None, *, dry_run: bool = False) -> AsgiFastStream:
     """Entry point for `fleetpilot run provisioner [--dry-run]`."""
-    return build(ServiceContext.from_settings(SERVICE, settings), dry_run=dry_run)
+    config = ProvisionerSettings.from_environment()
+    config.check_onstart()  # before anything is rented: a machine without its benchmark line is money lost
+    return build(ServiceContext.from_settings(SERVICE, settings), config, dry_run=dry_run)

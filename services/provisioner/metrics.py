@@ -40,9 +40,17 @@ class VastApiMetrics:
         )
         self.auth_ok.set(float("nan"))  # unknown until vast.ai answers: never a refusal nor an acceptance
         self.auth_refused_at: str | None = None  # the endpoint whose answer refused the key, while it does
+        self.rows_skipped = Counter(
+            "fleetpilot_vast_rows_skipped_total",
+            "Offer or instance rows vast.ai sent that could not be read: skipped, the rest of the answer used",
+            ["endpoint"],
+            registry=registry,
+        )
         for endpoint in VAST_ENDPOINTS:
             self.rate_limited.labels(endpoint)
             self.calls.labels(endpoint, "ok")
+        for endpoint in ("search", "list_v1", "list_v0"):
+            self.rows_skipped.labels(endpoint)
 
     def observe(self, endpoint: str, outcome: str, latency_s: float | None) -> None:
         self.calls.labels(endpoint, outcome).inc()
@@ -86,8 +94,8 @@ class ProvisionerMetrics:
             registry=registry,
         )
         self.foreign_instances = Gauge(
-            "fleetpilot_provisioner_foreign_instances",
-            "Instances on the account without FleetPilot's label: reported, never touched",
+            "fleetpilot_vast_foreign_instances",
+            "Instances on the vast.ai account without FleetPilot's label at the last good list: shown, never touched",
             registry=registry,
         )
         self.launches_refused = Counter(

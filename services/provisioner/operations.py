@@ -36,13 +36,14 @@ from services.provisioner.vast_client import (
     VastClient,
     VastError,
 )
-from services.provisioner.vast_models import VastInstance
+from services.provisioner.vast_models import InstanceListing, VastInstance
 from shared import gpu_models
 from shared.clock import Clock
 from shared.contract import (
     BenchResult,
     DemandSignal,
     DestroyInstance,
+    ForeignInstance,
     InstanceObserved,
     InstanceState,
     LaunchInstances,
@@ -52,7 +53,9 @@ from shared.contract import (
     ProvisionResult,
     RefusalRule,
     StopInstance,
+    VastAccountObserved,
 )
+from shared.contract.account import FOREIGN_INSTANCES_KEPT
 from shared.settings import Settings
 
 SOURCE = "provisioner"
@@ -73,6 +76,8 @@ class Publisher(Protocol):
     async def instance(self, event: InstanceObserved) -> None: ...
 
     async def result(self, event: ProvisionResult) -> None: ...
+
+    async def account(self, event: VastAccountObserved) -> None: ...
 
 
 class FleetUnknown(Exception):
@@ -95,6 +100,14 @@ class Provisioner:
         self.history = HostHistory()
         self.knowledge = ThroughputKnowledge()
         self.fleet_known = False  # true only right after a successful list
+        # instances whose latest observation NATS has not acknowledged: published again after the next list
+        self._unpublished: set[int] = set()
+        self._foreign_ids: set[int] = set()
+
+    @property
+    def unknown_price_usd_per_h(self) -> float:
+        """The price counted for an instance vast lists without one: the most FleetPilot would pay, never zero."""
+        return self.settings.emergency_max_price_usd_per_h
 
     @property
     def limits(self) -> BudgetLimits:
@@ -163,7 +176,7 @@ class Provisioner:
                 return False
             return True
 
-    async def _list_all(self) -> list[VastInstance]:
+    async def _list_all(self) -> InstanceListing:
         if self.config.instance_list_api == "v0":
             return await self.client.list_instances_v0()
         return await self.client.list_instances()
@@ -181,7 +194,14 @@ class Provisioner:
                 raise
             raise FleetUnknown(str(error)) from None
         now = self.clock.now()
-        outcome = reconcile(self.known, listed, now, gone_after_missing_lists=self.config.gone_after_missing_lists)
+        outcome = reconcile(
+            self.known,
+            listed.instances,
+            now,
+            gone_after_missing_lists=self.config.gone_after_missing_lists,
+            unknown_price_usd_per_h=self.unknown_price_usd_per_h,
+            unreadable_ids=listed.unreadable_ids,
+        )
         self.known = outcome.known
         for incident in outcome.incidents:
             self.history.record(incident)
@@ -189,16 +209,42 @@ class Provisioner:
         await self._forget_long_gone()
         if outcome.incidents:
             await self.store.save_history(self.history)
-        for instance in outcome.to_publish:
+        self._unpublished.update(instance.instance_id for instance in outcome.to_publish)
+        for instance in [*outcome.to_publish, *self._still_unpublished(outcome.to_publish)]:
             await self._publish_instance(instance)
+        new_foreign = {row.id for row in outcome.foreign} - self._foreign_ids
         for row in outcome.foreign:
-            log.warning(
-                "instance %s on the account has no FleetPilot label (%r): reported, not touched", row.id, row.label
-            )
+            if row.id in new_foreign:  # once per instance, not at every list
+                log.warning(
+                    "instance %s on the account has no FleetPilot label (%r): shown as foreign, never touched",
+                    row.id, row.label,
+                )  # fmt: skip
+        self._foreign_ids = {row.id for row in outcome.foreign}
         self.metrics.foreign_instances.set(len(outcome.foreign))
+        await self.publisher.account(self._account_view(outcome.foreign, len(listed.unreadable_ids)))
         self.metrics.reconciliations.labels("ok").inc()
         self.fleet_known = True
         self._update_gauges()
+
+    def _account_view(self, foreign: list[VastInstance], unreadable_rows: int) -> VastAccountObserved:
+        shown = sorted(foreign, key=lambda row: row.id)[:FOREIGN_INSTANCES_KEPT]
+        return VastAccountObserved(
+            occurred_at=self.clock.now(),
+            source=SOURCE,
+            foreign_count=len(foreign),
+            foreign_instances=[
+                ForeignInstance(
+                    instance_id=row.id,
+                    label=(row.label or "")[:256] or None,
+                    gpu_model=(row.gpu_name or "")[:128] or None,
+                    num_gpus=row.num_gpus,
+                    vast_actual_status=(row.actual_status or "")[:64] or None,
+                    price_usd_per_h=row.price_usd_per_h,
+                )
+                for row in shown
+            ],
+            unreadable_rows=unreadable_rows,
+        )
 
     async def _forget_long_gone(self) -> None:
         now = self.clock.now()
@@ -255,6 +301,10 @@ class Provisioner:
         if not missing:
             return self._result(command, "launch", "done", None, "already launched", done_ids)
 
+        try:  # checked when the service starts; a provisioner assembled without it must not rent blind
+            self.config.onstart_line()
+        except ValueError as error:
+            return self._result(command, "launch", "failed", None, f"nothing rented: {error}", done_ids)
         cap = self.limits.price_cap(command.launch_priority, command.max_price_usd_per_h)
         constraints = self.constraints.narrowed_to(command.gpu_models, cap)
         if not constraints.allowed_gpu_models:
@@ -334,7 +384,9 @@ class Provisioner:
                 if found is not None:
                     if choice in candidates:
                         candidates.remove(choice)
-                    adopted = from_vast(found, self.clock.now(), adopted=True)
+                    adopted = from_vast(
+                        found, self.clock.now(), adopted=True, unknown_price_usd_per_h=choice.offer.dph_total
+                    )
                     await self._remember_new(adopted, choice)
                     self.metrics.instances_launched.labels("adopted_after_ambiguity").inc()
                     return adopted
@@ -362,7 +414,7 @@ class Provisioner:
 
     async def _find_by_label(self, label: str) -> VastInstance | None:
         try:
-            rows = await self.client.list_instances(select_filters={"label": {"eq": label}})
+            rows = (await self.client.list_instances(select_filters={"label": {"eq": label}})).instances
         except VastError as error:
             raise FleetUnknown(f"cannot check for {label} after an ambiguous create: {error}") from None
         matching = [row for row in rows if row.label == label]
@@ -393,7 +445,7 @@ class Provisioner:
             "disk": config.disk_gb,
             "label": label,
             "env": env,
-            "onstart": config.onstart,
+            "onstart": config.onstart_line(),
             "runtype": "ssh",
             "target_state": "running",
             "cancel_unavail": True,
@@ -553,7 +605,16 @@ class Provisioner:
             self.knowledge = ThroughputKnowledge({**self.knowledge.observed_tasks_per_h_by_model, **observed})
 
     # ---- events -------------------------------------------------------------------------------------------
+    def _still_unpublished(self, publishing: list[KnownInstance]) -> list[KnownInstance]:
+        """Known instances whose last observation never reached NATS, in their current state."""
+        ids = {instance.instance_id for instance in publishing}
+        return [self.known[i] for i in sorted(self._unpublished) if i in self.known and i not in ids]
+
     async def _publish_instance(self, instance: KnownInstance) -> None:
+        # Saved first, published second: fleet learns of an instance only from these events, so one the broker
+        # never acknowledged (NATS restarting, a cluster without quorum) is sent again after the next list, or
+        # fleet would never hear of a machine vast.ai bills for (found by the fault suite's cluster test).
+        self._unpublished.add(instance.instance_id)
         await self.publisher.instance(
             InstanceObserved(
                 occurred_at=self.clock.now(),
@@ -575,6 +636,7 @@ class Provisioner:
                 adopted=instance.adopted,
             )
         )
+        self._unpublished.discard(instance.instance_id)
 
     async def _fence_refusal(
         self, command: LaunchInstances | StopInstance | DestroyInstance, verb: Verb

@@ -105,8 +105,11 @@ def incident_for(instance: KnownInstance, at: datetime) -> Incident | None:
     )
 
 
-def from_vast(row: VastInstance, now: datetime, *, adopted: bool) -> KnownInstance:
+def from_vast(row: VastInstance, now: datetime, *, adopted: bool, unknown_price_usd_per_h: float) -> KnownInstance:
+    """`unknown_price_usd_per_h` stands in when vast sends no price (null `dph_total` and `dph_base`): an
+    unknown price is never zero in the budget, so the caller passes the most it would pay."""
     parsed = parse_label(row.label)
+    price = row.price_usd_per_h
     state, reason = observed_state(row.actual_status, row.intended_status, row.status_msg, None)
     created_at = datetime.fromtimestamp(row.start_date, tz=now.tzinfo) if row.start_date else now
     return KnownInstance(
@@ -115,7 +118,7 @@ def from_vast(row: VastInstance, now: datetime, *, adopted: bool) -> KnownInstan
         idempotency_key=parsed[0] if parsed else None,
         gpu_model=row.gpu_name,
         num_gpus=row.num_gpus or 1,
-        price_usd_per_h=row.dph_total,
+        price_usd_per_h=price if price is not None else unknown_price_usd_per_h,
         host_id=row.host_id,
         machine_id=row.machine_id,
         state=state,
@@ -146,11 +149,20 @@ class Reconciliation:
 
 
 def reconcile(
-    known: dict[int, KnownInstance], listed: Iterable[VastInstance], now: datetime, *, gone_after_missing_lists: int
+    known: dict[int, KnownInstance],
+    listed: Iterable[VastInstance],
+    now: datetime,
+    *,
+    gone_after_missing_lists: int,
+    unknown_price_usd_per_h: float,
+    unreadable_ids: frozenset[int] = frozenset(),
 ) -> Reconciliation:
-    """Compare a successful instance list with what is known. Never call this with a failed list."""
+    """Compare a successful instance list with what is known. Never call this with a failed list.
+
+    `unreadable_ids` were listed but their rows could not be read: they exist, so what is known of them is
+    kept as it was (neither updated nor counted missing)."""
     result = Reconciliation(known={})
-    seen: set[int] = set()
+    seen: set[int] = set(unreadable_ids)
     for row in listed:
         seen.add(row.id)
         current = known.get(row.id)
@@ -158,7 +170,7 @@ def reconcile(
             if parse_label(row.label) is None:
                 result.foreign.append(row)  # someone else's: report, never touch
                 continue
-            adopted = from_vast(row, now, adopted=True)
+            adopted = from_vast(row, now, adopted=True, unknown_price_usd_per_h=unknown_price_usd_per_h)
             result.known[row.id] = adopted
             result.adopted.append(adopted)
             if (incident := incident_for(adopted, now)) is not None:
@@ -172,7 +184,8 @@ def reconcile(
                 "vast_actual_status": row.actual_status,
                 "vast_intended_status": row.intended_status,
                 "vast_status_msg": row.status_msg,
-                "price_usd_per_h": row.dph_total or current.price_usd_per_h,  # vast's price is the truth
+                # vast's price is the truth; a null one leaves what was known
+                "price_usd_per_h": row.price_usd_per_h if row.price_usd_per_h is not None else current.price_usd_per_h,
                 "host_id": row.host_id if row.host_id is not None else current.host_id,
                 "machine_id": row.machine_id if row.machine_id is not None else current.machine_id,
                 "gpu_model": row.gpu_name or current.gpu_model,
@@ -187,6 +200,8 @@ def reconcile(
                 result.incidents.append(incident)
     for instance_id, current in known.items():
         if instance_id in seen:
+            if instance_id not in result.known:  # listed, but its row was unreadable: kept as it was
+                result.known[instance_id] = current
             continue
         if current.state is InstanceState.GONE:
             result.known[instance_id] = current

@@ -5,8 +5,11 @@ The budget and the price caps are shared with the decider and live in `shared.se
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.bench.config import BenchSettings
+from services.bench.onstart import exit_for_setting, onstart_command
 
 # vast.ai's documented per-endpoint minimum intervals (s) between requests; it sends no Retry-After, so the
 # client spaces its own calls by these. Search is "10 per minute per IP".
@@ -22,6 +25,12 @@ DOCUMENTED_SPACING_S = {
 # after a 429 the create endpoint stays closed for a documented 12 s penalty, so a retry waits that long
 DOCUMENTED_RATE_LIMITED_WAIT_S = {**DOCUMENTED_SPACING_S, "create": 12.5}
 
+# A public image with python3, numpy and a CUDA build of PyTorch, all the onstart suite needs. CUDA 12.8 is the
+# first with kernels for Blackwell (RTX 5090, RTX PRO 6000) and runs the Ampere/Ada cards too; it needs a host
+# driver that supports 12.8, hence `min_cuda` 12.8. Replace both with your worker image and its CUDA.
+DEFAULT_IMAGE = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
+DEFAULT_MIN_CUDA = 12.8
+
 
 class ProvisionerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLEETPILOT_PROVISIONER_", env_file=None, extra="ignore")
@@ -35,18 +44,28 @@ class ProvisionerSettings(BaseSettings):
         default=0.95, ge=0, le=1, description="offers with a lower vast.ai reliability are skipped"
     )
     verified_only: bool = Field(default=True, description="rent only machines vast.ai has verified")
-    min_cuda: float = Field(default=12.2, ge=0, description="offers whose driver supports less are skipped")
+    min_cuda: float = Field(default=DEFAULT_MIN_CUDA, ge=0, description="offers whose driver supports less are skipped")
     min_disk_gb: float = Field(default=50.0, ge=0, description="offers with less free disk are skipped")
     excluded_host_ids: list[int] = Field(default_factory=list, description="hosts never rented from (JSON list)")
     excluded_machine_ids: list[int] = Field(default_factory=list, description="machines never rented (JSON list)")
     search_limit: int = Field(default=64, ge=1, le=1000, description="offers asked for per search")
 
     # what runs on a rented machine
-    image: str = Field(default="fleetpilot/worker:latest", description="docker image to run")
+    image: str = Field(default=DEFAULT_IMAGE, min_length=1, max_length=1024, description="docker image to run")
     disk_gb: float = Field(default=50.0, gt=0, description="disk allocated to each instance")
-    onstart: str = Field(
-        default="bash -lc 'echo fleetpilot worker starting'",
-        description="shell run at container start; the bench engineer's benchmark script goes here",
+    bench_url: str | None = Field(
+        default=None,
+        description="where rented machines reach bench's HTTP intake (public), e.g. https://bench.example.com",
+    )
+    report_token: SecretStr | None = Field(
+        default=None,
+        description="the token rented machines file their suite report with; unset: FLEETPILOT_BENCH_REPORT_TOKEN "
+        "(bench's), so one variable serves both",
+    )
+    onstart: str | None = Field(
+        default=None,
+        description="shell run at container start; unset: fetch bench's suite, run it and report (needs "
+        "FLEETPILOT_PROVISIONER_BENCH_URL and FLEETPILOT_BENCH_REPORT_TOKEN); set it to run your own",
     )
     worker_env: dict[str, str] = Field(default_factory=dict, description="passed to every instance as-is")
     worker_ports: list[int] = Field(
@@ -102,3 +121,42 @@ class ProvisionerSettings(BaseSettings):
         description="replicas take turns through a Redis lease; a crashed holder's expires after this",
     )
     lease_poll_s: float = Field(default=0.5, gt=0, description="how often a replica tries to take the lease")
+
+    @classmethod
+    def from_environment(cls) -> ProvisionerSettings:
+        """The settings as `fleetpilot run provisioner` reads them: the report token falls back to bench's, so
+        one FLEETPILOT_BENCH_REPORT_TOKEN serves both services."""
+        config = cls()
+        if config.report_token is None:
+            config = config.model_copy(update={"report_token": BenchSettings().report_token})
+        return config
+
+    def onstart_line(self) -> str:
+        """What vast runs at container start: the configured line, or the bench suite built from the settings."""
+        if self.onstart is not None:
+            return self.onstart
+        if not self.bench_url or self.report_token is None or not self.report_token.get_secret_value():
+            raise ValueError(
+                "the default onstart needs FLEETPILOT_PROVISIONER_BENCH_URL and FLEETPILOT_BENCH_REPORT_TOKEN"
+            )
+        return onstart_command(self.bench_url, self.report_token.get_secret_value())
+
+    def check_onstart(self) -> None:
+        """At start, not at the first launch: a machine rented without its benchmark would be paid for and
+        then judged on a report that can never come. One line naming the variable, exit code 2."""
+        if self.onstart is not None:
+            return
+        if not self.bench_url:
+            exit_for_setting(
+                "FLEETPILOT_PROVISIONER_BENCH_URL is not set: expected the URL rented machines reach bench's "
+                "intake at (e.g. https://bench.example.com), or FLEETPILOT_PROVISIONER_ONSTART for your own line"
+            )
+        if self.report_token is None or not self.report_token.get_secret_value():
+            exit_for_setting(
+                "FLEETPILOT_BENCH_REPORT_TOKEN is not set: expected the token bench checks suite reports against "
+                "(the same value for bench and the provisioner; e.g. `openssl rand -hex 24`)"
+            )
+        try:
+            self.onstart_line()
+        except ValueError as error:  # too long for vast's limit
+            exit_for_setting(f"FLEETPILOT_PROVISIONER_BENCH_URL: {error}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Generator
 from typing import Any, TypeVar
@@ -24,13 +25,16 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from services.provisioner.metrics import VastApiMetrics
 from services.provisioner.settings import ProvisionerSettings
-from services.provisioner.vast_models import VastInstance, VastOffer
+from services.provisioner.vast_models import InstanceListing, VastInstance, VastOffer
 from shared.clock import Clock
 
 V1_PAGE_SIZE = 25  # v1 caps a page at 25 rows
 MAX_LIST_PAGES = 400  # 10 000 instances: more means a paging loop, not an account
+MAX_RETRY_AFTER_S = 60.0  # the official client waits out at most this much inline (client.py)
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+
+log = logging.getLogger("fleetpilot.provisioner.vast")
 
 
 # ---- errors -------------------------------------------------------------------------------------------------
@@ -80,8 +84,14 @@ class TransientVastError(VastError):
 
 
 class RateLimited(TransientVastError):
+    """`retry_after_s`: the server's Retry-After, when it sends one (the official client honours it)."""
+
     outcome = "rate_limited"
     maybe_applied = False  # a 429 is refused before anything happens
+
+    def __init__(self, endpoint: str, message: str, *, status: int | None = None, retry_after_s: float | None = None):
+        super().__init__(endpoint, message, status=status)
+        self.retry_after_s = retry_after_s
 
 
 class VastServerError(TransientVastError):
@@ -146,7 +156,8 @@ class VastClient:
     # ---- the API ----------------------------------------------------------------------------------------
     async def search_offers(self, query: dict[str, Any]) -> list[VastOffer]:
         body = await self._call("search", "POST", "/api/v0/bundles/", json_body=query)
-        return [_parse(VastOffer, row, "search") for row in _field(body, "offers", "search", list)]
+        offers, _ = self._readable(VastOffer, _field(body, "offers", "search", list), "search")
+        return offers
 
     async def create_instance(self, offer_id: int, request: dict[str, Any]) -> int:
         """Rent an offer; returns the new instance id. Raises OfferGone, AmbiguousCreate, and the rest."""
@@ -157,10 +168,12 @@ class VastClient:
             raise AmbiguousCreate("create", f"no new_contract in a successful answer for offer {offer_id}")
         return new_contract
 
-    async def list_instances(self, select_filters: dict[str, Any] | None = None) -> list[VastInstance]:
+    async def list_instances(self, select_filters: dict[str, Any] | None = None) -> InstanceListing:
         """Every instance on the account (or those matching `select_filters`), paging through
-        `GET /api/v1/instances/`. Any failure raises: a failed list never looks like an empty one."""
+        `GET /api/v1/instances/`. Any failure raises: a failed list never looks like an empty one. A row
+        that cannot be read is skipped (logged, counted) and its id, when it has one, kept as unreadable."""
         instances: dict[int, VastInstance] = {}
+        unreadable: set[int] = set()
         params: dict[str, str] = {
             "select_filters": json.dumps(select_filters or {}),
             "order_by": json.dumps([{"col": "id", "dir": "asc"}]),
@@ -168,19 +181,21 @@ class VastClient:
         }
         for _ in range(MAX_LIST_PAGES):
             body = await self._call("list_v1", "GET", "/api/v1/instances/", params=params)
-            for row in _field(body, "instances", "list_v1", list):
-                instance = _parse(VastInstance, row, "list_v1")
+            rows, skipped_ids = self._readable(VastInstance, _field(body, "instances", "list_v1", list), "list_v1")
+            for instance in rows:
                 instances[instance.id] = instance  # a row seen on two pages (the list moved) counts once
+            unreadable |= skipped_ids
             next_token = body.get("next_token")
             if not next_token:
-                return list(instances.values())
+                return InstanceListing(list(instances.values()), frozenset(unreadable - instances.keys()))
             params = {**params, "after_token": str(next_token)}
         raise VastServerError("list_v1", f"still paging after {MAX_LIST_PAGES} pages")
 
-    async def list_instances_v0(self) -> list[VastInstance]:
+    async def list_instances_v0(self) -> InstanceListing:
         """The deprecated v0 list, for accounts not yet moved. A 410 raises VastEndpointGone."""
         body = await self._call("list_v0", "GET", "/api/v0/instances/", params={"owner": "me"})
-        return [_parse(VastInstance, row, "list_v0") for row in _field(body, "instances", "list_v0", list)]
+        rows, skipped_ids = self._readable(VastInstance, _field(body, "instances", "list_v0", list), "list_v0")
+        return InstanceListing(rows, skipped_ids)
 
     async def show_instance(self, instance_id: int) -> VastInstance | None:
         body = await self._call("show", "GET", f"/api/v0/instances/{instance_id}/", params={"owner": "me"})
@@ -234,7 +249,9 @@ class VastClient:
             backoff_s = min(settings.backoff_max_s, settings.backoff_initial_s * 2 ** (state.attempt_number - 1))
             error = state.outcome.exception() if state.outcome else None
             if isinstance(error, RateLimited):
-                return max(backoff_s, settings.rate_limited_wait_s.get(endpoint, 1.0))
+                # the documented interval, or longer when vast says how long (capped like any backoff)
+                server_s = min(error.retry_after_s or 0.0, MAX_RETRY_AFTER_S)
+                return max(backoff_s, settings.rate_limited_wait_s.get(endpoint, 1.0), server_s)
             return backoff_s
 
         return wait
@@ -284,6 +301,26 @@ class VastClient:
             self._last_sent[endpoint] = self._clock.now().timestamp()
             yield
 
+    def _readable(self, model: type[ModelT], rows: list[Any], endpoint: str) -> tuple[list[ModelT], frozenset[int]]:
+        """The rows that validate; each other one is logged (id and the first problem) and counted, never fatal.
+        Also returns the ids of the skipped rows that had one."""
+        readable: list[ModelT] = []
+        skipped_ids: set[int] = set()
+        for row in rows:
+            try:
+                readable.append(model.model_validate(row))
+            except ValidationError as error:
+                row_id = row.get("id") if isinstance(row, dict) else None
+                if isinstance(row_id, int) and not isinstance(row_id, bool):
+                    skipped_ids.add(row_id)
+                log.warning(
+                    "vast.ai %s: skipped an unreadable %s row (id %r): %s",
+                    endpoint, model.__name__, row_id, _first_problem(error),
+                )  # fmt: skip
+                if self._metrics is not None:
+                    self._metrics.rows_skipped.labels(endpoint).inc()
+        return readable, frozenset(skipped_ids)
+
     def _observe(self, endpoint: str, outcome: str, latency_s: float | None) -> None:
         if self._metrics is not None:
             self._metrics.observe(endpoint, outcome, latency_s)
@@ -306,7 +343,8 @@ def _classify(endpoint: str, response: httpx.Response) -> Any:
     if status in (401, 403) or code == "auth_error":
         raise VastAuthError(endpoint, f"the API key was refused (HTTP {status}: {detail})", status=status)
     if status == 429:
-        raise RateLimited(endpoint, f"rate limited (HTTP 429: {detail})", status=status)
+        retry_after_s = _retry_after_s(response)
+        raise RateLimited(endpoint, f"rate limited (HTTP 429: {detail})", status=status, retry_after_s=retry_after_s)
     if status >= 500:
         raise VastServerError(endpoint, f"HTTP {status}: {detail}", status=status)
     if code == "no_such_ask" or (endpoint == "create" and status in (404, 410)):
@@ -316,6 +354,16 @@ def _classify(endpoint: str, response: httpx.Response) -> Any:
     if status == 410:
         raise VastEndpointGone(endpoint, f"endpoint retired (HTTP 410: {detail})", status=status)
     raise VastRequestError(endpoint, f"HTTP {status}: {detail}", status=status)
+
+
+def _retry_after_s(response: httpx.Response) -> float | None:
+    """Retry-After in seconds; vast's docs say it sends none, yet its official client reads it (client.py
+    `retry_delay`), so it is honoured when present. An HTTP-date or garbage reads as absent."""
+    try:
+        value = float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return None
+    return value if value >= 0 else None
 
 
 def _detail(body: Any, response: httpx.Response) -> str:
@@ -333,10 +381,13 @@ def _field(body: Any, name: str, endpoint: str, kind: type) -> Any:
     return value
 
 
+def _first_problem(error: ValidationError) -> str:
+    first = error.errors()[0]
+    return f"{'.'.join(map(str, first['loc'])) or 'row'}: {first['msg']}"
+
+
 def _parse(model: type[ModelT], row: Any, endpoint: str) -> ModelT:
     try:
         return model.model_validate(row)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(map(str, first["loc"]))
-        raise VastServerError(endpoint, f"unreadable {model.__name__}: {where}: {first['msg']}") from None
+        raise VastServerError(endpoint, f"unreadable {model.__name__}: {_first_problem(error)}") from None

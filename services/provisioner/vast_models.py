@@ -1,24 +1,33 @@
-"""What vast.ai returns, as the provisioner reads it: offers and instances (unknown fields ignored)."""
+"""What vast.ai returns, as the provisioner reads it: offers and instances.
+
+Read tolerantly: fields FleetPilot does not use are kept as they came (`model_extra`), and every field vast
+has been seen to send as null is optional. A row that still cannot be read is skipped by the client, which
+logs and counts it; one odd row never blinds the whole listing.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class VastOffer(BaseModel):
-    """An offer from `POST /api/v0/bundles/`; vast sends many more fields, which are ignored."""
+    """An offer from `POST /api/v0/bundles/`; the fields ranking reads are typed, the rest kept as extras."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     id: int
     machine_id: int | None = None
     host_id: int | None = None
     gpu_name: str
     num_gpus: int = Field(default=1, ge=1)
+    # an offer without a price cannot be ranked or budgeted: a null here makes the row unreadable (skipped)
     dph_total: float = Field(ge=0)
     reliability: float | None = None
     reliability2: float | None = None
     verified: bool | None = None
+    external: bool | None = None
     cuda_max_good: float | None = None
     disk_space: float | None = None
     geolocation: str | None = None
@@ -30,9 +39,10 @@ class VastOffer(BaseModel):
 
 
 class VastInstance(BaseModel):
-    """An instance from the list and show endpoints."""
+    """An instance from the list and show endpoints. vast sends nulls for a contract still being set up
+    (`actual_status`, `dph_total`, `start_date`, ...), so only the id is required."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     id: int
     actual_status: str | None = None
@@ -40,9 +50,24 @@ class VastInstance(BaseModel):
     cur_state: str | None = None
     status_msg: str | None = None
     label: str | None = None
-    dph_total: float = 0.0
+    dph_total: float | None = None
+    dph_base: float | None = None
     machine_id: int | None = None
     host_id: int | None = None
     gpu_name: str | None = None
     num_gpus: int | None = None
     start_date: float | None = None
+
+    @property
+    def price_usd_per_h(self) -> float | None:
+        """What it costs now: `dph_total`, else `dph_base` (GPU without storage); None when vast says neither."""
+        return self.dph_total if self.dph_total is not None else self.dph_base
+
+
+@dataclass(frozen=True)
+class InstanceListing:
+    """A successful instance list: the rows read, and the ids of rows listed but unreadable (they exist, so
+    reconciliation must not take them for gone)."""
+
+    instances: list[VastInstance] = field(default_factory=list)
+    unreadable_ids: frozenset[int] = frozenset()

@@ -1,5 +1,6 @@
 """The only contract between FleetPilot services: producers and consumers import these same classes."""
 
+from shared.contract.account import ForeignInstance, VastAccountObserved
 from shared.contract.audit import (
     Action,
     AgentTrace,
@@ -71,6 +72,7 @@ __all__ = [
     "FailureReason",
     "FleetSnapshot",
     "FleetSnapshotRequest",
+    "ForeignInstance",
     "GuardrailVerdict",
     "InstanceLine",
     "InstanceObserved",
@@ -101,6 +103,7 @@ __all__ = [
     "TriggerReason",
     "TriggerRef",
     "UtcDatetime",
+    "VastAccountObserved",
     "WindowStats",
     "new_event_id",
 ]

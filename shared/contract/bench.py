@@ -9,7 +9,9 @@ from pydantic import Field
 from shared.contract.base import Event
 
 BenchKind = Literal["gpu", "serving"]
-BenchVerdict = Literal["pass", "degraded", "fail"]
+# "unknown": no report came (onstart failed, the intake was unreachable): nothing was judged, so nothing may be
+# failed or destroyed for it; bench keeps waiting and counts it for an alert
+BenchVerdict = Literal["pass", "degraded", "fail", "unknown"]
 
 
 class BenchRequest(Event):

@@ -21,14 +21,13 @@ import nats
 import nats.errors
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from services.bench.references import reference_for
-from services.bench.report import SuiteReport
 from shared.bus import event_headers, nats_connect_options
 from shared.clock import Clock
 from shared.contract import Event, QueueDepth, QueueSnapshot, TaskEvent
 from shared.gpu_models import reference_tasks_per_h
 from shared.settings import Settings
 from shared.streams import DEMAND
+from sim.jobs.suite import DemoMachineSuites
 from sim.jobs.world import REFERENCE_TASKS_PER_H, JobWorld, TaskStep
 
 log = logging.getLogger("fleetpilot.jobs")
@@ -47,6 +46,7 @@ class JobRunConfig:
     # where a booting machine files its GPU suite report (bench's intake), as vast's onstart would make it
     bench_report_url: str | None = None
     bench_report_token: str | None = None
+    bench_min_time_s: float = 0.05  # per measurement of the suite's CPU variant: short, the demo runs many
 
 
 def window_of(arrivals: list[int], start_minute: int, minutes: int | None, scale: float) -> list[int]:
@@ -152,6 +152,8 @@ class JobRunner:
         self.world = JobWorld()
         self.running_since: dict[int, datetime] = {}
         self.reported: set[int] = set()
+        url, token = config.bench_report_url, config.bench_report_token
+        self.suites = DemoMachineSuites(url, token, min_time_s=config.bench_min_time_s) if url and token else None
 
     async def run(self) -> dict[str, Any]:
         nc = await nats.connect(**nats_connect_options(self.settings), max_reconnect_attempts=-1)
@@ -183,6 +185,8 @@ class JobRunner:
                     break
                 await self.clock.sleep(self.config.step_s)
         await nc.drain()
+        if self.suites is not None:
+            await self.suites.aclose()
         summary = self.summary()
         if self.config.summary_path:
             self.config.summary_path.write_text(json.dumps(summary, indent=2))
@@ -194,40 +198,12 @@ class JobRunner:
             return  # unknown: keep the workers we had rather than pretend every machine vanished
         factors = await throughput_factors(vast)
         up = workers_up(listed, self.running_since, now, self.config.worker_boot_s, factors)
-        for instance_id, (gpu_model, _) in up.items():
-            if instance_id not in self.reported:
+        # the onstart suite runs at container start: as soon as vast says running, before the worker is up
+        for instance_id in self.running_since:
+            if instance_id not in self.reported and self.suites is not None:
                 self.reported.add(instance_id)
-                await self._report_benchmark(instance_id, gpu_model, factors.get(instance_id, 1.0), now)
+                self.suites.start(instance_id)
         self.world.set_workers(up)
-
-    async def _report_benchmark(self, instance_id: int, gpu_name: str, speed: float, now: datetime) -> None:
-        """What the instance's onstart suite would report: its model's reference, scaled by the machine's truth."""
-        url, token = self.config.bench_report_url, self.config.bench_report_token
-        if not url or not token:
-            return
-        reference = reference_for(gpu_name)
-        expected = reference.expected_metrics() if reference else {}
-        report = SuiteReport(
-            instance_id=instance_id,
-            device="cuda",
-            gpu_name=gpu_name,
-            gpu_count=1,
-            metrics={name: value * speed for name, value in expected.items()},
-            checks={"matmul_bf16": True, "matmul_fp16": True, "memory_copy": True, "host_copy": True},
-            started_at=now,
-            duration_s=60.0,
-        )
-        try:
-            async with httpx.AsyncClient(timeout=10.0) as client:
-                response = await client.post(
-                    url, content=report.model_dump_json(by_alias=True), headers={"Authorization": f"Bearer {token}"}
-                )
-            if response.status_code >= 300:
-                log.warning(
-                    "bench report for %s refused: %s %s", instance_id, response.status_code, response.text[:200]
-                )
-        except httpx.HTTPError as error:
-            log.warning("bench report for %s not delivered: %r", instance_id, error)
 
     async def _publish(self, js: Any, steps: list[TaskStep]) -> None:
         stream = DEMAND.name(self.settings.subjects)

@@ -39,9 +39,22 @@ class Filter:
     def matches(self, row: Mapping[str, Any]) -> bool:
         value = row.get(self.field)
         try:
-            return OPS[self.op](value, self.value)
+            return OPS[self.op](value, _like(self.value, value))
         except TypeError:  # comparing across types (a None, a str with a number) never matches
             return False
+
+
+def _like(wanted: Any, value: Any) -> Any:
+    """The CLI sends every number of its query language as a string (`num_gpus=1` → `{"eq": "1"}`, vast-cli
+    `parse_query`); vast compares it as the field's number, so a numeric string meets a numeric field as one."""
+    if isinstance(wanted, list):
+        return [_like(item, value) for item in wanted]
+    if isinstance(wanted, str) and isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return float(wanted)
+        except ValueError:
+            return wanted
+    return wanted
 
 
 @dataclass(frozen=True)

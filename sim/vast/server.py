@@ -54,6 +54,7 @@ class ScriptedFault(BaseModel):
     delay_wall_s: float = Field(default=2.0, ge=0)
     offer_ids: list[int] = Field(default_factory=list)
     count: int = Field(default=1, ge=1)
+    retry_after_s: float | None = Field(default=None, ge=0, description="rate_limit: send this Retry-After")
 
 
 class VastSimulator:
@@ -108,7 +109,10 @@ class VastSimulator:
             return self._too_frequent(endpoint), "rate_limited"
         fault = self._next_fault(endpoint)
         if fault is not None and fault.kind == "rate_limit":
-            return self._too_frequent(endpoint), "rate_limited"
+            response = self._too_frequent(endpoint)
+            if fault.retry_after_s is not None:
+                response.headers["Retry-After"] = f"{fault.retry_after_s:g}"
+            return response, "rate_limited"
         if fault is not None and fault.kind == "error":
             return self._server_error(fault.status), "injected_error"
         if fault is None and self.api.server_error_rate and self._fault_rng.random() < self.api.server_error_rate:
@@ -288,6 +292,20 @@ class VastSimulator:
             return JSONResponse({"error": "no such instance"}, status_code=404)
         return JSONResponse(self.world.sim_view(instance, self.clock.now()))
 
+    async def _admin_instance_row(self, request: Request) -> Response:
+        """Fields every later row of this instance carries as given (`{}` clears them): odd rows on demand."""
+        instance_id = int(request.path_params["instance_id"])
+        if instance_id not in self.world.instances:
+            return JSONResponse({"error": "no such instance"}, status_code=404)
+        overrides = await _json_body(request)
+        if not isinstance(overrides, dict):
+            return JSONResponse({"error": "expected a JSON object of fields"}, status_code=400)
+        if overrides:
+            self.world.row_overrides[instance_id] = overrides
+        else:
+            self.world.row_overrides.pop(instance_id, None)
+        return JSONResponse({"instance_id": instance_id, "overrides": overrides})
+
     async def _admin_reset(self, request: Request) -> Response:
         raw = await request.body()
         self.reset(Scenario.model_validate_json(raw) if raw.strip() else self.scenario)
@@ -315,6 +333,7 @@ class VastSimulator:
             Route("/_sim/offers/{offer_id:int}/take", self._admin_take_offer, methods=["POST"]),
             Route("/_sim/machines/{machine_id:int}/fate", self._admin_machine_fate, methods=["POST"]),
             Route("/_sim/instances/{instance_id:int}", self._admin_instance, methods=["GET"]),
+            Route("/_sim/instances/{instance_id:int}/row", self._admin_instance_row, methods=["POST"]),
             Route("/_sim/reset", self._admin_reset, methods=["POST"]),
         ]
 

@@ -131,6 +131,7 @@ class SimOffer:
             "rented": False,
             "external": False,
             "static_ip": False,
+            "hosting_type": 0,  # 1: a datacenter (the CLI derives its `datacenter` flag from it)
             "vms_enabled": False,
             "is_bid": False,
             "disk_space": self.disk_space_gb,
@@ -219,6 +220,9 @@ class VastWorld:
     instances: dict[int, SimInstance] = field(default_factory=dict)  # destroyed ones stay, for the ledger
     machine_fates: dict[int, Fate] = field(default_factory=dict)
     commitments: list[tuple[datetime, float, int]] = field(default_factory=list)  # (at, Δ$/h, Δinstances)
+    # fields an instance's rows carry whatever the world says: the nulls and odd values real accounts show
+    # (a `dph_total: null`, a field of a type nobody expected), set by tests through `/_sim/instances/{id}/row`
+    row_overrides: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         seed = self.scenario.seed
@@ -458,7 +462,7 @@ class VastWorld:
         since = self.running_since(instance)
         uptime_mins = (now - since).total_seconds() / 60.0 if running and since else 0.0
         request = instance.request
-        return {
+        row = {
             "id": instance.instance_id,
             "actual_status": actual,
             "intended_status": instance.intended,
@@ -499,6 +503,7 @@ class VastWorld:
             "uptime_mins": round(uptime_mins, 2),
             "template_hash_id": request.template_hash_id,
         }
+        return {**row, **self.row_overrides.get(instance.instance_id, {})}
 
     def list_page(self, params: Mapping[str, Any], now: datetime, *, max_page_size: int) -> dict[str, Any]:
         """`GET /api/v1/instances/`: filters, order, at most `max_page_size` rows, and a `next_token`."""

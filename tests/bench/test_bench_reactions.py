@@ -86,7 +86,8 @@ async def test_a_degraded_and_a_failed_machine_reach_the_provisioners_host_histo
     settings = settings.model_copy(update={"vast_api_url": vast_url})
     results = await collect(nc, settings.subjects.bench_result, BenchResult)
 
-    provisioner = assemble(ServiceContext(PROVISIONER, settings, sim_clock), ProvisionerSettings())
+    config = ProvisionerSettings(min_cuda=12.0, bench_url="http://bench.test", report_token="report-token-for-tests")
+    provisioner = assemble(ServiceContext(PROVISIONER, settings, sim_clock), config)
     bench = build_bench(ServiceContext("bench", settings, sim_clock), bench_settings(report_timeout_s=1e7))
     store = ProvisionerStore(Redis.from_url(settings.redis_url), f"fleetpilot:{settings.subject_prefix}:{PROVISIONER}")
     await provisioner.app.start()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -144,34 +145,75 @@ async def test_without_a_configured_token_every_report_is_refused() -> None:
         assert suite.status_code == 200 and "def run_suite" in suite.text
 
 
-async def test_a_request_whose_instance_never_reports_fails_at_its_deadline(
+async def test_a_missing_report_is_unknown_retried_and_counted_never_fail_and_a_late_report_is_judged(
     settings: Settings, nc: NatsClient, js: JetStreamContext, sim_clock: SimulatedClock
 ) -> None:
     results = await collect(nc, settings.subjects.bench_result, BenchResult)
-    config = bench_settings(report_timeout_s=600.0, sweep_interval_s=30.0)
-    app = build(ServiceContext("bench", settings, sim_clock), config)
+    config = bench_settings(report_timeout_s=600.0, sweep_interval_s=30.0, report_retries=1)
+    ctx = ServiceContext("bench", settings, sim_clock)
+    app = build(ctx, config)
+    redis = Redis.from_url(settings.redis_url)
+    store = BenchStore(redis, settings.subjects.prefix, 600)
+    request = gpu_request(303, occurred_at=sim_clock.now())
+    try:
+        async with over_http(app) as base_url:
+            await request_bench(js, settings, request)
+            await eventually(lambda: store.pending(303))
+            await sim_clock.advance_and_settle(570.0, step_s=30.0)
+            await asyncio.sleep(0.2)
+            assert results == []  # not yet: the deadline is 600 s after the request
+
+            async def advance_until(count: int) -> bool:
+                await sim_clock.advance_and_settle(30.0)
+                return len(results) >= count
+
+            await eventually(lambda: advance_until(1), timeout_s=10, interval_s=0.1)
+            pending = await store.pending(303)
+            assert pending is not None and pending.missed_reports == 1  # still waited on
+            # the report arrives after the first miss: judged, and published under the request's own event id
+            response = await post_report(base_url, suite_report(303, 1.0))
+            assert response.status_code == 202
+            await eventually(lambda: len(results) == 2)
+            missing = ctx.metrics.registry.get_sample_value("fleetpilot_bench_reports_missing_total")
+    finally:
+        await redis.aclose()
+
+    unknown, judged = results
+    assert unknown.verdict == "unknown" and unknown.instance_id == 303
+    assert unknown.error is not None and "no suite report from instance 303" in unknown.error
+    assert "waiting again" in unknown.explanation
+    assert judged.verdict == "pass" and judged.event_id == result_event_id(request.event_id)
+    assert missing == 1
+    assert all(r.verdict != "fail" for r in results)
+
+
+async def test_after_its_retries_a_missing_report_stops_being_waited_on(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, sim_clock: SimulatedClock
+) -> None:
+    results = await collect(nc, settings.subjects.bench_result, BenchResult)
+    app = build(ServiceContext("bench", settings, sim_clock), bench_settings(report_retries=1))
     redis = Redis.from_url(settings.redis_url)
     store = BenchStore(redis, settings.subjects.prefix, 600)
     await app.start()
     try:
-        await request_bench(js, settings, gpu_request(303, occurred_at=sim_clock.now()))
-        await eventually(lambda: store.pending(303))
-        await sim_clock.advance_and_settle(570.0, step_s=30.0)
-        await asyncio.sleep(0.2)
-        assert results == []  # not yet: the deadline is 600 s after the request
+        await request_bench(js, settings, gpu_request(304, occurred_at=sim_clock.now()))
+        await eventually(lambda: store.pending(304))
 
-        async def advance_until_failed() -> bool:
-            await sim_clock.advance_and_settle(30.0)
-            return len(results) == 1
+        async def advance_until_two() -> bool:
+            await sim_clock.advance_and_settle(60.0)
+            return len(results) >= 2
 
-        await eventually(advance_until_failed, timeout_s=10, interval_s=0.1)
+        await eventually(advance_until_two, timeout_s=15, interval_s=0.1)
+        await eventually(lambda: _no_pending(store, 304))
     finally:
         await app.stop()
         await redis.aclose()
+    assert [r.verdict for r in results] == ["unknown", "unknown"]
+    assert "no longer waiting" in results[1].explanation
 
-    result = results[0]
-    assert result.verdict == "fail" and result.instance_id == 303
-    assert result.error is not None and "no suite report from instance 303" in result.error
+
+async def _no_pending(store: BenchStore, instance_id: int) -> bool:
+    return await store.pending(instance_id) is None
 
 
 async def test_a_request_without_instance_runs_the_suite_here(
@@ -238,3 +280,18 @@ async def test_a_serving_request_without_url_is_dead_lettered_naming_the_field(
     finally:
         await app.stop()
     assert letters[0].reason == "invalid_message" and "url" in letters[0].error
+
+
+def test_bench_will_not_start_without_the_report_token() -> None:
+    """A real process through the entry point `fleetpilot run bench` calls: one line, exit code 2, no traceback."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPILOT_")}
+    done = subprocess.run(
+        [sys.executable, "-c", "from services.bench.app import create_app; create_app()"],
+        env={**clean, "FLEETPILOT_NATS_URL": "nats://127.0.0.1:1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: FLEETPILOT_BENCH_REPORT_TOKEN is not set"), done.stderr

@@ -155,6 +155,17 @@ def test_destroy_only_in_states_that_allow_it() -> None:
     assert verdict.rule == GuardrailRule.UNKNOWN_INSTANCE
 
 
+def test_bench_failed_is_refused_for_a_machine_whose_benchmark_only_went_unreported() -> None:
+    unreported = line(100, InstanceState.PRODUCING, NOW).model_copy(update={"bench_verdict": "unknown"})
+    failed = line(700, InstanceState.FAILED, NOW, failure_reason=FailureReason.BENCH_FAILED)
+    book = ledger([unreported, *producing(2, NOW)[1:], failed])
+    for kind in (DrainInstance, StopInstance):
+        verdict, _ = check(removal(kind, 100, RemovalReason.BENCH_FAILED), book, NOW, CONFIG)
+        assert verdict.verdict == "refused" and verdict.rule == GuardrailRule.BENCH_NOT_FAILED
+    verdict, _ = check(removal(DestroyInstance, 700, RemovalReason.BENCH_FAILED), book, NOW, CONFIG)
+    assert verdict.verdict == "allowed"
+
+
 def test_a_destructive_action_without_a_reason_enum_is_refused() -> None:
     unchecked = DestroyInstance.model_construct(
         occurred_at=NOW, source="agent", idempotency_key=key(), requested_by="agent", instance_id=700, reason="tidy"

@@ -248,6 +248,19 @@ def test_a_failed_benchmark_fails_the_instance() -> None:
     assert (transition.to_state, transition.failure_reason) == (S.FAILED, FailureReason.BENCH_FAILED)
 
 
+def test_a_missing_benchmark_report_fails_nothing_and_a_producer_keeps_producing() -> None:
+    core = FleetCore()
+    done = producing(core, T0)
+    assert core.observe_bench(bench("unknown", done + timedelta(minutes=30)), done + timedelta(minutes=30)) == []
+    record = core.instances[ID]
+    assert record.state is S.PRODUCING and record.failure_reason is None and record.bench_verdict == "unknown"
+    arriving = FleetCore()
+    arriving.observe_instance(observed(S.RUNNING, T0), T0)
+    arriving.observe_task(task("started", T0 + timedelta(minutes=5)), T0 + timedelta(minutes=5))
+    assert arriving.observe_bench(bench("unknown", T0 + timedelta(minutes=40)), T0 + timedelta(minutes=40)) == []
+    assert arriving.instances[ID].state is S.REGISTERED
+
+
 def test_a_worker_heard_before_the_provisioner_registers_its_instance_once_the_provisioner_reports_it() -> None:
     core = FleetCore()
     assert core.observe_task(task("started", T0, 77), T0) == []  # not created from a task event alone

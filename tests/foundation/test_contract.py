@@ -107,6 +107,12 @@ EXAMPLES: list[c.Event] = [
     ),
     c.ProvisionResult(**ENVELOPE, idempotency_key="launch-0001", command="launch", outcome="done", instance_ids=[1]),
     c.OfferQuery(**ENVELOPE, gpu_models=["RTX 4090"], max_price_usd_per_h=0.6),
+    c.VastAccountObserved(
+        **ENVELOPE,
+        foreign_count=1,
+        foreign_instances=[c.ForeignInstance(instance_id=77, label="my-notebook", price_usd_per_h=None)],
+        unreadable_rows=1,
+    ),
     c.OfferList(
         **ENVELOPE,
         offers=[

@@ -14,7 +14,7 @@ from services.provisioner.app import ProvisionerService, assemble
 from services.provisioner.settings import ProvisionerSettings
 from shared.bus import event_headers
 from shared.clock import Clock
-from shared.contract import InstanceObserved, ProvisionCommand, ProvisionResult
+from shared.contract import InstanceObserved, ProvisionCommand, ProvisionResult, VastAccountObserved
 from shared.service import ServiceContext
 from shared.settings import Settings
 from shared.streams import COMMANDS
@@ -37,6 +37,8 @@ QUIET = ProvisionerSettings(
     min_disk_gb=20.0,
     disk_gb=20.0,
     lease_poll_s=0.05,
+    bench_url="http://bench.test:8000",
+    report_token="report-token-for-tests",
 )
 
 # ranked by expected $/task: A (0.48/120) < A2 (0.49/120) < B (0.52/120) < C (0.30/66), though C is cheapest per hour
@@ -66,15 +68,20 @@ class BusRecorder:
         self.settings = settings
         self.observed: list[InstanceObserved] = []
         self.results: list[ProvisionResult] = []
+        self.accounts: list[VastAccountObserved] = []
 
     async def start(self) -> None:
         subjects = self.settings.subjects
         await self.nc.subscribe(subjects.provision_instance_all, cb=self._on_instance)
         await self.nc.subscribe(subjects.provision_result, cb=self._on_result)
+        await self.nc.subscribe(subjects.provision_account, cb=self._on_account)
         await self.nc.flush()
 
     async def _on_instance(self, msg: Msg) -> None:
         self.observed.append(InstanceObserved.model_validate_json(msg.data))
+
+    async def _on_account(self, msg: Msg) -> None:
+        self.accounts.append(VastAccountObserved.model_validate_json(msg.data))
 
     async def _on_result(self, msg: Msg) -> None:
         self.results.append(ProvisionResult.model_validate_json(msg.data))

@@ -27,6 +27,7 @@ from shared.contract import (
     ProvisionResult,
     RemovalReason,
     StopInstance,
+    VastAccountObserved,
 )
 from shared.settings import Settings
 from sim.infra import RedisServer
@@ -49,6 +50,9 @@ class Recorder:
 
     async def result(self, event: ProvisionResult) -> None:
         self.results.append(event)
+
+    async def account(self, event: VastAccountObserved) -> None:
+        return None
 
 
 steps = st.lists(

@@ -6,18 +6,38 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from services.provisioner import reconcile as core
 from services.provisioner.reconcile import (
     KnownInstance,
+    Reconciliation,
     launch_label,
     observed_state,
     parse_label,
-    reconcile,
     vast_status_label,
 )
 from services.provisioner.vast_models import VastInstance
 from shared.contract import FailureReason, InstanceState
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+PRICE_CAP = 2.0  # what an instance listed without a price is counted at
+
+
+def reconcile(
+    known: dict[int, KnownInstance],
+    listed: list[VastInstance],
+    now: datetime,
+    *,
+    gone_after_missing_lists: int,
+    unreadable_ids: frozenset[int] = frozenset(),
+) -> Reconciliation:
+    return core.reconcile(
+        known,
+        listed,
+        now,
+        gone_after_missing_lists=gone_after_missing_lists,
+        unknown_price_usd_per_h=PRICE_CAP,
+        unreadable_ids=unreadable_ids,
+    )
 
 
 def row(
@@ -109,3 +129,30 @@ def test_an_instance_vast_stops_listing_is_gone_only_after_consecutive_misses() 
     assert [i.instance_id for i in second.gone] == [1] and second.known[1].state is InstanceState.GONE
     third = reconcile(second.known, [], NOW, gone_after_missing_lists=2)
     assert third.gone == []  # reported once
+
+
+def test_a_listed_but_unreadable_row_of_ours_is_kept_as_it_was_never_gone() -> None:
+    before = {1: known(1, launch_label("k", 0), InstanceState.RUNNING)}
+    outcome = before
+    for _ in range(3):  # more lists than gone_after_missing_lists
+        result = reconcile(outcome, [], NOW, gone_after_missing_lists=2, unreadable_ids=frozenset({1}))
+        assert result.gone == [] and result.changed == []
+        outcome = result.known
+    assert outcome[1] == before[1]
+
+
+def test_nulls_vast_sends_are_read_and_an_unknown_price_is_never_zero() -> None:
+    raw = {
+        "id": 7, "label": launch_label("k", 0), "actual_status": None, "intended_status": "running",
+        "dph_total": None, "dph_base": None, "start_date": None, "num_gpus": None, "gpu_name": None,
+        "some_new_field": {"nested": [1, 2]},
+    }  # fmt: skip
+    row_read = VastInstance.model_validate(raw)
+    assert row_read.model_extra == {"some_new_field": {"nested": [1, 2]}}  # unknown fields are kept
+    [adopted] = reconcile({}, [row_read], NOW, gone_after_missing_lists=2).adopted
+    assert adopted.price_usd_per_h == PRICE_CAP and adopted.state is InstanceState.REQUESTED
+    with_base = VastInstance.model_validate({**raw, "dph_base": 0.4})
+    assert reconcile({}, [with_base], NOW, gone_after_missing_lists=2).adopted[0].price_usd_per_h == 0.4
+    # a known instance listed with a null price keeps the price it had
+    before = {7: known(7, launch_label("k", 0), InstanceState.LOADING)}
+    assert reconcile(before, [row_read], NOW, gone_after_missing_lists=2).known[7].price_usd_per_h == 0.5

@@ -39,8 +39,10 @@ def provisioner_environment(settings: Settings, vast_url: str) -> dict[str, str]
         "FLEETPILOT_HTTP_PORT": str(free_port()),
     }
     config = QUIET.model_copy(update={**FAST_RECOVERY, "request_timeout_s": 60.0})
-    for name, value in config.model_dump(mode="json").items():
+    for name, value in config.model_dump(mode="json", exclude={"report_token"}, exclude_none=True).items():
         env[f"FLEETPILOT_PROVISIONER_{name.upper()}"] = value if isinstance(value, str) else json.dumps(value)
+    assert config.report_token is not None
+    env["FLEETPILOT_BENCH_REPORT_TOKEN"] = config.report_token.get_secret_value()  # shared with bench
     return env
 
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 
+import pytest
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from services.provisioner.app import ProvisionerService
-from services.provisioner.settings import ProvisionerSettings
+from services.provisioner.settings import DEFAULT_IMAGE, ProvisionerSettings
 from shared.clock import RealClock, SimulatedClock
 from shared.contract import (
     BenchResult,
@@ -79,6 +83,18 @@ async def ask_offers(nc: NatsClient, settings: Settings, **fields: object) -> Of
     return OfferList.model_validate_json(reply.data)
 
 
+async def test_a_provisioner_without_its_onstart_settings_rents_nothing(
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
+) -> None:
+    simulator, url = await start_vast(market_scenario())
+    blind = QUIET.model_copy(update={"bench_url": None})
+    async with running_provisioner(settings, sim_clock, url, blind):
+        await send(js, settings, "launch", launch("launch-blind", 1))
+        result = await bus.result_for("launch-blind")
+    assert result.outcome == "failed" and "FLEETPILOT_PROVISIONER_BENCH_URL" in result.detail
+    assert simulator.calls_to(Endpoint.CREATE) == []
+
+
 async def test_launch_rents_the_best_offer_per_task_and_reports_it(
     settings: Settings,
     nc: NatsClient,
@@ -94,7 +110,7 @@ async def test_launch_rents_the_best_offer_per_task_and_reports_it(
         assert [o.offer_id for o in offers.offers] == [OFFER_A, OFFER_A2, OFFER_B, OFFER_C]
         await send(js, settings, "launch", launch("launch-001", 2))
         result = await bus.result_for("launch-001")
-    assert result.outcome == "done" and result.command == "launch"
+    assert result.outcome == "done" and result.command == "launch", result.detail
     ledger = simulator.world.ledger(sim_clock.now())
     assert {(e.offer_id, e.label) for e in ledger.entries} == {
         (OFFER_A, "fleetpilot:launch-001:0"),
@@ -108,7 +124,11 @@ async def test_launch_rents_the_best_offer_per_task_and_reports_it(
     view = simulator.world.sim_view(simulator.world.instances[result.instance_ids[0]], sim_clock.now())
     assert view["container_env"]["FLEETPILOT_INSTANCE_LABEL"].startswith("fleetpilot:launch-001:")
     assert view["container_env"]["CONTAINER_ID"] == str(result.instance_ids[0])
-    assert view["onstart"] == QUIET.onstart
+    # the default onstart runs bench's suite: fetched from the bench URL, reported with the token
+    assert view["onstart"] == QUIET.onstart_line()
+    assert "http://bench.test:8000/bench/suite.py" in view["onstart"]
+    assert "http://bench.test:8000/bench/report" in view["onstart"] and "report-token-for-tests" in view["onstart"]
+    assert simulator.world.instances[result.instance_ids[0]].request.image == DEFAULT_IMAGE
 
 
 async def test_ranking_changes_after_a_hosts_machine_fails(
@@ -342,7 +362,7 @@ async def test_reconciliation_adopts_ours_reports_foreign_and_marks_gone(
         [adopted] = await eventually(lambda: bus.observed_of(ours.instance_id))
         assert adopted.adopted and adopted.idempotency_key == "old-cmd" and adopted.label == "fleetpilot:old-cmd:0"
         registry = service.context.metrics.registry
-        assert registry.get_sample_value("fleetpilot_provisioner_foreign_instances") == 1
+        assert registry.get_sample_value("fleetpilot_vast_foreign_instances") == 1
         simulator.world.destroy(ours.instance_id, sim_clock.now())  # destroyed behind our back
         for _ in range(QUIET.gone_after_missing_lists):
             sim_clock.advance(QUIET.reconcile_interval_s)
@@ -352,6 +372,39 @@ async def test_reconciliation_adopts_ours_reports_foreign_and_marks_gone(
         )
     assert len(gone) == 1
     assert all(o.instance_id == ours.instance_id for o in bus.observed)  # the notebook was never reported as ours
+
+
+async def test_odd_rows_and_foreign_instances_do_not_blind_the_fleet(
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
+) -> None:
+    """A `dph_total: null` on someone's notebook, and an unreadable row of our own, on the same account."""
+    simulator, url = await start_vast(market_scenario())
+    ours = simulator.world.create(OFFER_B, CreateRequest(image="x", disk=20, label="fleetpilot:old-cmd:0"), NOW)
+    notebook = simulator.world.create(OFFER_C, CreateRequest(image="x", disk=20, label="my-notebook"), NOW)
+    simulator.world.row_overrides[notebook.instance_id] = {"dph_total": None, "dph_base": None, "new_field": [1]}
+    async with running_provisioner(settings, sim_clock, url) as service:
+        await eventually(lambda: bus.observed_of(ours.instance_id))
+        simulator.world.row_overrides[ours.instance_id] = {"num_gpus": "two", "start_date": "yesterday"}
+        for _ in range(QUIET.gone_after_missing_lists + 1):  # lists in which our row is unreadable
+            sim_clock.advance(QUIET.reconcile_interval_s)
+            await asyncio.sleep(0.3)
+        await send(js, settings, "launch", launch("launch-odd", 1))
+        launched = await bus.result_for("launch-odd")
+        registry = service.context.metrics.registry
+        skipped = registry.get_sample_value("fleetpilot_vast_rows_skipped_total", {"endpoint": "list_v1"}) or 0
+        foreign_gauge = registry.get_sample_value("fleetpilot_vast_foreign_instances")
+    assert launched.outcome == "done"  # the fleet was known: one odd row did not refuse the launch
+    assert skipped >= QUIET.gone_after_missing_lists + 1  # our unreadable row, once per list
+    # unreadable is not gone: our instance was never reported gone while vast still listed it
+    assert all(o.state is not InstanceState.GONE for o in bus.observed_of(ours.instance_id))
+    assert foreign_gauge == 1
+    last = bus.accounts[-1]
+    assert last.foreign_count == 1 and last.unreadable_rows == 1
+    [shown] = last.foreign_instances
+    assert (shown.instance_id, shown.label, shown.price_usd_per_h) == (notebook.instance_id, "my-notebook", None)
+    assert all(o.instance_id != notebook.instance_id for o in bus.observed)
+    ledger = {e.instance_id: e for e in simulator.world.ledger(sim_clock.now()).entries}
+    assert ledger[notebook.instance_id].destroyed_at is None  # never touched
 
 
 async def test_bench_verdicts_teach_the_ranking(
@@ -424,6 +477,41 @@ async def test_offer_query_reports_a_failed_search_as_unknown_not_empty(
         narrowed = await ask_offers(nc, settings, gpu_models=["RTX 3090"], limit=1)
     assert failed.offers == [] and failed.error and "500" in failed.error
     assert [o.offer_id for o in narrowed.offers] == [OFFER_C] and narrowed.error is None
+
+
+def test_the_default_worker_is_a_real_image_with_the_bench_suite_as_onstart(monkeypatch) -> None:
+    monkeypatch.setenv("FLEETPILOT_PROVISIONER_BENCH_URL", "https://bench.example.com")
+    monkeypatch.setenv("FLEETPILOT_BENCH_REPORT_TOKEN", "tok-123")  # bench's: one token for both
+    config = ProvisionerSettings.from_environment()
+    assert config.image == "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime" and config.min_cuda == 12.8
+    line = config.onstart_line()
+    assert "https://bench.example.com/bench/suite.py" in line and "FLEETPILOT_BENCH_TOKEN=tok-123" in line
+    assert "--device cuda" in line and "--report-url https://bench.example.com/bench/report" in line
+    config.check_onstart()  # complete: no exit
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"FLEETPILOT_BENCH_REPORT_TOKEN": "tok"}, "FLEETPILOT_PROVISIONER_BENCH_URL"),
+        ({"FLEETPILOT_PROVISIONER_BENCH_URL": "https://bench.example.com"}, "FLEETPILOT_BENCH_REPORT_TOKEN"),
+    ],
+)
+def test_the_provisioner_will_not_start_without_what_its_onstart_needs(env: dict[str, str], named: str) -> None:
+    """A real process through the service's entry point (what `fleetpilot run provisioner` and `faststream run
+    --factory` call): one line naming the variable, exit code 2, no traceback, nothing rented."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPILOT_")}
+    done = subprocess.run(
+        [sys.executable, "-c", "from services.provisioner.app import create_app; create_app()"],
+        env={**clean, **env, "FLEETPILOT_NATS_URL": "nats://127.0.0.1:1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"error: {named} is not set"), done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_settings_come_from_the_environment(monkeypatch) -> None:

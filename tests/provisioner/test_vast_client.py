@@ -75,6 +75,19 @@ async def test_a_429_storm_ends_in_success_within_the_retry_bound(
     assert sample(registry, "fleetpilot_vast_rate_limited_total", endpoint="search") == 3
 
 
+async def test_a_retry_after_longer_than_the_documented_interval_is_honoured(
+    start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    simulator, url = await start_vast(Scenario.quiet(offers=offers(1)))
+    simulator.faults.append(ScriptedFault(endpoint=Endpoint.SEARCH, kind="rate_limit", retry_after_s=20, count=1))
+    simulator.faults.append(ScriptedFault(endpoint=Endpoint.SEARCH, kind="rate_limit", retry_after_s=600, count=1))
+    clock = AdvancingClock(sim_clock)
+    client, _ = client_for(url, clock)
+    assert [o.id for o in await client.search_offers({})] == [100]
+    await client.aclose()
+    assert clock.slept == [20.0, 60.0]  # 20 s as asked; 600 s capped at the official client's 60 s
+
+
 async def test_a_longer_429_storm_stops_at_the_bound(start_vast: StartVast, sim_clock: SimulatedClock) -> None:
     simulator, url = await start_vast(Scenario.quiet(offers=offers(1)))
     simulator.faults.append(ScriptedFault(endpoint=Endpoint.SEARCH, kind="rate_limit", count=50))
@@ -92,7 +105,7 @@ async def test_a_run_of_5xx_ends_in_success_and_a_longer_one_stops_at_the_bound(
     clock = AdvancingClock(sim_clock)
     client, registry = client_for(url, clock)
     simulator.faults.append(ScriptedFault(endpoint=Endpoint.LIST_V1, kind="error", status=503, count=3))
-    assert await client.list_instances() == []
+    assert (await client.list_instances()).instances == []
     assert [c.status for c in simulator.calls_to(Endpoint.LIST_V1)] == [503, 503, 503, 200]
     assert clock.slept == [1.0, 2.0, 4.0]  # bounded exponential backoff
     simulator.calls.clear()
@@ -146,7 +159,7 @@ async def test_a_create_that_timed_out_is_ambiguous_and_not_repeated(
     await eventually(lambda: len(simulator.calls_to(Endpoint.CREATE)) == 1)
     [entry] = simulator.world.ledger(sim_clock.now()).entries
     assert entry.label == "fleetpilot:k:0"  # it happened, but the client could not know
-    [found] = await client.list_instances({"label": {"eq": "fleetpilot:k:0"}})
+    [found] = (await client.list_instances({"label": {"eq": "fleetpilot:k:0"}})).instances
     assert found.id == entry.instance_id
     await client.aclose()
     assert sample(registry, "fleetpilot_vast_api_calls_total", endpoint="create", outcome="timeout") == 1
@@ -191,7 +204,7 @@ async def test_the_v0_list_answering_410_raises_rather_than_returning_nothing(
     with pytest.raises(VastEndpointGone):
         await client.list_instances_v0()
     simulator.api = simulator.api.model_copy(update={"v0_list": "ok"})
-    assert len(await client.list_instances_v0()) == 1
+    assert len((await client.list_instances_v0()).instances) == 1
     await client.aclose()
     assert len(simulator.calls_to(Endpoint.LIST_V0)) == 2  # a 410 is not retried
 
@@ -203,7 +216,7 @@ async def test_the_v1_list_follows_next_token_through_every_page(
     client, _ = client_for(url, AdvancingClock(sim_clock))
     for n in range(60):
         await client.create_instance(100 + n, {**REQUEST, "label": f"fleetpilot:k:{n}"})
-    listed = await client.list_instances()
+    listed = (await client.list_instances()).instances
     await client.aclose()
     assert len(listed) == 60 and len({i.id for i in listed}) == 60
     assert len(simulator.calls_to(Endpoint.LIST_V1)) == 3  # 25 + 25 + 10

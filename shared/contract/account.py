@@ -1,0 +1,28 @@
+"""What the provisioner saw on the vast.ai account at its last good list, beyond FleetPilot's own instances."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from shared.contract.base import ContractModel, Event
+
+FOREIGN_INSTANCES_KEPT = 200  # an account with more foreign rows than this still says how many there are
+
+
+class ForeignInstance(ContractModel):
+    """An instance on the account without FleetPilot's label: someone's own machine, shown and never touched."""
+
+    instance_id: int
+    label: str | None = Field(default=None, max_length=256)
+    gpu_model: str | None = Field(default=None, max_length=128)
+    num_gpus: int | None = None
+    vast_actual_status: str | None = Field(default=None, max_length=64)
+    price_usd_per_h: float | None = Field(default=None, description="null when vast sent no price")
+
+
+class VastAccountObserved(Event):
+    """Published after every successful instance list (the last one is kept), for `fleetpilot status`."""
+
+    foreign_count: int = Field(ge=0)
+    foreign_instances: list[ForeignInstance] = Field(default_factory=list, max_length=FOREIGN_INSTANCES_KEPT)
+    unreadable_rows: int = Field(default=0, ge=0, description="rows listed but unreadable at that list")
