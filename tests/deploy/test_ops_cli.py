@@ -27,6 +27,7 @@ from shared.contract import (
     DestroyInstance,
     FleetSnapshot,
     FleetSnapshotRequest,
+    ForeignInstance,
     GuardrailVerdict,
     InstanceLine,
     InstanceState,
@@ -34,6 +35,7 @@ from shared.contract import (
     QueueSnapshot,
     TaskEvent,
     TriggerRef,
+    VastAccountObserved,
 )
 from shared.settings import Settings
 from shared.streams import AUDIT, DEMAND, LATEST
@@ -241,6 +243,35 @@ async def test_status_falls_back_to_the_published_snapshot_and_says_so(
     assert code == 0, err
     assert "fleet did not answer" in err and "3m ago" in err
     assert "#33032713" in out
+
+
+async def test_status_lists_the_foreign_instances_the_provisioner_saw(settings: Settings, js: JetStreamContext) -> None:
+    """Someone's own machine on the account: shown, so nobody wonders who pays for it."""
+    published = snapshot(datetime.now(UTC))
+    account = VastAccountObserved(
+        occurred_at=datetime.now(UTC),
+        source="provisioner",
+        foreign_count=1,
+        foreign_instances=[
+            ForeignInstance(instance_id=4711, label="my-notebook", gpu_model="RTX 3090", num_gpus=1,
+                            vast_actual_status="running", price_usd_per_h=None)
+        ],
+        unreadable_rows=2,
+    )  # fmt: skip
+    for subject, event in (
+        (settings.subjects.fleet_snapshot_published, published),
+        (settings.subjects.provision_account, account),
+    ):
+        await js.publish(
+            subject,
+            event.model_dump_json().encode(),
+            headers=event_headers(event),
+            stream=LATEST.name(settings.subjects),
+        )
+    code, out, err = await invoke(settings, "status", "--timeout", "0.3")
+    assert code == 0, err
+    assert "1 foreign instance(s)" in out and "#4711 my-notebook" in out and "price unknown" in out
+    assert "2 row(s) of the last list were unreadable" in out
 
 
 async def test_status_without_any_snapshot_says_what_to_check(settings: Settings, js: JetStreamContext) -> None:
