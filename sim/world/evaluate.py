@@ -26,26 +26,27 @@ CLAIRVOYANT = "clairvoyant"
 CLAIRVOYANT_RUN = "clairvoyant-run"
 
 
-def _default_guardrails(world: WorldConfig, scenario: Scenario) -> GuardrailConfig:
-    # the decider's guardrails scaled to the world (sim/world/policies/predictive.py), imported when a run needs them
-    from sim.world.policies.predictive import default_guardrails
+def default_guardrails(world: WorldConfig, scenario: Scenario, trace: Trace) -> GuardrailConfig:
+    """The decider's guardrails scaled to the trace (sim/world/policies/predictive.py), the same for every policy."""
+    from sim.world.policies.predictive import default_guardrails as scaled
 
-    return default_guardrails(world, scenario)
-
-
-def _predictive(world: WorldConfig, scenario: Scenario) -> WorldPolicy:
-    # the real decider, demand and fleet cores, imported only when asked for
-    from sim.world.policies.predictive import PredictiveAdapter, default_guardrails
-
-    return PredictiveAdapter(default_guardrails(world, scenario))
+    return scaled(world, scenario, trace)
 
 
-POLICY_FACTORIES: dict[str, Callable[[WorldConfig, Scenario], WorldPolicy]] = {
+def _predictive(guardrails: GuardrailConfig) -> WorldPolicy:
+    # the real decider, demand and fleet cores, imported only when asked for; it runs the guardrails itself
+    from sim.world.policies.predictive import PredictiveAdapter
+
+    return PredictiveAdapter(guardrails)
+
+
+# each policy from the guardrails every run meets (the baselines meet them in the engine)
+POLICY_FACTORIES: dict[str, Callable[[GuardrailConfig], WorldPolicy]] = {
     "predictive": _predictive,
-    "reactive": lambda world, scenario: ReactivePolicy(),
-    "target-tracking": lambda world, scenario: TargetTrackingPolicy(),
-    "aws-predictive": lambda world, scenario: AwsPredictivePolicy(),
-    "demand-based": lambda world, scenario: DemandBasedPolicy(),
+    "reactive": lambda guardrails: ReactivePolicy(),
+    "target-tracking": lambda guardrails: TargetTrackingPolicy(),
+    "aws-predictive": lambda guardrails: AwsPredictivePolicy(),
+    "demand-based": lambda guardrails: DemandBasedPolicy(),
 }
 # the scalers a user would pick instead of FleetPilot's: what "the best baseline" is taken over
 BASELINES = ("reactive", "target-tracking", "aws-predictive", "demand-based")
@@ -269,10 +270,10 @@ def evaluate(
         factory = POLICY_FACTORIES.get(policy)
         if factory is None:
             raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
-        engine_policy = factory(world, scenario)
         # every policy meets the same guardrails: the predictive adapter runs them as the decider does, the engine
         # puts every other policy's launches through them
-        guardrails = _default_guardrails(world, scenario)
+        guardrails = default_guardrails(world, scenario, trace)
+        engine_policy = factory(guardrails)
         run = Engine(trace, engine_policy, scenario, seed, world, objective, guardrails=guardrails).run()
         evaluation = _from_run(run, objective)
         report = getattr(engine_policy, "report", None)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from sim.world import lp
 from sim.world.bound import bound_value, build_problem, capacity_part, clairvoyant_bound, task_part
 from sim.world.engine import Engine
-from sim.world.evaluate import POLICY_FACTORIES, evaluate, evaluate_clairvoyant_plan
+from sim.world.evaluate import POLICY_FACTORIES, default_guardrails, evaluate, evaluate_clairvoyant_plan
 from sim.world.model import WorldConfig
 from sim.world.objective import ObjectiveConfig
 from sim.world.trace import Trace
@@ -102,7 +102,7 @@ def test_no_policy_beats_the_clairvoyant_bound(  # type: ignore[no-untyped-def]
     world = WorldConfig(billed_from=billed_from, initial_machines=initial, drain_max_s=4 * 3600)
     objective = ObjectiveConfig(grace_min=grace_min, delay_usd_per_task_h=delay)
     bound = clairvoyant_bound(trace, scenario, world, objective).objective_usd
-    policies = [POLICY_FACTORIES[name](world, scenario) for name in SIMULATED]
+    policies = [POLICY_FACTORIES[name](default_guardrails(world, scenario, trace)) for name in SIMULATED]
     policies += [Hold(), RandomPolicy(seed), RandomPolicy(seed + 1)]
     for policy in policies:
         result = Engine(trace, policy, scenario, seed, world, objective).run()
