@@ -16,7 +16,7 @@ from faststream.asgi.types import Scope
 from faststream.nats import NatsBroker
 from nats.aio.client import Client as NatsClient
 from prometheus_client import make_asgi_app
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
 from shared.bus import build_broker, nats_connect_options
 from shared.clock import Clock
@@ -78,13 +78,17 @@ class ServiceContext:
 
         retrying = AsyncRetrying(
             wait=wait_exponential(multiplier=NATS_WAIT_FIRST_S, max=NATS_WAIT_MAX_S),
-            retry=retry_if_exception_type((OSError, TimeoutError, nats.errors.Error)),
+            retry=retry_if_exception(is_unreachable),
             before_sleep=report,
         )
-        async for attempt in retrying:
-            with attempt:
-                probe = await connect_once(self.settings)
-                await probe.close()
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    probe = await connect_once(self.settings)
+                    await probe.close()
+        except nats.errors.Error as error:  # refused credentials: waiting cannot help, the service stops
+            self.log.error("NATS at %s refused this service: %s (FLEETPILOT_NATS_USER and its password?)", url, error)
+            raise
         self.log.info("NATS at %s answers", url)
 
     def unhealthy_reasons(self, connected: bool) -> list[str]:
@@ -117,6 +121,13 @@ async def connect_once(settings: Settings) -> NatsClient:
     )
 
 
+def is_unreachable(error: BaseException) -> bool:
+    """Worth waiting for: no server answered. A refusal of the credentials is not (it will not change)."""
+    if "authorization" in str(error).lower() or "authentication" in str(error).lower():
+        return False
+    return isinstance(error, OSError | TimeoutError | nats.errors.Error)
+
+
 def describe_nats_error(error: BaseException | None) -> str:
     if error is None:
         return "no answer"
@@ -146,8 +157,20 @@ class ServiceApp(AsgiFastStream):
     async def stop_reporting_consumer_lag(self) -> None:
         await stop_tasks(self.consumer_lag)
 
+    # set by the process entry point: how to stop the whole process when starting cannot succeed
+    stop_process: Callable[[], None] | None = None
+    fatal_error: BaseException | None = None
+
     async def _start_broker(self) -> None:
-        await self.ctx.wait_for_nats()
+        try:
+            await self.ctx.wait_for_nats()
+        except nats.errors.Error as error:  # the credentials were refused (already said in the log)
+            if self.stop_process is None:
+                raise
+            self.fatal_error = error
+            self.stop_process()
+            await asyncio.Event().wait()  # no subscriber, no timer loop: the shutdown under way cancels this
+            return
         await self.ctx.declare_streams()
         await super()._start_broker()
 

@@ -22,6 +22,7 @@ from services.cli.llm import llm_app
 from services.cli.ops import audit_app, publish_app, status
 from services.cli.sim import sim_app
 from services.cli.up import up
+from shared.service import ServiceApp
 from shared.settings import Settings
 
 app = FleetPilotApp(
@@ -93,7 +94,15 @@ def run_service(
     settings = Settings()
     module = importlib.import_module(SERVICES[service])
     asgi = module.create_app(settings, dry_run=True) if dry_run else module.create_app(settings)
-    uvicorn.run(asgi, host=settings.http_host, port=port or settings.http_port, log_level=level, access_log=False)
+    config = uvicorn.Config(
+        asgi, host=settings.http_host, port=port or settings.http_port, log_level=level, access_log=False
+    )
+    server = uvicorn.Server(config)
+    if isinstance(asgi, ServiceApp):
+        asgi.stop_process = lambda: setattr(server, "should_exit", True)
+    server.run()
+    if isinstance(asgi, ServiceApp) and asgi.fatal_error is not None:
+        raise typer.Exit(1)  # the log says why; a supervisor restarts the service
 
 
 # Command groups: each area registers its own typer app here, one line each.
