@@ -70,12 +70,12 @@ async def ask_and_wait(settings: Settings, message: OperatorMessage, timeout_s: 
 
 
 def ask(
-    text: str = typer.Argument(..., help='what to ask or tell the agent, e.g. "why did you launch two machines?"'),
+    text: str = typer.Argument(..., help='what to ask the agent, e.g. "why did you launch two machines?"'),
     operator: str = typer.Option(None, help="who is asking (default: the login name)"),
     conversation: str = typer.Option(None, help="continue a conversation by its id (default: a new one)"),
     timeout_s: float = typer.Option(180.0, "--timeout", help="seconds to wait for the reply"),
 ) -> None:
-    """Ask the fleet agent a question (or give it an instruction it will weigh against its rules)."""
+    """Ask the fleet agent a question; it answers from the audit trail and the current state, and acts on nothing."""
     settings = Settings()
     if not text.strip():
         raise typer.BadParameter("the question is empty", param_hint="TEXT")
