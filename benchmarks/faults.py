@@ -1,7 +1,9 @@
 """`python -m benchmarks.faults`: run the fault-injection suite (tests/faults) and print its table.
 
 The suite itself writes bench-results/faults.json (one row per fault: published, processed, duplicates applied,
-lost, double launches, budget breaches, recovery seconds); `--soak` runs the long variant instead.
+lost, double launches, budget breaches, recovery seconds), the three-node JetStream cluster's rows
+(tests/faults/test_cluster.py: the stream leader's node killed, then a second node) among them; `--soak` runs the
+long variant instead.
 """
 
 from __future__ import annotations

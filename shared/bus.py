@@ -159,6 +159,17 @@ class _DeadLetterScope(BaseMiddleware):
         return True  # handled: the ack middleware acknowledges it
 
 
+# nats-py's default reply prefix; with a user, each user gets `_INBOX_<user>` and deploy/nats/auth.conf lets a
+# user subscribe to its own prefix alone, so no user can read the replies (API answers, pulled messages, request
+# replies) meant for another.
+DEFAULT_INBOX_PREFIX = "_INBOX"
+
+
+def inbox_prefix(settings: Settings) -> str:
+    """Where this connection's replies arrive: `_INBOX_<user>` for a NATS user, nats-py's `_INBOX` otherwise."""
+    return f"{DEFAULT_INBOX_PREFIX}_{settings.nats_user}" if settings.nats_user else DEFAULT_INBOX_PREFIX
+
+
 def nats_tls(settings: Settings) -> ssl.SSLContext | None:
     """TLS to NATS when a CA bundle is configured (the server's certificate is verified against it)."""
     return ssl.create_default_context(cafile=settings.nats_tls_ca_file) if settings.nats_tls_ca_file else None
@@ -178,7 +189,7 @@ def nats_security(settings: Settings) -> NatsSecurity | None:
 
 def nats_connect_options(settings: Settings) -> dict[str, Any]:
     """Options for a bare nats-py connection (CLI, benchmarks) with the same credentials as the services."""
-    options: dict[str, Any] = {"servers": settings.nats_servers}
+    options: dict[str, Any] = {"servers": settings.nats_servers, "inbox_prefix": inbox_prefix(settings)}
     if settings.nats_user:
         options["user"] = settings.nats_user
         options["password"] = settings.nats_password.get_secret_value() if settings.nats_password else ""
@@ -203,6 +214,7 @@ def build_broker(settings: Settings, service: str, metrics: BusMetrics, clock: C
             NatsPrometheusMiddleware(registry=metrics.registry, app_name=service, metrics_prefix="fleetpilot_bus"),
             dead_letters,
         ],
+        inbox_prefix=inbox_prefix(settings),
         max_reconnect_attempts=-1,
         reconnect_time_wait=1,
         graceful_timeout=10.0,
@@ -249,5 +261,7 @@ def durable_pull(
         "durable": durable,
         "config": durable_consumer(durable, max_deliver=max_deliver),
         "pull_sub": PullSub(batch_size=batch_size, timeout=1.0),
+        # FastStream gives a pull subscription nats-py's `_INBOX.` unless told, whatever the connection's prefix
+        "inbox_prefix": f"{inbox_prefix(settings)}.".encode(),
         "ack_policy": JETSTREAM_ACK_POLICY,
     }

@@ -23,7 +23,7 @@ from shared.clock import Clock
 from shared.consumer_lag import poll_consumer_lag
 from shared.metrics import BusMetrics
 from shared.settings import Settings
-from shared.streams import ensure_streams
+from shared.streams import wait_for_streams
 from shared.subjects import Subjects
 
 # a service waiting for NATS tries again after 0.5, 1, 2, 4 ... s, never more than 15 s apart (a broker that
@@ -95,13 +95,18 @@ class ServiceContext:
         reasons = [] if connected else [f"not connected to NATS at {self.settings.nats_url_for_humans}"]
         return reasons + [reason for check in self.health_checks if (reason := check()) is not None]
 
-    async def declare_streams(self) -> None:
-        """Idempotent: every service may call it at start-up; the definitions live in shared/streams.py.
+    async def bind_streams(self) -> None:
+        """Wait until the streams exist: they are created by the admin step (`fleetpilot streams ensure`),
+        never by a service, whose NATS user may not create, update or purge one.
 
         Runs before the subscribers start (they bind to streams with declare=False), so it connects first.
         """
         await self.broker.connect()
-        await ensure_streams(self.broker.config.connection_state.stream, self.subjects, self.settings.stream_replicas)
+
+        def report(missing: list[str]) -> None:
+            self.log.warning("waiting for streams %s: run `fleetpilot streams ensure`", ", ".join(missing))
+
+        await wait_for_streams(self.broker.config.connection_state.stream, self.subjects, on_missing=report)
 
 
 async def connect_once(settings: Settings) -> NatsClient:
@@ -171,7 +176,7 @@ class ServiceApp(AsgiFastStream):
             self.stop_process()
             await asyncio.Event().wait()  # no subscriber, no timer loop: the shutdown under way cancels this
             return
-        await self.ctx.declare_streams()
+        await self.ctx.bind_streams()
         await super()._start_broker()
 
 

@@ -1,17 +1,21 @@
 """The JetStream streams, declared once here; services bind to them and never declare their own.
 
-`ensure_streams` creates or updates them at start-up (idempotent: every service may call it).
+`ensure_streams` creates or updates them: one admin step (`fleetpilot streams ensure`, a Kubernetes Job, a
+compose one-shot) runs it with the only NATS user allowed to; a service waits for them (`wait_for_streams`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import nats.errors
 from faststream.nats import ConsumerConfig, DeliverPolicy, JStream
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from shared.subjects import Subjects
 
@@ -24,6 +28,11 @@ DUPLICATE_WINDOW_S = 300.0
 # A handler that fails this many deliveries goes to the dead-letter subject instead of looping forever.
 MAX_DELIVER = 5
 ACK_WAIT_S = 30.0
+
+# A service started alongside the admin step (compose, a Kubernetes rollout) waits this long for the streams;
+# past it, it exits and its supervisor restarts it.
+STREAMS_WAIT_S = 120.0
+STREAMS_POLL_MAX_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -117,6 +126,45 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects, replicas: int
             await js.add_stream(config)
         names.append(spec.name(subjects))
     return names
+
+
+async def missing_streams(js: JetStreamContext, subjects: Subjects) -> list[str]:
+    """The FleetPilot streams that do not exist yet (a service only binds; it cannot create one)."""
+    missing = []
+    for spec in ALL_STREAMS:
+        try:
+            await js.stream_info(spec.name(subjects))
+        except NotFoundError:
+            missing.append(spec.name(subjects))
+    return missing
+
+
+async def _missing_or_unanswered(js: JetStreamContext, subjects: Subjects) -> list[str]:
+    """A JetStream that does not answer yet (a cluster electing its leaders) is waited for, like a missing stream."""
+    try:
+        return await missing_streams(js, subjects)
+    except (nats.errors.TimeoutError, ServiceUnavailableError) as error:
+        return [f"(JetStream did not answer: {type(error).__name__})"]
+
+
+async def wait_for_streams(
+    js: JetStreamContext,
+    subjects: Subjects,
+    timeout_s: float = STREAMS_WAIT_S,
+    on_missing: Callable[[list[str]], None] = lambda names: None,
+) -> None:
+    """Until every stream exists: a service started before the admin step has run waits for it, then binds."""
+    deadline = time.monotonic() + timeout_s
+    delay_s = 0.1
+    while missing := await _missing_or_unanswered(js, subjects):
+        if time.monotonic() >= deadline:
+            raise RuntimeError(
+                f"JetStream streams {', '.join(missing)} do not exist after {timeout_s:.0f}s: "
+                "run `fleetpilot streams ensure` with the NATS admin user"
+            )
+        on_missing(missing)
+        await asyncio.sleep(delay_s)
+        delay_s = min(delay_s * 2, STREAMS_POLL_MAX_S)
 
 
 def bound_stream(spec: StreamSpec, subjects: Subjects) -> JStream:

@@ -6,6 +6,7 @@ broker or the cache away mid-run and bring it back.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import signal
 import socket
@@ -14,7 +15,15 @@ import sys
 import sysconfig
 import tempfile
 import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+
+import nats
+
+from shared.streams import ensure_streams
+from shared.subjects import Subjects
 
 
 def free_port() -> int:
@@ -135,16 +144,42 @@ class LocalServer:
         self.close()
 
 
+@dataclass(frozen=True)
+class ClusterMembership:
+    """One node's place in a JetStream cluster: its name, its route port and every node's route URL."""
+
+    server_name: str
+    cluster_port: int
+    routes: tuple[str, ...]
+    cluster_name: str = "fleetpilot"
+
+
 class NatsServer(LocalServer):
     name = "nats"
 
-    def __init__(self, port: int | None = None, data_dir: Path | None = None, config_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        data_dir: Path | None = None,
+        config_file: Path | None = None,
+        cluster: ClusterMembership | None = None,
+    ) -> None:
         super().__init__(port, data_dir)
         self.config_file = config_file
+        self.cluster = cluster
+        self.monitor_port = free_port()
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def urls(self) -> list[str]:
+        return [self.url]
+
+    @property
+    def pid_file(self) -> Path:
+        return self.data_dir / "nats.pid"
 
     def command(self) -> list[str]:
         cmd = [
@@ -154,12 +189,110 @@ class NatsServer(LocalServer):
             "127.0.0.1",
             "-p",
             str(self.port),
+            "-m",
+            str(self.monitor_port),
             "-sd",
             str(self.data_dir / "js"),
+            # a pid file of its own (a config's pid_file names a container path): `nats-server --signal` finds it
+            "-P",
+            str(self.pid_file),
         ]
+        if self.cluster is not None:
+            cmd += [
+                "--server_name", self.cluster.server_name,
+                "--cluster_name", self.cluster.cluster_name,
+                "--cluster", f"nats://127.0.0.1:{self.cluster.cluster_port}",
+                "--routes", ",".join(self.cluster.routes),
+            ]  # fmt: skip
         if self.config_file:
             cmd += ["-c", str(self.config_file)]
         return cmd
+
+    def jetstream_healthy(self) -> bool:
+        """/healthz: JetStream is up here and, in a cluster, the meta group has a leader this node follows."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.monitor_port}/healthz", timeout=1.0) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
+    def ensure_streams(self, subjects: Subjects, replicas: int = 1) -> list[str]:
+        """What the admin step does before any service starts; for fixtures (no user: these servers run open)."""
+        return ensure_streams_now(self.urls, subjects, replicas)
+
+
+class NatsCluster:
+    """Three (or `size`) nats-server processes joined by routes on loopback, JetStream on each: a stream with
+    three replicas survives one node's death. Clients are given every node's URL (`url` joins them with commas,
+    as FLEETPILOT_NATS_URL takes them)."""
+
+    def __init__(self, workdir: Path, size: int = 3, config_file: Path | None = None) -> None:
+        cluster_ports = [free_port() for _ in range(size)]
+        routes = tuple(f"nats://127.0.0.1:{port}" for port in cluster_ports)
+        self.nodes = [
+            NatsServer(
+                data_dir=workdir / f"nats-{index}",
+                config_file=config_file,
+                cluster=ClusterMembership(f"n{index}", cluster_ports[index], routes),
+            )
+            for index in range(size)
+        ]
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
+
+    @property
+    def url(self) -> str:
+        return ",".join(self.urls)
+
+    def node(self, server_name: str) -> NatsServer:
+        for node in self.nodes:
+            if node.cluster is not None and node.cluster.server_name == server_name:
+                return node
+        raise KeyError(f"no node named {server_name!r} in this cluster")
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        for node in self.nodes:
+            node.start()
+        self.wait_healthy(timeout_s)
+
+    def wait_healthy(self, timeout_s: float = 60.0) -> None:
+        """Every running node reports JetStream healthy (the meta group has a leader and this node is current)."""
+        deadline = time.monotonic() + timeout_s
+        while not all(node.jetstream_healthy() for node in self.nodes if node.running):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the NATS cluster did not become healthy in {timeout_s}s")
+            time.sleep(0.1)
+
+    @property
+    def running(self) -> bool:
+        return all(node.running for node in self.nodes)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        for node in self.nodes:
+            node.stop(timeout_s)
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+
+    def ensure_streams(self, subjects: Subjects, replicas: int = 3) -> list[str]:
+        return ensure_streams_now(self.urls, subjects, replicas)
+
+
+def ensure_streams_now(servers: list[str], subjects: Subjects, replicas: int = 1) -> list[str]:
+    """`ensure_streams` from synchronous code, on an event loop of its own (a caller may be inside another's)."""
+
+    async def ensure() -> list[str]:
+        client = await nats.connect(servers=servers, connect_timeout=5, allow_reconnect=False)
+        try:
+            return await ensure_streams(client.jetstream(timeout=10.0), subjects, replicas)
+        finally:
+            await client.close()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, ensure()).result()
 
 
 class RedisServer(LocalServer):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sim.infra import NatsServer, RedisServer, free_port, stop_process, wait_for_port
+from sim.infra import NatsCluster, NatsServer, RedisServer, free_port, stop_process, wait_for_port
 
 SERVICES = ("demand", "fleet", "provisioner", "decider", "bench")
 TRACES_DIR = Path(__file__).resolve().parent / "traces"
@@ -65,13 +65,18 @@ class Stack:
         process_env: dict[str, dict[str, str]] | None = None,
         vast_scenario: Path | None = None,
         log_level: str = "warning",
+        nats_nodes: int = 1,
     ) -> None:
         self.plan = plan
         self.workdir = workdir
         self.api_key = api_key
         self.vast_scenario = vast_scenario
         self.log_level = log_level
-        self.nats = NatsServer(data_dir=workdir / "nats")
+        # one nats-server, or a JetStream cluster on loopback whose streams keep three replicas
+        self.nats: NatsServer | NatsCluster = (
+            NatsServer(data_dir=workdir / "nats") if nats_nodes == 1 else NatsCluster(workdir, nats_nodes)
+        )
+        self.stream_replicas = min(nats_nodes, 3)
         self.redis = RedisServer(data_dir=workdir / "redis")
         self.ports = {name: free_port() for name in (*SERVICES, "vast", "ollama")}
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
@@ -127,6 +132,7 @@ class Stack:
         self.redis.start()
         self.wall_epoch_s = time.time()
         cli = ["-m", "services.cli.main"]
+        self.ensure_streams(cli)
         vast = [*cli, "sim", "vast", "--port", str(self.ports["vast"]), "--speed", str(self.plan.speed)]
         if self.vast_scenario is not None:
             vast += ["--scenario", str(self.vast_scenario)]
@@ -138,6 +144,14 @@ class Stack:
             self.spawn(name, [*cli, "run", name, "--log-level", self.log_level], http_port=self.ports[name])
         for name in SERVICES:
             wait_for_port(self.ports[name], 60)
+
+    def ensure_streams(self, cli: list[str]) -> None:
+        """The admin step, as a deployment runs it before its services: `fleetpilot streams ensure`, one shot."""
+        command = [sys.executable, *cli, "streams", "ensure", "--replicas", str(self.stream_replicas)]
+        with open(self.workdir / "streams.log", "ab") as log:
+            done = subprocess.run(command, env=self.env(), stdout=log, stderr=subprocess.STDOUT, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"`fleetpilot streams ensure` failed: {(self.workdir / 'streams.log').read_text()}")
 
     def start_jobs(self) -> None:
         self.spawn(

@@ -43,14 +43,19 @@ def sim_clock() -> SimulatedClock:
 
 @pytest.fixture
 def settings(nats_server: NatsServer, redis_server: RedisServer) -> Settings:
-    """Settings pointing at this test's private servers; a distinct prefix catches hard-coded subjects."""
-    return Settings(
+    """Settings pointing at this test's private servers; a distinct prefix catches hard-coded subjects.
+
+    The streams exist, as the admin step (`fleetpilot streams ensure`) makes them before any service starts.
+    """
+    settings = Settings(
         nats_url=nats_server.url,
         redis_url=redis_server.url,
         subject_prefix="fpt",
         vast_api_key="test-key-never-logged",  # type: ignore[arg-type]
         decider_mode="live",  # the services under test act; shadow mode (the default) has tests of its own
     )
+    nats_server.ensure_streams(settings.subjects)
+    return settings
 
 
 @pytest.fixture

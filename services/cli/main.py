@@ -21,6 +21,7 @@ from services.cli.errors import FleetPilotApp, UserMistake
 from services.cli.llm import llm_app
 from services.cli.ops import audit_app, publish_app, status
 from services.cli.sim import sim_app
+from services.cli.streams import streams_app
 from services.cli.up import up
 from shared.service import ServiceApp
 from shared.settings import Settings
@@ -114,6 +115,7 @@ app.add_typer(dlq_app, name="dlq")
 app.add_typer(llm_app, name="llm")
 app.add_typer(publish_app, name="publish")
 app.add_typer(sim_app, name="sim")
+app.add_typer(streams_app, name="streams")
 app.command("asyncapi")(asyncapi)
 app.command("config")(config)
 app.command("demo")(demo)

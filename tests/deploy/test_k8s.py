@@ -17,6 +17,7 @@ from services.cli.main import SERVICES
 from sim.infra import RedisServer, nats_server_binary
 from tests.deploy.k8s_copies import MONITORING, stale_copies
 from tests.deploy.tools import require_tool
+from tests.security.pki import TestAuthority
 
 REPO = Path(__file__).resolve().parents[2]
 OVERLAYS = ("dev", "prod")
@@ -189,8 +190,10 @@ def test_nats_is_a_three_node_jetstream_cluster_with_volumes_and_routes(overlay:
         if variable.endswith("_PASSWORD"):
             assert item["valueFrom"]["secretKeyRef"]["name"] == "fleetpilot-nats"
             env[variable] = f"p{variable.lower()}"
+    # prod mounts its certificates (Secret fleetpilot-nats-tls) at /etc/nats-tls: here, ones made for the test
+    issued = TestAuthority("k8s-render-test-ca").issue(tmp_path / "tls")
     for name, text in config.items():
-        (tmp_path / name).write_text(text)
+        (tmp_path / name).write_text(text.replace("/etc/nats-tls/", f"{issued.directory}/"))
     result = subprocess.run(
         [nats_server_binary(), "-c", str(tmp_path / "nats.conf"), "-t"], env=env, capture_output=True, text=True
     )

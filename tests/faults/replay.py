@@ -24,6 +24,7 @@ from nats.js import JetStreamContext
 from shared.bus import event_headers
 from shared.clock import Clock
 from shared.contract import Event, QueueDepth, QueueSnapshot, TaskEvent
+from shared.service import stop_tasks
 from shared.settings import Settings
 from shared.streams import DEMAND
 from sim.jobs.runner import SOURCE, TASK_TYPE, throughput_factors, to_event, workers_up
@@ -54,6 +55,7 @@ class Replayer:
         step_s: float = 30.0,
         worker_boot_s: float = 600.0,
         instance_poll_s: float = 60.0,
+        trickle_every_min: int | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -61,6 +63,8 @@ class Replayer:
         self.step_s = step_s
         self.worker_boot_s = worker_boot_s
         self.instance_poll_s = instance_poll_s
+        # after the trace: one task every this many simulated minutes, for as long as the replay runs (None: stop)
+        self.trickle_every_min = trickle_every_min
         self.world = JobWorld()
         self.running_since: dict[int, datetime] = {}
         self.acked: dict[str, str] = {}  # event id → kind, in acknowledgement order
@@ -82,9 +86,9 @@ class Replayer:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # not `cancel(); await task`: nats-py's wait_for can swallow the cancellation, and that await (with the
+            # suite's teardown around it) would then wait for ever
+            await stop_tasks([self._task])
         if self.nc is not None:
             with contextlib.suppress(Exception):
                 await self.nc.close()
@@ -137,15 +141,18 @@ class Replayer:
             next_poll = start
             minute_done = 0
             while True:
-                if not self.running.is_set():
+                # `while`, not `if`: a resume and a pause in one go wake this loop with the pause already back in
+                # force (and `pause` already returned, finding it idle); it must park again, not publish a step
+                while not self.running.is_set():
                     self.idle.set()
                     await self.running.wait()
                     self.idle.clear()
                 now = self.clock.now()
                 elapsed_min = int((now - start).total_seconds() // 60)
                 steps = []
-                while minute_done <= min(elapsed_min, len(self.trace) - 1):
-                    steps += self.world.submit(self.trace[minute_done], start + timedelta(minutes=minute_done))
+                while minute_done <= min(elapsed_min, self._last_minute):
+                    arrivals = self._arrivals(minute_done)
+                    steps += self.world.submit(arrivals, start + timedelta(minutes=minute_done))
                     minute_done += 1
                 if now >= next_poll:
                     await self._refresh_workers(vast, now)
@@ -156,6 +163,15 @@ class Replayer:
                 for offset in range(0, len(events), 200):
                     await asyncio.gather(*(self.publish_task(e) for e in events[offset : offset + 200]))
                 await self.clock.sleep(self.step_s)
+
+    @property
+    def _last_minute(self) -> int:
+        return len(self.trace) - 1 if self.trickle_every_min is None else 2**62
+
+    def _arrivals(self, minute: int) -> int:
+        if minute < len(self.trace):
+            return self.trace[minute]
+        return 1 if self.trickle_every_min and minute % self.trickle_every_min == 0 else 0
 
     async def _refresh_workers(self, vast: httpx.AsyncClient, now: datetime) -> None:
         listed = await self._list_instances(vast)

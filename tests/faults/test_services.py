@@ -86,7 +86,7 @@ async def test_poison_on_every_consumed_subject(stack: FaultStack, fault_rows: l
     assert not stack.stack.crashed()
 
 
-async def wait_mid_handler(stack: FaultStack, service: str, timeout_s: float = 15.0) -> str | None:
+async def wait_mid_handler(stack: FaultStack, service: str, timeout_s: float = 30.0) -> str | None:
     """What `service` is in the middle of, once it is: a consumer's unacked message, or the decider's lock."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -17,7 +18,10 @@ import nats
 import pytest
 from nats.aio.client import Client as NatsClient
 from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
 
+from services.cli.main import app as cli_app
+from shared.bus import inbox_prefix
 from shared.settings import Settings
 from shared.streams import ensure_streams
 from sim.infra import NatsServer, RedisServer, free_port, stop_process
@@ -27,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 AUTH_CONF = REPO / "deploy" / "nats" / "auth.conf"
 
 # Every user the authorization file defines; the test below checks the file agrees.
-USERS = ("demand", "fleet", "provisioner", "decider", "bench", "jobs", "operator")
+USERS = ("demand", "fleet", "provisioner", "decider", "bench", "jobs", "operator", "admin")
 
 # nats-server logs each refusal as: ... "$G/user:<name>" - Publish Violation - Subject "<subject>"
 _VIOLATION = re.compile(
@@ -43,6 +47,8 @@ SERVICE_ENV = {
     "FLEETPILOT_VAST_API_KEY": "security-test-key",
     "FLEETPILOT_DECIDER_MODE": "live",
     "FLEETPILOT_OLLAMA_HOST": "http://127.0.0.1:9",
+    "FLEETPILOT_BENCH_REPORT_TOKEN": "security-test-report-token",
+    "FLEETPILOT_PROVISIONER_BENCH_URL": "http://127.0.0.1:9",
 }
 
 
@@ -79,7 +85,12 @@ class SecuredNats:
                 errors.append(error)
 
         client = await nats.connect(
-            self.url, user=user, password=self.passwords[user], error_cb=record, max_reconnect_attempts=0
+            self.url,
+            user=user,
+            password=self.passwords[user],
+            inbox_prefix=inbox_prefix(self.settings(user)),
+            error_cb=record,
+            max_reconnect_attempts=0,
         )
         self.clients.append(client)
         return client
@@ -89,10 +100,21 @@ class SecuredNats:
         found = [(m["user"], m["kind"], m["subject"]) for m in _VIOLATION.finditer(self.server.log_path.read_text())]
         return [v for v in found if user is None or v[0] == user]
 
+    async def cli(self, user: str, *args: str) -> tuple[int, str, str]:
+        """`fleetpilot <args>` with this user's credentials: (exit code, stdout, stderr)."""
+        env = {
+            "FLEETPILOT_NATS_URL": self.url,
+            "FLEETPILOT_NATS_USER": user,
+            "FLEETPILOT_NATS_PASSWORD": self.passwords[user],
+            "FLEETPILOT_SUBJECT_PREFIX": "fp",
+        }
+        result = await asyncio.to_thread(CliRunner().invoke, cli_app, list(args), env=env)
+        return result.exit_code, result.stdout, result.stderr
+
     async def declare_streams(self) -> None:
-        """As a service does at start-up, with a service's own credentials (decider's here)."""
-        client = await self.connect("decider")
-        await ensure_streams(client.jetstream(), self.settings("decider").subjects)
+        """As the admin step (`fleetpilot streams ensure`) does before the services start, as `admin`."""
+        client = await self.connect("admin")
+        await ensure_streams(client.jetstream(), self.settings("admin").subjects)
 
 
 @pytest.fixture
@@ -111,6 +133,7 @@ async def secured_nats(passwords: dict[str, str], redis_server: RedisServer) -> 
     server.start()
     secured = SecuredNats(server, passwords, redis_server.url)
     try:
+        await secured.declare_streams()  # as every deployment does before its services start
         yield secured
     finally:
         for client in secured.clients:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import re
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
 import nats
+import nats.aio.msg
 import nats.errors
+import nats.js.errors
 import pytest
 from nats.aio.client import Client as NatsClient
 from typer.testing import CliRunner
@@ -20,7 +22,7 @@ from shared.bus import event_headers
 from shared.contract import DeadLetter, DrainInstance, Event, LaunchInstances, OperatorMessage, TaskEvent
 from shared.streams import COMMANDS, DEMAND, DLQ, OPERATOR
 from shared.subjects import Subjects
-from sim.infra import nats_server_binary
+from sim.infra import free_port, nats_server_binary
 from tests.helpers import eventually
 from tests.security.conftest import AUTH_CONF, USERS, SecuredNats, ServiceProcess, password_variable
 
@@ -144,7 +146,6 @@ async def test_wrong_or_missing_credentials_are_refused(
 
 
 async def test_demand_cannot_publish_a_provision_command_but_the_decider_can(secured_nats: SecuredNats) -> None:
-    await secured_nats.declare_streams()
     errors: list[Exception] = []
     demand = await secured_nats.connect("demand", errors)
     subject = SUBJECTS.provision_command("launch")
@@ -166,7 +167,6 @@ async def test_demand_cannot_publish_a_provision_command_but_the_decider_can(sec
 
 
 async def test_operator_messages_are_accepted_only_from_operator_credentials(secured_nats: SecuredNats) -> None:
-    await secured_nats.declare_streams()
     subject = SUBJECTS.operator_message
     for user in ("demand", "fleet", "provisioner", "decider", "bench", "jobs"):
         errors: list[Exception] = []
@@ -184,7 +184,6 @@ async def test_operator_messages_are_accepted_only_from_operator_credentials(sec
 
 
 async def test_only_the_provisioner_may_consume_provision_commands(secured_nats: SecuredNats) -> None:
-    await secured_nats.declare_streams()
     decider = await secured_nats.connect("decider")
     stream = COMMANDS.name(SUBJECTS)
     await js_publish(decider, SUBJECTS.provision_command("launch"), launch_command(), stream)
@@ -242,17 +241,7 @@ async def test_every_service_process_starts_under_its_own_credentials_without_a_
 
 async def test_the_cli_works_with_the_jobs_and_operator_users_and_no_further(secured_nats: SecuredNats) -> None:
     """`publish` as the job system, `audit tail` and `status` as an operator; an operator cannot feed demand."""
-    await secured_nats.declare_streams()
-
-    async def cli(user: str, *args: str) -> tuple[int, str, str]:
-        env = {
-            "FLEETPILOT_NATS_URL": secured_nats.url,
-            "FLEETPILOT_NATS_USER": user,
-            "FLEETPILOT_NATS_PASSWORD": secured_nats.passwords[user],
-            "FLEETPILOT_SUBJECT_PREFIX": "fp",
-        }
-        result = await asyncio.to_thread(CliRunner().invoke, cli_app, list(args), env=env)
-        return result.exit_code, result.stdout, result.stderr
+    cli = secured_nats.cli
 
     code, out, err = await cli("jobs", "publish", "task", "submitted", "t-1")
     assert code == 0 and "published TaskEvent" in out, err
@@ -265,3 +254,97 @@ async def test_the_cli_works_with_the_jobs_and_operator_users_and_no_further(sec
     code, _, err = await cli("operator", "status", "--timeout", "0.3")
     assert code == 1 and "fleetpilot run fleet" in err
     assert [v for v in secured_nats.violations() if v[0] != "operator" or v[2] != SUBJECTS.task("submitted")] == []
+
+
+async def test_no_user_can_read_another_users_replies(secured_nats: SecuredNats) -> None:
+    """Replies (API answers, publish acks, pulled messages, request replies) arrive on `_INBOX_<user>.…`; a user
+    may subscribe to its own prefix alone, so the operator cannot listen in on the decider's or anyone's."""
+    errors: list[Exception] = []
+    operator = await secured_nats.connect("operator", errors)
+    eavesdropped: list[str] = []
+
+    async def record(msg: nats.aio.msg.Msg) -> None:
+        eavesdropped.append(msg.subject)
+
+    for subject in ("_INBOX_decider.>", "_INBOX_provisioner.>", "_INBOX.>", "*.>", ">"):
+        await operator.subscribe(subject, cb=record)
+        await operator.flush()
+        await eventually(lambda subject=subject: ("operator", "Subscription", subject) in secured_nats.violations())
+
+    # the decider asks JetStream something; its answer goes to its own inbox, and reaches it
+    decider = await secured_nats.connect("decider")
+    assert decider._inbox_prefix == b"_INBOX_decider"
+    info = await decider.jetstream().stream_info(COMMANDS.name(SUBJECTS))
+    assert info.config.name == COMMANDS.name(SUBJECTS)
+    await operator.flush()
+    assert eavesdropped == []
+    assert all("permissions violation" in str(e).lower() for e in errors)
+
+    # ...while the operator's own replies still reach it
+    own = await operator.jetstream().stream_info(OPERATOR.name(SUBJECTS))
+    assert own.config.name == OPERATOR.name(SUBJECTS)
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+async def test_a_service_cannot_create_update_delete_or_purge_a_stream(secured_nats: SecuredNats, service: str) -> None:
+    """Streams are the admin step's: a service only binds. Each refused call gets no answer (a timeout) and the
+    server logs the violation; the stream keeps its configuration and its messages."""
+    stream = DEMAND.name(SUBJECTS)
+    jobs = await secured_nats.connect("jobs")
+    await js_publish(jobs, SUBJECTS.task("submitted"), TaskEvent(occurred_at=NOW, source="jobs", kind="submitted",
+                                                                 task_id="kept"), stream)  # fmt: skip
+    errors: list[Exception] = []
+    client = await secured_nats.connect(service, errors)
+    js = client.jetstream(timeout=REFUSED_WAIT_S)
+    before = await js.stream_info(stream)  # binding is allowed: INFO
+
+    changed = dataclasses.replace(before.config, max_age=3600.0)
+    attempts = {
+        f"$JS.API.STREAM.UPDATE.{stream}": js.update_stream(changed),
+        "$JS.API.STREAM.CREATE.FP_ROGUE": js.add_stream(name="FP_ROGUE", subjects=["rogue.>"]),
+        f"$JS.API.STREAM.PURGE.{stream}": js.purge_stream(stream),
+        f"$JS.API.STREAM.DELETE.{stream}": js.delete_stream(stream),
+    }
+    for subject, attempt in attempts.items():
+        with pytest.raises(nats.errors.TimeoutError):
+            await attempt
+        await eventually(lambda subject=subject: (service, "Publish", subject) in secured_nats.violations())
+        assert refused(errors, subject), subject
+
+    after = await (await secured_nats.connect("operator")).jetstream().stream_info(stream)
+    assert after.config.max_age == before.config.max_age and after.state.messages == 1
+    with pytest.raises(nats.js.errors.NotFoundError):
+        await (await secured_nats.connect("operator")).jetstream().stream_info("FP_ROGUE")
+
+
+async def test_streams_ensure_is_the_admin_users_step_alone(secured_nats: SecuredNats) -> None:
+    """`fleetpilot streams ensure` as `admin` brings the streams to their configuration; as a service it is
+    refused with one line, and nothing changes."""
+
+    async def ensure(user: str) -> tuple[int, str, str]:
+        return await secured_nats.cli(user, "streams", "ensure")
+
+    # someone shortened a stream's retention by hand: the admin step puts it back
+    admin = (await secured_nats.connect("admin")).jetstream()
+    demand_stream = await admin.stream_info(DEMAND.name(SUBJECTS))
+    await admin.update_stream(dataclasses.replace(demand_stream.config, max_age=3600.0))
+
+    code, out, err = await ensure("admin")
+    assert code == 0, err
+    assert out.startswith("streams ensured (1 replica): ") and DEMAND.name(SUBJECTS) in out
+    assert (await admin.stream_info(DEMAND.name(SUBJECTS))).config.max_age == DEMAND.max_age_s
+
+    code, out, err = await ensure("decider")
+    assert code == 1 and out == ""
+    assert "may NATS user 'decider' create and update streams (only `admin` may)" in err
+    assert len(err.strip().splitlines()) == 1
+    assert ("decider", "Publish", f"$JS.API.STREAM.UPDATE.{DEMAND.name(SUBJECTS)}") in secured_nats.violations()
+    assert secured_nats.violations("admin") == []
+
+
+def test_streams_ensure_says_in_one_line_when_nats_cannot_be_reached() -> None:
+    env = {"FLEETPILOT_NATS_URL": f"nats://127.0.0.1:{free_port()}", "FLEETPILOT_SUBJECT_PREFIX": "fp"}
+    result = CliRunner().invoke(cli_app, ["streams", "ensure", "--wait-s", "0.5"], env=env)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"cannot reach NATS at {env['FLEETPILOT_NATS_URL']} after 0 s")
+    assert len(result.stderr.strip().splitlines()) == 1
