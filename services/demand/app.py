@@ -37,6 +37,21 @@ RECONNECT_WAIT_S = 0.5  # wall time between fetch attempts while the broker is u
 log = logging.getLogger("fleetpilot.demand")
 
 
+async def finish_despite_cancellation(task: asyncio.Future[None]) -> bool:
+    """Wait for `task` to end even when cancelled meanwhile; True if we were. A checkpoint cancelled at shutdown
+    while Redis ran its transaction could not tell whether the ids were journalled, journalled them again at the
+    final checkpoint, and the fault suite saw events "applied twice" (the wait is bounded by the store's timeout)."""
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception:  # the task's own failure: the caller reads it from the task
+            break
+    return cancelled
+
+
 class DemandRuntime:
     """The adapter around the core: restores it from Redis, checkpoints it, acks, evaluates on a timer."""
 
@@ -101,14 +116,19 @@ class DemandRuntime:
         async with self.lock:
             to_ack, self.unacked = self.unacked, []
             seen_ids = self.core.seen.take_journal()
-            try:
-                await self.store.save(self.core.to_state(), seen_ids)
-            except BaseException:  # cancelled too: the next checkpoint must still ack and journal these
+            saving = asyncio.ensure_future(self.store.save(self.core.to_state(), seen_ids))
+            cancelled = await finish_despite_cancellation(saving)
+            failure = None if saving.cancelled() else saving.exception()
+            if saving.cancelled() or failure is not None:  # the next checkpoint must still ack and journal these
                 self.unacked = to_ack + self.unacked
                 self.core.seen.restore_journal(seen_ids)
-                raise
+                if cancelled or failure is None:
+                    raise asyncio.CancelledError
+                raise failure
             for raw in to_ack:
                 await raw.ack()
+            if cancelled:
+                raise asyncio.CancelledError
 
     async def checkpoint_observation(self) -> None:
         """After a queue or fleet snapshot: a failed checkpoint must not fail the handler. A snapshot is a latest

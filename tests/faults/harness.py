@@ -505,7 +505,9 @@ class FaultStack:
     # ---- secrets ---------------------------------------------------------------------------------------------
     async def captured(self) -> AsyncIterator[tuple[str, str]]:
         """Everything the suite can see that a secret must never reach."""
-        for path in sorted(self.workdir.rglob("*.log")):
+        # the processes' logs and the servers' (one level down); not rglob: it would walk JetStream's store, whose
+        # consumer directories nats-server removes while the walk is in them (FileNotFoundError)
+        for path in sorted([*self.workdir.glob("*.log"), *self.workdir.glob("*/*.log")]):
             yield str(path.relative_to(self.workdir)), path.read_text(errors="replace")
         for name in SERVICES:
             with contextlib.suppress(httpx.HTTPError):
