@@ -1,6 +1,9 @@
 """Single flight across decider replicas: a Redis lock with expiry and a fencing token, and the run state they share.
 
-The lock value is `<owner>:<token>`, the token an INCR counter, so every holder has a larger token than the last.
+The lock value is `<owner>:<token>`, the token an INCR counter that moves only when the holder changes: every new
+holder has a larger token than the last, while one process keeps its token from run to run. (A token per run made
+the provisioner refuse the commands of a run still queued behind the next run's: in a loaded demo, 207 destroys of
+failed machines were refused as stale and the failed machines stayed billed.)
 Before each command is published the holder checks, atomically in Redis, that the value is still its own: a
 holder that stalled past the expiry finds a newer value and does not act. The residual gap (between that check
 and the publish) is closed by the token each command carries: the provisioner refuses a command whose token is
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,10 +25,15 @@ from redis.exceptions import RedisError
 
 from services.decider.guardrails import RATE_WINDOW_S, SentLaunch
 
-# KEYS: lock, fence counter. ARGV: owner, ttl ms. Returns the new token, or 0 when someone holds the lock.
+# KEYS: lock, fence counter, fence holder. ARGV: owner, ttl ms, process identity.
+# Returns the token (new when another process held the fence last), or 0 when someone holds the lock.
 _ACQUIRE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local token = redis.call('INCR', KEYS[2])
+local token = tonumber(redis.call('GET', KEYS[2]) or '0')
+if token == 0 or redis.call('GET', KEYS[3]) ~= ARGV[3] then
+  token = redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[3], ARGV[3])
+end
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. token, 'PX', ARGV[2])
 return token
 """
@@ -85,10 +94,13 @@ class RedisSingleFlight:
             redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S, decode_responses=True
         )
         self.owner = owner
+        # the fence follows the process, not the replica name: a restarted replica gets a newer token
+        self.process_identity = f"{owner}/{uuid.uuid4().hex}"
         self.ttl_s = ttl_s
         prefix = f"{namespace}:decider"
         self.lock_key = f"{prefix}:lock"
         self.fence_key = f"{prefix}:fence"
+        self.fence_holder_key = f"{prefix}:fence_holder"
         self.last_run_key = f"{prefix}:last_run_started"
         self.covered_key = f"{prefix}:covered"
         self.wakeups_key = f"{prefix}:wakeups"
@@ -105,8 +117,12 @@ class RedisSingleFlight:
             raise LockUnavailable(f"redis: {type(error).__name__}: {error}") from error
 
     async def acquire(self) -> Lease | None:
-        """A lease with a fresh fencing token, or None while another replica holds the lock."""
-        token = await self._call(_ACQUIRE, [self.lock_key, self.fence_key], [self.owner, self._ttl_ms])
+        """A lease (its token newer than any other process's), or None while another replica holds the lock."""
+        token = await self._call(
+            _ACQUIRE,
+            [self.lock_key, self.fence_key, self.fence_holder_key],
+            [self.owner, self._ttl_ms, self.process_identity],
+        )
         return Lease(self.owner, token, self.ttl_s) if token else None
 
     async def renew(self, lease: Lease) -> bool:

@@ -36,6 +36,36 @@ async def test_one_holder_at_a_time_with_increasing_tokens(pair) -> None:  # typ
     assert await b.holds(lease_b)
 
 
+async def test_one_process_keeps_its_token_from_run_to_run_until_another_holds_the_lock(pair) -> None:  # type: ignore[no-untyped-def]
+    # a run's commands may still be queued when the next run publishes: the same holder must not fence itself out
+    a, b = pair
+    first = await a.acquire()
+    assert first is not None
+    await a.release(first)
+    second = await a.acquire()
+    assert second is not None and second.token == first.token
+    await a.release(second)
+    other = await b.acquire()
+    assert other is not None and other.token > second.token
+    await b.release(other)
+    again = await a.acquire()
+    assert again is not None and again.token > other.token
+
+
+async def test_a_restarted_process_with_the_same_replica_name_gets_a_newer_token(redis_server: RedisServer) -> None:
+    before = RedisSingleFlight(redis_server.url, "fpt", "replica-a", ttl_s=1)
+    after = RedisSingleFlight(redis_server.url, "fpt", "replica-a", ttl_s=1)
+    try:
+        old = await before.acquire()
+        assert old is not None
+        await before.release(old)
+        new = await after.acquire()
+        assert new is not None and new.token > old.token
+    finally:
+        await before.close()
+        await after.close()
+
+
 async def test_a_crashed_holder_expires_and_cannot_act_afterwards(pair) -> None:  # type: ignore[no-untyped-def]
     a, b = pair
     stale = await a.acquire()
