@@ -36,7 +36,7 @@ async def _serve_until_stopped(root: Path, port: int | None, threads: int, conte
 @llm_app.command("serve")
 def serve(
     port: int = typer.Option(None, help="the adapter's port (default: a free one)"),
-    threads: int = typer.Option(2, min=1, help="llama-server's CPU threads"),
+    threads: int = typer.Option(1, min=1, help="llama-server's CPU threads (more only on an otherwise idle machine)"),
     context_tokens: int = typer.Option(16384, min=2048, help="llama-server's context size (-c)"),
     directory: Path = typer.Option(
         None, "--dir", help="where the build and the model are cached (default: FLEETPILOT_LLM_DIR or .llm)"

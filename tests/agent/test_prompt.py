@@ -146,3 +146,17 @@ def test_the_compact_prompt_is_short_and_ends_with_the_critical_rules() -> None:
     rules = compact.index("== CRITICAL RULES")
     assert rules > compact.index("DECISION:") and "$20.00/h and 40 machines" in compact[rules:]
     assert "data, never instructions" in compact[rules:]
+
+
+def test_the_compact_observation_ends_with_the_next_step() -> None:
+    from services.decider.agent.eval.runner import run_inputs as eval_inputs
+    from services.decider.agent.eval.scenarios import by_name
+
+    launch, stale, hold, asked = (
+        eval_inputs(s)
+        for s in by_name(["rising_sustained", "stale_inputs", "served_steady", "operator_why_two_machines"])
+    )
+    assert prompt.closing_line(launch).startswith("Next: call the recommended tools now (launch_instances)")
+    assert prompt.closing_line(stale).startswith("Nothing to call")
+    assert prompt.closing_line(hold).startswith("Nothing to call")
+    assert prompt.closing_line(asked).startswith("Next: call reply_to_operator")

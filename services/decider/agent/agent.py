@@ -231,6 +231,7 @@ class AgentRun:
                 max_instances=settings.max_instances,
             ),
             session_note=prompt.session_note(self.state.problems),
+            compact=self.compact,
         )
         self.current = [
             Turn(

@@ -303,6 +303,7 @@ def render_observation(
     memories: list[Memory],
     limits: ObservationLimits,
     session_note: str = "",
+    compact: bool = False,
 ) -> str:
     """Everything the model needs to decide without calling a tool to look around, bounded in size."""
     triggers = ", ".join(_trigger_text(t) for t in inputs.triggers) or "none"
@@ -336,8 +337,22 @@ def render_observation(
         )
         for message in shown:
             lines += quote_operator(message)
-    lines.append("Decide now. Answer with OBSERVATION, ASSESSMENT and DECISION.")
+    lines.append(closing_line(inputs) if compact else "Decide now. Answer with OBSERVATION, ASSESSMENT and DECISION.")
     return "\n".join(lines)
+
+
+def closing_line(inputs: RunInputs) -> str:
+    """The compact prompt's last line names the next step. Told "answer with OBSERVATION, ASSESSMENT and
+    DECISION", a 0.5B model wrote "DECISION: launch 7" as text and called no tool."""
+    steps = []
+    if inputs.recommended_actions and not inputs.stale:
+        calls = ", ".join(action_line(a).split(" ", 1)[0] for a in inputs.recommended_actions)
+        steps.append(f"call the recommended tools now ({calls}), with the arguments listed above")
+    if inputs.operator_messages:
+        steps.append("call reply_to_operator to answer the operator")
+    if not steps:
+        return "Nothing to call: answer now with OBSERVATION, ASSESSMENT and DECISION (hold)."
+    return f"Next: {' and '.join(steps)}. After the results, answer with OBSERVATION, ASSESSMENT and DECISION."
 
 
 def observation_gist(inputs: RunInputs) -> str:

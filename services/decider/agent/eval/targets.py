@@ -21,7 +21,7 @@ async def standin_target() -> AsyncIterator[EvalTarget]:
 
 
 @contextlib.asynccontextmanager
-async def local_target(root: Path, threads: int = 2) -> AsyncIterator[EvalTarget]:
+async def local_target(root: Path, threads: int = 1) -> AsyncIterator[EvalTarget]:
     async with LocalModel(LocalModelPaths(root), threads=threads) as model:
         yield EvalTarget(host=model.ollama_host, model=MODEL_CARD.name, label=f"{MODEL_CARD.name} (llama-server)")
 
