@@ -44,6 +44,27 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         note="derived from the objective (√(2 s p / (μ d)) ≈ 0.35 h), then checked on the train seeds, 2 days"
         " each, before the world's task-event feed and machine pace spread: 3600 → 1200 → 600 s gave batch"
         " 5218 → 4707 → 4518 and flash-crowd 2010 → 1904 → 1852 (the policy before the surge rule: 3787, 1879);"
-        " kept at the derived value",
+        " again with them (and 100 launches a decision): 600 s gave batch 4541 → 4406, flash-crowd 1845 → 1805,"
+        " quiet-surges 1122 → 1123, but 22 tasks on a cold start would then launch 2 machines where one clears"
+        " them within the startup: kept at the derived value",
+    ),
+    FittedConstant(
+        name="PolicyConfig.max_launches_per_decision",
+        value=100,
+        families=(
+            "diurnal",
+            "weekly",
+            "growth",
+            "decline",
+            "flash-crowd",
+            "batch",
+            "quiet-surges",
+            "random-walk",
+            "mixture",
+        ),
+        seeds=(100, 101, 102, 103, 104),
+        note="20 → 100 (the contract's cap on one command), 2 days each, mean objective: batch 4709 → 4541,"
+        " flash-crowd 1869 → 1845, mixture 864 → 844, weekly 336 → 332, random-walk 403 → 420, quiet-surges"
+        " 1114 → 1122, diurnal, growth and decline within 0.5; sum over families 10236 → 10045",
     ),
 ]

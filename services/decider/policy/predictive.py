@@ -128,7 +128,9 @@ class PolicyConfig:
     # a draining machine is destroyed once it finished its last task this long ago, or after max_drain_s
     drain_grace_s: float = 600.0
     max_drain_s: float = 3600.0
-    max_launches_per_decision: int = 20
+    # one launch command at most (the contract caps a command's count at 100): a flash crowd or a batch got its
+    # machines 20 a run, several runs late (fitted: see policy/fitted.py)
+    max_launches_per_decision: int = 100
     # GPU models to ask for, preferred first; empty: any allowed model, the provisioner ranks offers by expected
     # dollars per task. The provisioner takes the list as a filter, so asking only for models already in the
     # fleet refused every launch once their offers ran out (the week trace: 22,674 refused, 700 of 1,000 peak)
