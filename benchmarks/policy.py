@@ -7,9 +7,10 @@ achievable clairvoyant run. Per family and split: mean objective ÷ bound for ea
 clairvoyant run, predictive ÷ the best baseline on each trace (mean and worst), and the traces on which a
 policy ran out of offers or had launches refused. The policy's fitted constants are copied beside the figures.
 
-Default (a few minutes on a shared 2-core machine): 2-day traces (the weekly family 7), train seeds
-100-101 and test seeds 200-202. `--full`: every train (100-104) and test (200-209) seed, what the README
-reports. `--bundled`: the seven bundled traces and the week's replay speed (bench-results/policy_bundled.json).
+Default (what `make bench` runs; about 4 CPU-minutes, 12 minutes wall on a loaded shared 2-core machine):
+2-day traces (the weekly family 7), train seeds 100-101 and test seeds 200-202. `--full`: every train
+(100-104) and test (200-209) seed, what the README reports. `--bundled`: the seven bundled traces and the
+week's replay speed (bench-results/policy_bundled.json).
 """
 
 from __future__ import annotations
