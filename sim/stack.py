@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sim.infra import NatsCluster, NatsServer, RedisServer, free_port, stop_process, wait_for_port
+from sim.infra import NatsCluster, NatsServer, RedisServer, free_port, serves_on, stop_process
 
 SERVICES = ("demand", "fleet", "provisioner", "decider", "bench")
 TRACES_DIR = Path(__file__).resolve().parent / "traces"
@@ -87,6 +87,7 @@ class Stack:
         self.sim_epoch = datetime(2026, 3, 2, tzinfo=UTC) + timedelta(minutes=plan.start_minute)
         self.wall_epoch_s = 0.0
         self.job_summary_path = workdir / "jobs-summary.json"
+        self.log_offsets: dict[str, int] = {}
 
     def env(self, http_port: int | None = None, name: str | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETPILOT_")}
@@ -122,7 +123,9 @@ class Stack:
 
     def spawn(self, name: str, args: list[str], http_port: int | None = None) -> None:
         self.commands[name] = (args, http_port)
-        with open(self.workdir / f"{name}.log", "ab") as log:  # appended to across restarts
+        log_path = self.workdir / f"{name}.log"
+        self.log_offsets[name] = log_path.stat().st_size if log_path.exists() else 0
+        with open(log_path, "ab") as log:  # appended to across restarts
             self.processes[name] = subprocess.Popen(
                 [sys.executable, *args], env=self.env(http_port, name), stdout=log, stderr=subprocess.STDOUT
             )
@@ -138,12 +141,44 @@ class Stack:
             vast += ["--scenario", str(self.vast_scenario)]
         self.spawn("vast", [*vast, "--log-level", "warning"])
         self.spawn("ollama", [*cli, "sim", "ollama", "--port", str(self.ports["ollama"]), "--behaviour", "follow"])
-        wait_for_port(self.ports["vast"], 30)
-        wait_for_port(self.ports["ollama"], 30)
+        self.wait_serving("vast", 30)
+        self.wait_serving("ollama", 30)
         for name in SERVICES:
             self.spawn(name, [*cli, "run", name, "--log-level", self.log_level], http_port=self.ports[name])
         for name in SERVICES:
-            wait_for_port(self.ports[name], 60)
+            self.wait_serving(name, 60)
+
+    def wait_serving(self, name: str, timeout_s: float) -> None:
+        """Until `name` itself listens on its port. A free port can be taken by another process before ours binds
+        it (other test sessions share the machine): then it starts again on a new port, which `ports` records."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            process, port = self.processes[name], self.port_of(name)
+            if serves_on(process.pid, port):
+                return
+            if process.poll() is not None:
+                since_spawn = (self.workdir / f"{name}.log").read_bytes()[self.log_offsets.get(name, 0) :]
+                log = since_spawn.decode(errors="replace")
+                if "address already in use" not in log.lower():
+                    raise RuntimeError(f"{name} exited with {process.returncode} while starting: {log[-2000:]}")
+                self.move_to_new_port(name, port)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} is not listening on 127.0.0.1:{port} after {timeout_s}s")
+            time.sleep(0.05)
+
+    def port_of(self, name: str) -> int:
+        args, http_port = self.commands[name]
+        return http_port if http_port is not None else int(args[args.index("--port") + 1])
+
+    def move_to_new_port(self, name: str, taken: int) -> None:
+        args, http_port = self.commands[name]
+        port = free_port()
+        if http_port is None:
+            args = [str(port) if a == str(taken) and args[i - 1] == "--port" else a for i, a in enumerate(args)]
+        else:
+            http_port = port
+        self.ports[name] = port
+        self.spawn(name, args, http_port)
 
     def ensure_streams(self, cli: list[str]) -> None:
         """The admin step, as a deployment runs it before its services: `fleetpilot streams ensure`, one shot."""
@@ -199,9 +234,8 @@ class Stack:
             self.clock_offsets_s[name] = clock_offset_s
         args, http_port = self.commands[name]
         self.spawn(name, args, http_port)
-        port = http_port or self.ports.get(name)
-        if port is not None and wait_s > 0:
-            wait_for_port(port, wait_s)
+        if wait_s > 0 and (http_port is not None or "--port" in args):
+            self.wait_serving(name, wait_s)
 
     def restart_all(self, names: list[str], *, clock_offset_s: float | None = None, wait_s: float = 60.0) -> None:
         """`restart` for several processes at once: all stop, then all start (a host rebooting, a clock stepping)."""
@@ -216,9 +250,9 @@ class Stack:
             args, http_port = self.commands[name]
             self.spawn(name, args, http_port)
         for name in names:
-            port = self.commands[name][1] or self.ports.get(name)
-            if port is not None and wait_s > 0:
-                wait_for_port(port, wait_s)
+            args, http_port = self.commands[name]
+            if wait_s > 0 and (http_port is not None or "--port" in args):
+                self.wait_serving(name, wait_s)
 
     def pid(self, name: str) -> int:
         return self.processes[name].pid

@@ -9,12 +9,13 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 import pytest_asyncio
 
 from shared.contract import DecisionRecord
 from shared.streams import ALL_STREAMS, AUDIT, DEMAND
-from sim.infra import NatsCluster, free_port, wait_for_port
+from sim.infra import NatsCluster, free_port
 from tests.faults.harness import DEFAULT_PROCESS_ENV, SUBJECTS, FaultStack, Row, running_stack
 from tests.helpers import eventually
 
@@ -35,10 +36,19 @@ async def stack() -> AsyncIterator[FaultStack]:
             **DEFAULT_PROCESS_ENV["decider"],
             "FLEETPILOT_DECIDER_REPLICA_ID": "second",
         }
-        command, port = [*running.stack.commands["decider"][0]], free_port()
-        await asyncio.to_thread(running.stack.spawn, SECOND_DECIDER, command, port)
-        await asyncio.to_thread(wait_for_port, port, 60)
+        command = [*running.stack.commands["decider"][0]]
+        await asyncio.to_thread(running.stack.spawn, SECOND_DECIDER, command, free_port())
+        await asyncio.to_thread(running.stack.wait_serving, SECOND_DECIDER, 60)
+        # its HTTP port opens before its broker has bound its consumers: a fault then would kill its start-up
+        await eventually(lambda: healthy(running, running.stack.port_of(SECOND_DECIDER)), timeout_s=120)
         yield running
+
+
+async def healthy(stack: FaultStack, port: int) -> bool:
+    try:
+        return (await stack.http.get(f"http://127.0.0.1:{port}/health")).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def cluster_of(stack: FaultStack) -> NatsCluster:
