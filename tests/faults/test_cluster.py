@@ -118,11 +118,12 @@ async def test_stream_leader_killed_then_a_second_node_for_a_short_window(
     row = await stack.conclude(window, fault_rows)
     assert row.published >= ACKED_WITHOUT_THE_LEADER
 
-    # single flight held across both replicas: no two runs overlapped, and fencing tokens only grew
+    # single flight held across both replicas: no two runs overlapped, and fencing tokens never went back (a
+    # process that takes the lock again keeps its token; another process taking it gets a larger one)
     records = await decision_records(stack)
     assert len(records) > runs_before, "no decision was recorded through the cluster's faults"
     assert overlapping_runs(records) == []
     tokens = [r.fencing_token for r in sorted(records, key=lambda record: record.started_at) if r.fencing_token]
-    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+    assert tokens == sorted(tokens)
     # and every process reconnected: none exited, each answers on its port again
     assert stack.stack.crashed() == []
