@@ -82,10 +82,11 @@ async def test_redis_killed_and_restarted(stack: FaultStack, fault_rows: list[Ro
     await subscription.unsubscribe()
     await stack.finish(window, recovery_s, fault_rows)
 
-    # the decider held: no run began while it could not prove it held the lock. A run takes a new fencing token
-    # from Redis, so a command sent under a lease taken while Redis was down would carry a token above the last
-    # one Redis issued before it died. (Judged by token, not by arrival time: a command whose lock check passed
-    # just before the kill may reach us any time later on a loaded machine, and is no fault.)
+    # the decider held: no lease changed hands while it could not prove it held the lock. The fencing token comes
+    # from Redis and grows whenever another process takes the lock, so a command sent under a lease taken while
+    # Redis was down would carry a token above the last one Redis issued before it died. (Judged by token, not by
+    # arrival time: a command whose lock check passed just before the kill may reach us any time later on a loaded
+    # machine, and is no fault.)
     fence_at_kill = int(acknowledged[DECIDER_FENCE_KEY]["value"])
     received_before_restart = [(subject, token) for at, subject, token in commands if at < restarted_at]
     new_leases = [(subject, token) for subject, token in received_before_restart if (token or 0) > fence_at_kill]
