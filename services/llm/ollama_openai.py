@@ -28,6 +28,7 @@ OPTION_PARAMETERS = {
 }
 # options with no per-request meaning on llama-server (set when it starts: -c, -t, -ngl), accepted and ignored
 SERVER_OPTIONS = frozenset({"num_ctx", "num_thread", "num_gpu", "num_batch", "main_gpu", "use_mmap", "num_keep"})
+_TOOL_CALL_TAG = re.compile(r"</?tool_call>")
 _FENCE = re.compile(r"^```(?:json|JSON)?\s*\n?(.*?)\n?```$", re.DOTALL)
 
 
@@ -184,6 +185,8 @@ def recognise_tool_calls(content: str, offered: frozenset[str]) -> list[ToolCall
     fenced = _FENCE.match(text)
     if fenced:
         text = fenced.group(1).strip()
+    # the template's own tags, when the server's parser let them through (an unclosed or doubled tag)
+    text = _TOOL_CALL_TAG.sub("", text).strip()
     if not offered or not text.startswith(("{", "[")):
         return []
     values = _json_values(text)
@@ -210,7 +213,12 @@ def might_be_tool_call(prefix: str) -> bool:
     text = prefix.lstrip()
     if not text:
         return True
-    return text.startswith(("{", "[")) or "```".startswith(text[:3]) or text.startswith("```")
+    return (
+        text.startswith(("{", "[", "```"))
+        or "```".startswith(text[:3])
+        or "<tool_call>".startswith(text[:11])
+        or text.startswith("<tool_call>")
+    )
 
 
 def _upstream_tool_calls(message: dict[str, Any]) -> list[ToolCall]:

@@ -202,6 +202,7 @@ def _record(
         "roles": [str(m.get("role")) for m in messages],
         "tools": [str((t.get("function") or {}).get("name")) for t in tools],
         "num_ctx": (body.get("options") or {}).get("num_ctx"),
+        "num_predict": (body.get("options") or {}).get("num_predict"),
     }
     state.received.append(summary)
     state.recent.append({**summary, "messages": messages})

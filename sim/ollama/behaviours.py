@@ -16,6 +16,10 @@ from typing import Any
 
 OBSERVATION_MARK = "POLICY RECOMMENDATION"
 _ACTION = re.compile(r"^\s*- (launch_instances|drain_instance|destroy_instance) (\{.*\})", re.MULTILINE)
+# the compact prompt lists them as call objects: - {"name": "launch_instances", "arguments": {...}}
+_ACTION_OBJECT = re.compile(
+    r'^\s*- (\{"name": "(?:launch_instances|drain_instance|destroy_instance)".*\})$', re.MULTILINE
+)
 _OPERATOR_HEADER = re.compile(r"^\s*\[operator (.+?), conversation (.+?), message (\S+?)\]$")
 _RUN = re.compile(r"^RUN (\S+) at", re.MULTILINE)
 _LAUNCH_WORDS = re.compile(r"launch\D{0,20}(\d+)", re.IGNORECASE)
@@ -59,6 +63,9 @@ def _line_starting(text: str, prefix: str) -> str:
 
 def parse_observation(text: str) -> Observation:
     actions = [(m.group(1), json.loads(m.group(2))) for m in _ACTION.finditer(text)]
+    for match in _ACTION_OBJECT.finditer(text):
+        listed = json.loads(match.group(1).removesuffix("  (the policy would stop it)"))
+        actions.append((listed["name"], listed["arguments"]))
     quotes: list[OperatorQuote] = []
     lines = text.splitlines()
     for index, line in enumerate(lines):

@@ -44,7 +44,7 @@ async def test_follow_carries_out_the_recommendation_through_the_guardrails(
     assert first["messages"][1]["content"].startswith("SESSION ANCHOR")  # right after the system prompt
     assert "#1001 RTX 4090 producing" in first["messages"][2]["content"]
     assert set(first["tools"]) >= {"launch_instances", "update_plan", "reply_to_operator"}
-    assert first["num_ctx"] == AgentConfig().num_ctx
+    assert first["num_ctx"] == AgentConfig().num_ctx and first["num_predict"] == AgentConfig().max_output_tokens
     assert all(r["prompt_tokens"] <= AgentConfig().token_budget for r in requests)
     assert metric(agent, "fleetpilot_agent_tool_calls_total", tool="launch_instances", outcome="ok") == 1
     assert metric(agent, "fleetpilot_agent_request_prompt_tokens_count") == 2

@@ -60,3 +60,14 @@ async def test_the_compact_style_offers_fewer_tools_and_still_carries_out_the_po
     assert summary.agreed == 3 and summary.fallbacks == 0
     assert received[0]["tools"] == ["launch_instances", "drain_instance", "destroy_instance"]
     assert any(r["tools"][-1:] == ["reply_to_operator"] for r in received)
+
+
+async def test_in_the_compact_style_each_tool_result_says_what_comes_next() -> None:
+    async with OllamaStandIn() as standin:
+        target = EvalTarget(host=standin.url, model=standin.state.model, label="compact")
+        await evaluate(by_name(["rising_sustained"]), target, AgentConfig(prompt_style="compact"))
+        requests = await standin.received(full=True)
+
+    tool_results = [m["content"] for m in requests[-1]["messages"] if m["role"] == "tool"]
+    assert tool_results and tool_results[0].startswith("done: launch")
+    assert tool_results[0].endswith("call no more tools.")

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 async def client() -> AsyncIterator[AsyncClient]:
     async with LocalModel(PATHS, context_tokens=8192) as model:
         ollama = AsyncClient(host=model.ollama_host, timeout=600.0)
@@ -26,7 +26,6 @@ async def client() -> AsyncIterator[AsyncClient]:
         await ollama._client.aclose()
 
 
-@pytest.mark.asyncio(loop_scope="module")
 async def test_the_real_model_answers_a_tool_offer_with_a_valid_tool_call(client: AsyncClient) -> None:
     shown = await client.show(MODEL_CARD.name)
     assert "tools" in (shown.capabilities or [])
@@ -41,7 +40,7 @@ async def test_the_real_model_answers_a_tool_offer_with_a_valid_tool_call(client
         ],
         tools=tool_schemas(),
         stream=False,
-        options={"temperature": 0, "num_predict": 128},
+        options={"temperature": 0, "num_predict": 96},
     )
 
     calls = response.message.tool_calls or []

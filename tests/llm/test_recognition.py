@@ -29,6 +29,8 @@ OFFERED = frozenset({"launch_instances", "reply_to_operator"})
         '```\n{"name": "launch_instances", "arguments": "{\\"count\\": 2}"}\n```',
         '{"name": "launch_instances", "parameters": {"count": 2}}',
         '[{"name": "launch_instances", "arguments": {"count": 2}}]',
+        '<tool_call>\n{"name": "launch_instances", "arguments": {"count": 2}}\n</tool_call>',
+        '<tool_call>\n{"name": "launch_instances", "arguments": {"count": 2}}',
     ],
 )
 def test_a_json_tool_call_in_its_usual_spellings(content: str) -> None:
@@ -64,6 +66,7 @@ def test_nothing_is_a_tool_call_when_no_tool_was_offered() -> None:
 
 def test_streamed_text_is_held_only_while_it_may_still_be_a_call() -> None:
     assert might_be_tool_call("  {") and might_be_tool_call("`") and might_be_tool_call("```js")
+    assert might_be_tool_call("<tool") and might_be_tool_call("<tool_call>\n{") and not might_be_tool_call("<b>")
     assert not might_be_tool_call("OBS") and not might_be_tool_call("I will")
     assembler = StreamAssembler(OFFERED)
     assert assembler.feed({"choices": [{"delta": {"content": "OBSERVATION"}}]}) == "OBSERVATION"

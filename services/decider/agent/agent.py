@@ -142,7 +142,11 @@ class OllamaAgent:
                     messages=[m.wire() for m in messages],
                     tools=schemas,
                     stream=False,
-                    options={"num_ctx": self.config.num_ctx, "temperature": self.config.temperature},
+                    options={
+                        "num_ctx": self.config.num_ctx,
+                        "temperature": self.config.temperature,
+                        "num_predict": self.config.max_output_tokens,
+                    },
                 )
         except ConnectionError as error:
             raise ModelFailure("unreachable", str(error)[:200]) from None
@@ -367,6 +371,8 @@ class AgentRun:
             self.config.tool_output_cap_chars,
             tools.HOW_TO_GET_MORE.get(name, tools.DEFAULT_HOW_TO_GET_MORE),
         )
+        if self.compact:
+            text += f"\n{prompt.AFTER_TOOL_RESULT}"
         label = name if name in tools.ARGUMENT_MODELS else "unknown"
         self.tool_log.append(ToolLogEntry(name, request.arguments, result.outcome))
         self.metrics.tool_calls.labels(label, result.outcome).inc()

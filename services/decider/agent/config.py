@@ -27,6 +27,9 @@ class AgentConfig(BaseSettings):
     prompt_style: Literal["full", "compact"] = Field(
         default="full", description="compact: short prompt and four tools, for small local models"
     )
+    # an answer and a few tool calls fit in a few hundred tokens; a 0.5B model once generated 1,300 tokens and
+    # counting (a loop), which on a CPU is minutes of nothing
+    max_output_tokens: int = Field(default=768, ge=64, description="most tokens the model may write per call")
     # low: the same observation should lead to the same decision
     temperature: float = Field(
         default=0.2, ge=0, le=2, description="sampling temperature (low: the same observation, the same decision)"

@@ -257,19 +257,28 @@ def _fleet_block(
     return [header, *instance_lines(snapshot, max_lines)]
 
 
-def action_line(action: Action) -> str:
-    """The policy's action written as the tool call that would carry it out."""
+def action_call(action: Action) -> tuple[str, dict[str, object]]:
+    """The tool and arguments that would carry out the policy's action."""
     if isinstance(action, LaunchInstances):
-        args = {
+        args: dict[str, object] = {
             "count": action.count,
             "gpu_models": action.gpu_models,
             "launch_priority": action.launch_priority,
             "reason": action.reason.value,
         }
-        return f"launch_instances {json.dumps(args)}"
+        return "launch_instances", args
     tool = "destroy_instance" if isinstance(action, DestroyInstance) else "drain_instance"
     assert isinstance(action, DrainInstance | DestroyInstance | StopInstance)
-    line = f"{tool} {json.dumps({'instance_id': action.instance_id, 'reason': action.reason.value})}"
+    return tool, {"instance_id": action.instance_id, "reason": action.reason.value}
+
+
+def action_line(action: Action, *, as_call_object: bool = False) -> str:
+    """The policy's action written as the tool call that would carry it out.
+
+    as_call_object: `{"name": ..., "arguments": {...}}`, the very text a small model writes for a tool call
+    (shown `launch_instances {...}`, a 0.5B model copied it into prose and called nothing)."""
+    tool, args = action_call(action)
+    line = json.dumps({"name": tool, "arguments": args}) if as_call_object else f"{tool} {json.dumps(args)}"
     return line + ("  (the policy would stop it)" if isinstance(action, StopInstance) else "")
 
 
@@ -320,7 +329,7 @@ def render_observation(
         lines.append("  recommended actions: none (data stale or missing: hold)")
     elif inputs.recommended_actions:
         lines.append("  recommended actions (before guardrails), as tool calls:")
-        lines += [f"  - {action_line(a)}" for a in inputs.recommended_actions]
+        lines += [f"  - {action_line(a, as_call_object=compact)}" for a in inputs.recommended_actions]
     else:
         lines.append("  recommended actions: none (hold)")
     open_plan = [item for item in plan if item.status != "completed"]
@@ -341,12 +350,19 @@ def render_observation(
     return "\n".join(lines)
 
 
+# appended to each tool result in the compact style: a 0.5B model given "done: launch 7" wrote the same call again
+AFTER_TOOL_RESULT = (
+    "Next: make any recommended call not made yet; otherwise answer now with OBSERVATION, ASSESSMENT and "
+    "DECISION and call no more tools."
+)
+
+
 def closing_line(inputs: RunInputs) -> str:
     """The compact prompt's last line names the next step. Told "answer with OBSERVATION, ASSESSMENT and
     DECISION", a 0.5B model wrote "DECISION: launch 7" as text and called no tool."""
     steps = []
     if inputs.recommended_actions and not inputs.stale:
-        calls = ", ".join(action_line(a).split(" ", 1)[0] for a in inputs.recommended_actions)
+        calls = ", ".join(action_call(a)[0] for a in inputs.recommended_actions)
         steps.append(f"call the recommended tools now ({calls}), with the arguments listed above")
     if inputs.operator_messages:
         steps.append("call reply_to_operator to answer the operator")

@@ -26,7 +26,7 @@ from shared.contract import (
 )
 
 SOURCE = "decider"
-LAUNCH_COUNT_MAX = 20  # one call; the guardrails still cap the fleet and the launches per hour
+LAUNCH_COUNT_MAX = 100  # only nonsense is refused here: the guardrails cap the fleet, the budget and launches per hour
 SCHEDULE_MIN_S = 30
 SCHEDULE_MAX_S = 3600
 ToolOutcome = Literal["ok", "refused", "invalid", "unknown_tool", "duplicate", "over_limit", "error"]

@@ -39,6 +39,7 @@ SOURCE = "decider"
 # the limits the scenarios are written against (budget_nearly_spent, at_max_instances)
 EVAL_BUDGET_USD_PER_H = 20.0
 EVAL_MAX_INSTANCES = 40
+REPLY_SHOWN_CHARS = 400
 
 
 class MeasuredAgent(OllamaAgent):
@@ -48,6 +49,7 @@ class MeasuredAgent(OllamaAgent):
         super().__init__(**kwargs)
         self.prompt_counts: list[int] = []
         self.output_counts: list[int] = []
+        self.replies: list[str] = []  # what the model wrote, shortened: to see why a run went wrong
 
     async def chat(self, messages: list[Turn], schemas: list[dict[str, object]]) -> ChatResponse:
         response = await super().chat(messages, schemas)
@@ -55,6 +57,11 @@ class MeasuredAgent(OllamaAgent):
             self.prompt_counts.append(response.prompt_eval_count)
         if response.eval_count is not None:
             self.output_counts.append(response.eval_count)
+        calls = [
+            f"{c.function.name}({json.dumps(dict(c.function.arguments or {}))})"
+            for c in response.message.tool_calls or []
+        ]
+        self.replies.append(((response.message.content or "") + " " + " ".join(calls)).strip()[:REPLY_SHOWN_CHARS])
         return response
 
 
@@ -174,6 +181,7 @@ async def run_scenario(scenario: EvalScenario, target: EvalTarget, config: Agent
         expects_reply=bool(scenario.operator_messages),
         replied=bool(ports.replies),
         failure="" if outcome.status == "ok" else trace.decision[:300],
+        replies=tuple(agent.replies),
     )
 
 

@@ -56,6 +56,7 @@ class RunRecord:
     expects_reply: bool = False
     replied: bool = False
     failure: str = ""
+    replies: tuple[str, ...] = ()  # what the model wrote each round (shortened), for reading a failed run
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ TargetKind = Literal["standin", "local", "host"]
 # a 0.5B model on two shared cores reads a 3k-token prompt in 20-60 s; the agent's default (60 s, sized for an
 # 8B model on a GPU) would turn slowness into fallbacks, which is not what the suite measures
 LOCAL_CALL_TIMEOUT_S = 300.0
+# ~40 s of writing at 10 tokens/s: room for the three-part answer or a few calls, not for a loop
+LOCAL_MAX_OUTPUT_TOKENS = 384
 
 Say = Callable[[str], None]
 
@@ -42,6 +44,8 @@ def config_for(kind: TargetKind) -> AgentConfig:
         config = config.model_copy(update={"call_timeout_s": LOCAL_CALL_TIMEOUT_S})
     if kind == "local" and "FLEETPILOT_AGENT_PROMPT_STYLE" not in os.environ:
         config = config.model_copy(update={"prompt_style": "compact"})
+    if kind == "local" and "FLEETPILOT_AGENT_MAX_OUTPUT_TOKENS" not in os.environ:
+        config = config.model_copy(update={"max_output_tokens": LOCAL_MAX_OUTPUT_TOKENS})
     return config
 
 
@@ -78,6 +82,7 @@ async def run_suite(
                 "max_rounds": config.max_rounds,
                 "temperature": config.temperature,
                 "prompt_style": config.prompt_style,
+                "max_output_tokens": config.max_output_tokens,
             },
             "summary": asdict(summary),
             "runs": [record_json(record) for record in records],
