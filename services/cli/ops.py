@@ -237,6 +237,16 @@ async def fetch_account_view(settings: Settings) -> VastAccountObserved | None:
     return VastAccountObserved.model_validate_json(stored.data or b"")
 
 
+def api_key_line(account: VastAccountObserved) -> str:
+    """A refused vast.ai key, said where an operator looks first; "" while vast.ai accepts it."""
+    if account.api_key == "accepted":
+        return ""
+    return (
+        f"vast.ai REFUSED the API key (FLEETPILOT_VAST_API_KEY of the provisioner) at "
+        f"{account.occurred_at:%Y-%m-%d %H:%M:%S} UTC: nothing can be listed or rented. {account.api_key_detail}"
+    ).strip()
+
+
 def foreign_summary(account: VastAccountObserved) -> str:
     """Instances on the account that are not FleetPilot's: listed so nobody wonders who pays for them."""
     if not account.foreign_count and not account.unreadable_rows:
@@ -356,6 +366,8 @@ def status(
         account = asyncio.run(fetch_account_view(settings))
         if account is not None and (summary := foreign_summary(account)):
             console.print(Text(summary))
+        if account is not None and (refused := api_key_line(account)):
+            console.print(Text(refused, style="bold red"))
 
 
 @publish_app.command("task")

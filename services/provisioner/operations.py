@@ -191,6 +191,7 @@ class Provisioner:
             self.metrics.reconciliations.labels("failed").inc()
             log.warning("instance list failed, the fleet is unknown until the next good list: %s", error)
             if isinstance(error, VastAuthError):
+                await self._say_key_refused(error)
                 raise
             raise FleetUnknown(str(error)) from None
         now = self.clock.now()
@@ -225,6 +226,20 @@ class Provisioner:
         self.metrics.reconciliations.labels("ok").inc()
         self.fleet_known = True
         self._update_gauges()
+
+    async def _say_key_refused(self, error: VastAuthError) -> None:
+        """For `fleetpilot status`: the key was refused (a log line alone is missed); never fatal to the caller."""
+        refused = VastAccountObserved(
+            occurred_at=self.clock.now(),
+            source=SOURCE,
+            foreign_count=len(self._foreign_ids),
+            api_key="refused",
+            api_key_detail=str(error)[:500],
+        )
+        try:
+            await self.publisher.account(refused)
+        except Exception as publish_error:
+            log.error("could not publish that vast.ai refused the key: %r", publish_error)
 
     def _account_view(self, foreign: list[VastInstance], unreadable_rows: int) -> VastAccountObserved:
         shown = sorted(foreign, key=lambda row: row.id)[:FOREIGN_INSTANCES_KEPT]

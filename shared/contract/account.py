@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from shared.contract.base import ContractModel, Event
@@ -26,3 +28,6 @@ class VastAccountObserved(Event):
     foreign_count: int = Field(ge=0)
     foreign_instances: list[ForeignInstance] = Field(default_factory=list, max_length=FOREIGN_INSTANCES_KEPT)
     unreadable_rows: int = Field(default=0, ge=0, description="rows listed but unreadable at that list")
+    # also published when vast.ai refuses the key: the foreign rows are then those of the last good list
+    api_key: Literal["accepted", "refused"] = Field(default="accepted", description="vast.ai's answer to the key")
+    api_key_detail: str = Field(default="", max_length=500, description="what vast.ai said when it refused it")

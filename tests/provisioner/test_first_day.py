@@ -12,6 +12,7 @@ import pytest
 from nats.js import JetStreamContext
 from pydantic import BaseModel, SecretStr
 
+from services.cli.ops import api_key_line
 from services.provisioner.app import ProvisionerService, assemble
 from services.provisioner.dry_run import redacted, secret_values
 from shared.clock import Clock, SimulatedClock
@@ -97,7 +98,7 @@ async def test_in_shadow_mode_every_command_is_refused_before_vast_is_asked(
 
 
 async def test_a_refused_api_key_makes_the_provisioner_unhealthy_with_the_reason(
-    settings: Settings, start_vast: StartVast, sim_clock: SimulatedClock
+    settings: Settings, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
 ) -> None:
     _, url = await start_vast(market_scenario(), api_key="the-real-key")  # the provisioner has another one
     async with running_provisioner(settings, sim_clock, url) as service:
@@ -108,6 +109,11 @@ async def test_a_refused_api_key_makes_the_provisioner_unhealthy_with_the_reason
     [reason] = health.json()["reasons"]
     assert "vast.ai refused the API key (FLEETPILOT_VAST_API_KEY)" in reason
     assert settings.vast_api_key.get_secret_value() not in health.text
+    # and `fleetpilot status` hears of it: the account view says the key was refused
+    refused = await eventually(lambda: [a for a in bus.accounts if a.api_key == "refused"], timeout_s=30)
+    assert settings.vast_api_key.get_secret_value() not in refused[-1].api_key_detail
+    line = api_key_line(refused[-1])
+    assert line.startswith("vast.ai REFUSED the API key (FLEETPILOT_VAST_API_KEY of the provisioner)")
 
 
 async def test_an_accepted_key_sets_the_gauge_and_health_passes(
