@@ -39,7 +39,7 @@ def evaluate(
     from services.llm.runtime import LocalModelError, LocalModelPaths, default_root, missing_parts
     from shared.settings import Settings
 
-    kinds: list[TargetKind] = [t.value for t in target] if target else ["standin"]  # type: ignore[misc]
+    kinds: list[TargetKind] = [t.value for t in target] if target else ["standin"]
     llm_dir = directory or default_root()
     out = writable_file(output, "--output")
     try:
