@@ -1,13 +1,14 @@
 """compose.yaml: valid against the Compose Specification's JSON schema, and wired the way FleetPilot needs.
 
-No Docker engine here: the schema (tests/deploy/compose-spec.json, see compose-spec.NOTICE) stands in for
-`docker compose config`, which also runs when a Compose binary is installed.
+Checked twice: against the specification's schema (tests/deploy/compose-spec.json, see compose-spec.NOTICE), and
+by Compose v2 itself (`docker compose config`, no engine needed), which `.ci/install-compose-v2` installs.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ import yaml
 
 from services.cli.main import SERVICES
 from sim.infra import nats_server_binary
+from tests.deploy.tools import find_tool
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "compose.yaml"
@@ -59,10 +61,10 @@ def test_the_schema_check_rejects_a_broken_file() -> None:
 
 # What is looked for, and why there may be none: said whole in the skip, so nobody reads it as "passed".
 NO_COMPOSE_V2 = (
-    "no Compose v2 here: neither the `docker compose` plugin nor a docker-compose v2 binary is installed. "
-    "Debian 12 packages only docker-compose 1.29 (Compose v1, which predates the Compose Specification this "
-    "file uses: top-level `name`, `depends_on.required`) and PyPI's docker-compose is that same v1, so the "
-    "file is checked against the Compose Specification's schema instead"
+    "no Compose v2 here: neither the `docker compose` plugin nor a docker-compose v2 binary is installed "
+    "(Debian 12 packages only docker-compose 1.29, Compose v1, which predates the Compose Specification this "
+    "file uses: top-level `name`, `depends_on.required`); `.ci/install-compose-v2` puts Debian 13's Compose v2 "
+    "into the venv"
 )
 _COMPOSE_VERSION = re.compile(r"\bv?(\d+)\.\d+\.\d+")
 
@@ -78,21 +80,42 @@ def compose_command() -> list[str] | None:
     candidates = []
     if docker := shutil.which("docker"):
         candidates.append([docker, "compose"])
-    if binary := shutil.which("docker-compose"):
+    if binary := find_tool("docker-compose"):
         candidates.append([binary])
     return next((command for command in candidates if (compose_major_version(command) or 0) >= 2), None)
 
 
-@pytest.mark.skipif(compose_command() is None, reason=NO_COMPOSE_V2)
-def test_compose_v2_accepts_the_file() -> None:
-    command = compose_command() or []
-    result = subprocess.run(
-        [*command, "-f", str(COMPOSE_FILE), "--profile", "demo", "config", "-q"],
+def require_compose_v2() -> list[str]:
+    command = compose_command()
+    if command is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{NO_COMPOSE_V2}: .ci/run should have installed it")
+        pytest.skip(NO_COMPOSE_V2)
+    return command
+
+
+def compose_config(command: list[str], compose_file: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*command, "-f", str(compose_file), "--profile", "demo", "config", "-q"],
         capture_output=True,
         text=True,
         check=False,
     )
+
+
+def test_compose_v2_accepts_the_file() -> None:
+    result = compose_config(require_compose_v2(), COMPOSE_FILE)
     assert result.returncode == 0, result.stderr
+
+
+def test_compose_v2_rejects_a_broken_file(tmp_path: Path) -> None:
+    """The check above can fail: Compose v2 refuses a service whose dependency does not exist."""
+    broken = copy.deepcopy(compose())
+    broken["services"]["demand"]["depends_on"]["no-such-service"] = {"condition": "service_started"}
+    broken_file = tmp_path / "compose.yaml"
+    broken_file.write_text(yaml.safe_dump(broken))
+    result = compose_config(require_compose_v2(), broken_file)
+    assert result.returncode != 0 and "no-such-service" in result.stderr
 
 
 @pytest.mark.parametrize(
