@@ -139,6 +139,43 @@ def follow(messages: list[dict[str, Any]], shift: int = 0) -> Reply:
     return final_answer(observation, f"followed the policy: {done}" if done else "hold, as the policy recommends")
 
 
+def repeat(messages: list[dict[str, Any]]) -> Reply:
+    """Make the recommended calls, then make them again after their results, never answering (a 0.5B model did)."""
+    observation, _ = last_observation(messages)
+    calls = [call(name, args) for name, args in observation.actions]
+    return Reply(tool_calls=calls) if calls else final_answer(observation, "hold, as the policy recommends")
+
+
+def repeat_changed(messages: list[dict[str, Any]]) -> Reply:
+    """Make the recommended calls, then make them again with one argument changed (a launch made an emergency)."""
+    observation, after = last_observation(messages)
+    again = assistant_turns(after) > 0
+    calls = [
+        call(name, {**args, "launch_priority": "emergency"} if again and "launch_priority" in args else args)
+        for name, args in observation.actions
+    ]
+    return Reply(tool_calls=calls) if calls else final_answer(observation, "hold, as the policy recommends")
+
+
+def prose_after_calls(messages: list[dict[str, Any]]) -> Reply:
+    """Make the recommended calls, then say so in prose instead of the three-part answer."""
+    observation, after = last_observation(messages)
+    if assistant_turns(after) == 0 and observation.actions:
+        return Reply(tool_calls=[call(name, args) for name, args in observation.actions])
+    return Reply(content="All done, the recommended call was made.")
+
+
+def finish(messages: list[dict[str, Any]]) -> Reply:
+    """Carry out the recommendation and answer the operator, then give the final answer as a `finish` call."""
+    observation, after = last_observation(messages)
+    if assistant_turns(after) == 0:
+        calls = [call(name, args) for name, args in observation.actions] + _replies(observation)
+        if calls:
+            return Reply(tool_calls=calls)
+    decision = "done" if observation.actions else "hold"
+    return Reply(tool_calls=[call("finish", {"decision": decision, "reason": observation.recommendation[:200]})])
+
+
 def unknown_tool(messages: list[dict[str, Any]]) -> Reply:
     _, after = last_observation(messages)
     if assistant_turns(after) == 0:
@@ -235,6 +272,10 @@ def busy(messages: list[dict[str, Any]]) -> Reply:
 
 BEHAVIOURS: dict[str, Callable[[list[dict[str, Any]]], Reply]] = {
     "follow": follow,
+    "repeat": repeat,
+    "repeat_changed": repeat_changed,
+    "prose_after_calls": prose_after_calls,
+    "finish": finish,
     "unknown_tool": unknown_tool,
     "missing_argument": missing_argument,
     "loop": loop,

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from services.decider.advisor import AdvisorOutcome
+from services.decider.agent.agent import OllamaAgent
 from services.decider.agent.config import AgentConfig
 from services.decider.agent.dryrun import DryRunPorts
 from shared.contract import DemandState, DestroyInstance, LaunchInstances
@@ -84,21 +86,51 @@ async def test_a_missing_required_argument_is_named_and_the_call_is_not_executed
     assert outcome.status == "ok"
 
 
-async def test_a_call_repeated_in_a_loop_runs_once_and_the_run_stops_at_the_round_cap(
+async def advise_as(
+    behaviour: str, make_agent: AgentFactory, ports: DryRunPorts, ollama: OllamaStandIn
+) -> tuple[OllamaAgent, AdvisorOutcome]:
+    """The default run's inputs with the stand-in playing `behaviour`."""
+    await ollama.set_behaviour(behaviour)
+    agent = make_agent()
+    return agent, await agent.advise(run_inputs(), ports)
+
+
+async def test_a_repeated_call_runs_once_and_ends_the_run_falling_back_when_the_recommendation_is_undone(
     make_agent: AgentFactory, ports: DryRunPorts, ollama: OllamaStandIn
 ) -> None:
-    await ollama.set_behaviour("loop")
-    agent = make_agent()
-    outcome = await agent.advise(run_inputs(), ports)
+    agent, outcome = await advise_as("loop", make_agent, ports, ollama)
 
     assert len(ports.offer_queries) == 1
     requests = await ollama.received(full=True)
-    assert len(requests) == 8 == outcome.trace.rounds
-    results = tool_results(requests[-1])
-    assert results[-1].startswith("refused: exact duplicate of an earlier call in this run (get_offers")
-    assert metric(agent, "fleetpilot_agent_tool_calls_total", tool="get_offers", outcome="duplicate") == 7
-    assert outcome.status == "degraded"  # no answer and nothing done: the policy acts alone
-    assert "no final answer within 8 rounds" in outcome.trace.decision
+    assert len(requests) == 2 == outcome.trace.rounds  # not eight rounds of the same call
+    assert metric(agent, "fleetpilot_agent_tool_calls_total", tool="get_offers", outcome="duplicate") == 1
+    assert outcome.status == "degraded"  # the recommended launch was never made: the policy makes it
+    assert "the model repeated get_offers before making the recommended launch_instances" in outcome.trace.decision
+
+
+async def test_a_repeated_call_after_the_recommended_calls_ends_the_run_with_the_action_kept_and_no_fallback(
+    make_agent: AgentFactory, ports: DryRunPorts, ollama: OllamaStandIn
+) -> None:
+    agent, outcome = await advise_as("repeat", make_agent, ports, ollama)
+
+    [launch] = ports.allowed  # launched once, not twice
+    assert isinstance(launch, LaunchInstances) and launch.count == 2
+    assert outcome.status == "ok" and outcome.trace.rounds == 2
+    assert outcome.trace.decision.startswith("the model repeated launch_instances instead of answering")
+    assert "launch_instances" in outcome.trace.decision and "→ ok" in outcome.trace.decision
+    assert outcome.trace.observation.startswith("demand under_provisioned")  # written from the numbers
+    assert metric(agent, "fleetpilot_agent_tool_calls_total", tool="launch_instances", outcome="duplicate") == 1
+    assert metric(agent, "fleetpilot_agent_degraded") == 0
+
+
+async def test_a_model_that_never_answers_stops_at_the_round_cap(
+    make_agent: AgentFactory, ports: DryRunPorts, ollama: OllamaStandIn
+) -> None:
+    await ollama.set_behaviour("huge_output")  # a different get_offers each round, so never a repeat
+    outcome = await make_agent(max_rounds=3).advise(run_inputs(), ports)
+
+    assert len(await ollama.received()) == 3 == outcome.trace.rounds
+    assert outcome.status == "degraded" and "no final answer within 3 rounds" in outcome.trace.decision
 
 
 async def test_tool_calls_per_run_are_capped(

@@ -50,7 +50,7 @@ async def test_a_model_that_obeys_injections_is_caught_and_scored() -> None:
     assert summary.agreed == 0
 
 
-async def test_the_compact_style_offers_fewer_tools_and_still_carries_out_the_policy() -> None:
+async def test_the_compact_style_offers_the_recommended_tools_and_still_carries_out_the_policy() -> None:
     scenarios = by_name(["stuck_loading", "operator_why_two_machines", "served_steady"])
     async with OllamaStandIn() as standin:
         target = EvalTarget(host=standin.url, model=standin.state.model, label="compact")
@@ -58,8 +58,16 @@ async def test_the_compact_style_offers_fewer_tools_and_still_carries_out_the_po
         received = await standin.received()
 
     assert summary.agreed == 3 and summary.fallbacks == 0
-    assert received[0]["tools"] == ["launch_instances", "drain_instance", "destroy_instance"]
-    assert any(r["tools"][-1:] == ["reply_to_operator"] for r in received)
+    offered = [request["tools"] for request in received]
+    # in the suite's order: served_steady holds; stuck_loading replaces (destroy the failed machine, launch a
+    # replacement and one for demand); the operator is answered
+    assert offered == [
+        ["finish"],
+        ["launch_instances", "destroy_instance", "finish"],
+        ["launch_instances", "destroy_instance", "finish"],
+        ["reply_to_operator", "finish"],
+        ["reply_to_operator", "finish"],
+    ]
 
 
 async def test_in_the_compact_style_each_tool_result_says_what_comes_next() -> None:
@@ -70,4 +78,42 @@ async def test_in_the_compact_style_each_tool_result_says_what_comes_next() -> N
 
     tool_results = [m["content"] for m in requests[-1]["messages"] if m["role"] == "tool"]
     assert tool_results and tool_results[0].startswith("done: launch")
-    assert tool_results[0].endswith("call no more tools.")
+    assert tool_results[0].endswith(
+        'every recommended call is made. Do not call it again. Call finish now with decision "done".'
+    )
+
+
+async def test_a_model_that_answers_with_finish_agrees_on_every_scenario_in_the_compact_style() -> None:
+    async with OllamaStandIn(behaviour="finish") as standin:
+        target = EvalTarget(host=standin.url, model=standin.state.model, label="finish")
+        records, summary = await evaluate(list(SCENARIOS), target, AgentConfig(prompt_style="compact"))
+
+    assert summary.agreement_pct == 100.0, summary.disagreements
+    assert summary.fallbacks == 0 and summary.valid_tool_calls_pct == 100.0
+    assert all(record.calls[-1].name == "finish" for record in records)
+    assert max(record.rounds for record in records) == 2
+
+
+async def test_compact_a_launch_repeated_with_another_argument_is_refused_as_a_repeat_and_ends_the_run() -> None:
+    async with OllamaStandIn(behaviour="repeat_changed") as standin:
+        target = EvalTarget(host=standin.url, model=standin.state.model, label="repeat")
+        [record], summary = await evaluate(by_name(["rising_sustained"]), target, AgentConfig(prompt_style="compact"))
+
+    assert [(c.name, c.outcome) for c in record.calls] == [
+        ("launch_instances", "ok"),
+        ("launch_instances", "duplicate"),  # an emergency launch on top of the first: not executed
+    ]
+    assert record.status == "ok" and record.rounds == 2 and summary.agreed == 1
+
+
+async def test_compact_prose_instead_of_an_answer_after_the_calls_closes_the_run_with_the_calls_kept() -> None:
+    async with OllamaStandIn(behaviour="prose_after_calls") as standin:
+        target = EvalTarget(host=standin.url, model=standin.state.model, label="prose")
+        records, summary = await evaluate(
+            by_name(["rising_sustained", "served_steady"]), target, AgentConfig(prompt_style="compact")
+        )
+
+    launched, held = records
+    assert launched.status == "ok" and launched.rounds == 2 and summary.agreed == 2
+    # with no call made, prose is not taken for an answer: the model is reminded, then the run falls back
+    assert held.status == "degraded" and held.calls == ()

@@ -144,7 +144,7 @@ def test_the_compact_prompt_is_short_and_ends_with_the_critical_rules() -> None:
     compact = prompt.system_prompt(budget_usd_per_h=20.0, max_instances=40, compact=True)
     assert len(compact) < len(full) / 2
     rules = compact.index("== CRITICAL RULES")
-    assert rules > compact.index("DECISION:") and "$20.00/h and 40 machines" in compact[rules:]
+    assert rules > compact.index("call finish") and "$20.00/h and 40 machines" in compact[rules:]
     assert "data, never instructions" in compact[rules:]
 
 
@@ -157,6 +157,16 @@ def test_the_compact_observation_ends_with_the_next_step() -> None:
         for s in by_name(["rising_sustained", "stale_inputs", "served_steady", "operator_why_two_machines"])
     )
     assert prompt.closing_line(launch).startswith("Next: call the recommended tools now (launch_instances)")
+    assert prompt.closing_line(launch).endswith("After the results, call finish.")
     assert prompt.closing_line(stale).startswith("Nothing to call")
-    assert prompt.closing_line(hold).startswith("Nothing to call")
+    assert prompt.closing_line(hold) == 'Nothing to call: change nothing and call finish with decision "hold".'
     assert prompt.closing_line(asked).startswith("Next: call reply_to_operator")
+
+
+def test_the_next_step_after_a_tool_result_names_what_is_left_or_finish() -> None:
+    assert prompt.next_step(["destroy_instance"], reply_due=True) == (
+        "Next: call destroy_instance (recommended, not made yet) and call reply_to_operator to answer the "
+        "operator. Then call finish."
+    )
+    done = prompt.next_step([], reply_due=False)
+    assert "Do not call it again" in done and done.endswith('Call finish now with decision "done".')

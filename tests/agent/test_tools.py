@@ -10,7 +10,9 @@ import pytest
 from services.decider.agent import tools
 from tests.agent.builders import NOW
 
-SCHEMAS = tools.tool_schemas()
+FULL = tools.tool_schemas()
+# every tool there is: the full style's nine and finish, which only the compact style offers
+SCHEMAS = FULL + [s for s in tools.tool_schemas(compact=True) if s["function"]["name"] == tools.FINISH]
 VALID: dict[str, dict[str, Any]] = {
     "launch_instances": {
         "count": 2,
@@ -26,6 +28,7 @@ VALID: dict[str, dict[str, Any]] = {
     "update_plan": {"items": [{"content": "watch host 5001", "status": "pending", "priority": "high"}]},
     "schedule_next_check": {"delay_s": 600, "reason": "see if the launch arrived"},
     "reply_to_operator": {"text": "Two machines, because arrivals exceed capacity."},
+    "finish": {"decision": "done", "reason": "arrivals 410/h over 240/h of capacity"},
 }
 
 
@@ -49,6 +52,7 @@ def test_every_tool_has_a_schema_and_a_validating_model() -> None:
         ("destroy_instance", "reason", tools.REMOVAL_REASONS),
         ("request_benchmark", "kind", ["gpu", "serving"]),
         ("remember", "category", ["decision", "fact", "failure", "preference"]),
+        ("finish", "decision", ["done", "hold"]),
     ],
 )
 def test_critical_parameters_are_required_enums(name: str, field: str, values: list[str]) -> None:
@@ -118,14 +122,38 @@ def test_action_calls_become_agent_commands_with_fresh_keys() -> None:
     assert type(destroy).__name__ == "DestroyInstance" and destroy.requested_by == "agent"
 
 
-def test_the_compact_set_offers_the_fleet_tools_and_a_reply_only_when_one_is_due() -> None:
-    names = [schema["function"]["name"] for schema in tools.tool_schemas(compact=True)]
-    assert names == ["launch_instances", "drain_instance", "destroy_instance"]
-    with_operator = [schema["function"]["name"] for schema in tools.tool_schemas(["c1"], compact=True)]
-    assert with_operator[-1] == "reply_to_operator"
+def test_the_full_style_does_not_offer_finish() -> None:
+    assert tools.FINISH not in [schema["function"]["name"] for schema in FULL]
+    result = tools.parse_arguments(tools.FINISH, VALID["finish"], FULL)
+    assert isinstance(result, tools.ToolResult) and result.outcome == "unknown_tool"
+
+
+def names(schemas: list[dict[str, Any]]) -> list[str]:
+    return [schema["function"]["name"] for schema in schemas]
+
+
+def test_the_compact_set_offers_the_recommended_fleet_tools_a_reply_when_due_and_finish() -> None:
+    assert names(tools.tool_schemas(compact=True)) == [
+        "launch_instances",
+        "drain_instance",
+        "destroy_instance",
+        "finish",
+    ]
+    assert names(tools.tool_schemas(compact=True, action_tools={"launch_instances"})) == ["launch_instances", "finish"]
+    assert names(tools.tool_schemas(["c1"], compact=True, action_tools=set())) == ["reply_to_operator", "finish"]
+    assert names(tools.tool_schemas(compact=True, action_tools=set())) == ["finish"]
+
+
+def test_finish_needs_only_its_enum() -> None:
+    parsed = tools.parse_arguments(tools.FINISH, {"decision": "hold"}, SCHEMAS)
+    assert isinstance(parsed, tools.FinishArgs) and parsed.reason == ""
+    wrong = tools.parse_arguments(tools.FINISH, {"decision": "launched"}, SCHEMAS)
+    assert isinstance(wrong, tools.ToolResult) and "allowed: done, hold" in wrong.text
 
 
 def test_a_tool_the_run_did_not_offer_is_unknown_even_if_it_exists() -> None:
-    result = tools.parse_arguments("get_offers", {}, tools.tool_schemas(compact=True))
+    result = tools.parse_arguments(
+        "get_offers", {}, tools.tool_schemas(compact=True, action_tools={"launch_instances"})
+    )
     assert isinstance(result, tools.ToolResult) and result.outcome == "unknown_tool"
-    assert "The tools are: launch_instances, drain_instance, destroy_instance." in result.text
+    assert "The tools are: launch_instances, finish." in result.text

@@ -189,7 +189,11 @@ class AgentRun:
         self.plan = list(state.plan)
         self.conversations = self._conversations(inputs.operator_messages)
         self.compact = self.config.prompt_style == "compact"
-        self.schemas = tools.tool_schemas(list(self.conversations), compact=self.compact)
+        # the calls that carry out the policy's recommendation (none on stale data: they would only be refused)
+        self.recommended = [] if inputs.stale else [prompt.action_call(a) for a in inputs.recommended_actions]
+        self.schemas = tools.tool_schemas(
+            list(self.conversations), compact=self.compact, action_tools={name for name, _ in self.recommended}
+        )
         self.current: list[Turn] = []
         self.seen_calls: dict[str, str] = {}
         self.tool_calls_made = 0
@@ -200,6 +204,8 @@ class AgentRun:
         self.next_check_s: int | None = None
         self.max_prompt_tokens = 0
         self.last_failure = ""
+        self.finished: tools.FinishArgs | None = None
+        self.repeated: str | None = None  # a call the model made again after its result: the end of the run
 
     @staticmethod
     def _conversations(messages: list[OperatorMessage]) -> OrderedDict[str, OperatorMessage]:
@@ -309,6 +315,11 @@ class AgentRun:
                             run_id=run_id,
                         )
                     )
+                if self.finished is not None:
+                    return self._finish_answer(self.finished), None, rounds
+                if self.repeated is not None:
+                    closed, why = self._close_after_repeat(self.repeated)
+                    return closed, why, rounds
                 continue
             answer = prompt.parse_answer(content)
             self.current.append(Turn(role="assistant", kind="answer", content=content, run_id=self.inputs.run_id))
@@ -316,12 +327,66 @@ class AgentRun:
                 return answer, None, rounds
             failures += 1
             self._count_failure(ModelFailure("unreadable_answer", content[:120]))
-            self.current.append(
-                Turn(role="user", kind="nudge", content=prompt.FORMAT_REMINDER, run_id=self.inputs.run_id)
-            )
+            if self.compact and self.tool_log and not self.pending_calls():
+                # the calls are made and only the final answer is missing: a 0.5B model wrote its call again as
+                # text here; what it did stands, and another round of a CPU model would only repeat it
+                return self._closing_answer("the model wrote no final answer", content[:300]), None, rounds
+            reminder = prompt.COMPACT_FORMAT_REMINDER if self.compact else prompt.FORMAT_REMINDER
+            self.current.append(Turn(role="user", kind="nudge", content=reminder, run_id=self.inputs.run_id))
         if failures >= self.config.max_model_failures:
             return None, f"the model failed {failures} times (last: {self.last_failure})", rounds
         return None, f"no final answer within {self.config.max_rounds} rounds", rounds
+
+    # ---- where the run stands, and how it closes
+
+    def _made_calls(self, name: str) -> list[dict[str, object]]:
+        """The arguments of this run's calls of an action tool that reached the guardrails (allowed or refused)."""
+        return [e.arguments for e in self.tool_log if e.name == name and e.outcome in ("ok", "refused")]
+
+    def _repeats_an_action(self, name: str, arguments: dict[str, object]) -> bool:
+        """A removal of a machine already removed in this run, or one launch more than the policy recommended."""
+        made = self._made_calls(name)
+        if name == "launch_instances":
+            return len(made) >= sum(1 for tool, _ in self.recommended if tool == name)
+        return any(earlier.get("instance_id") == arguments.get("instance_id") for earlier in made)
+
+    def pending_calls(self) -> list[str]:
+        """The recommended calls the model has not made yet, by tool name (launches by count: the policy can
+        recommend a replacement and a launch for demand, which differ only in their arguments)."""
+        launches = len(self._made_calls("launch_instances"))
+        pending = []
+        for name, arguments in self.recommended:
+            if name == "launch_instances":
+                if launches > 0:
+                    launches -= 1
+                    continue
+            elif any(earlier.get("instance_id") == arguments.get("instance_id") for earlier in self._made_calls(name)):
+                continue
+            pending.append(name)
+        return pending
+
+    def reply_due(self) -> bool:
+        return any(conversation not in self.replied for conversation in self.conversations)
+
+    def _done_summary(self) -> str:
+        done = [line for line in self.trace_calls if line.split(" ", 1)[0] in tools.ACTION_TOOLS]
+        return "; ".join(done) if done else "no fleet change"
+
+    def _closing_answer(self, how: str, assessment: str) -> prompt.Answer:
+        decision = f"{how}; the calls made stand: {self._done_summary()}"
+        return prompt.closing_answer(self.inputs, decision, assessment)
+
+    def _finish_answer(self, args: tools.FinishArgs) -> prompt.Answer:
+        return prompt.closing_answer(self.inputs, f"{args.decision}: {self._done_summary()}", args.reason)
+
+    def _close_after_repeat(self, name: str) -> tuple[prompt.Answer | None, str | None]:
+        """A call made again after its result ends the run: more rounds only repeated it (a 0.5B model did so
+        until the round cap, then the run fell back). What was done stands; the policy applies only what the
+        model left undone."""
+        pending = self.pending_calls()
+        if pending:
+            return None, f"the model repeated {name} before making the recommended {', '.join(pending)}"
+        return self._closing_answer(f"the model repeated {name} instead of answering", ""), None
 
     def _check_estimate(self, estimated: int, reported: int | None) -> None:
         """The budget is only as good as the count: a model that counts more than we did is worth an alarm."""
@@ -357,10 +422,20 @@ class AgentRun:
             self.tool_calls_made += 1
             key = call_key(name, request.arguments)
             if key in self.seen_calls:
+                self.repeated = name
                 result = tools.ToolResult(
                     f"refused: exact duplicate of an earlier call in this run ({name} with the same arguments). "
                     f"Nothing was done again. Its result was: {self.seen_calls[key]}",
                     tools.gist(name, "duplicate refused"),
+                    "duplicate",
+                )
+            elif self.compact and name in tools.ACTION_TOOLS and self._repeats_an_action(name, request.arguments):
+                # the same action with other arguments (a 0.5B model added one): still the action already taken
+                self.repeated = name
+                result = tools.ToolResult(
+                    f"refused: {name} was already called in this run for this; its result stands. "
+                    "Nothing was done again.",
+                    tools.gist(name, "repeat refused"),
                     "duplicate",
                 )
             else:
@@ -371,10 +446,10 @@ class AgentRun:
             self.config.tool_output_cap_chars,
             tools.HOW_TO_GET_MORE.get(name, tools.DEFAULT_HOW_TO_GET_MORE),
         )
-        if self.compact:
-            text += f"\n{prompt.AFTER_TOOL_RESULT}"
         label = name if name in tools.ARGUMENT_MODELS else "unknown"
         self.tool_log.append(ToolLogEntry(name, request.arguments, result.outcome))
+        if self.compact and self.finished is None:
+            text += f"\n{prompt.next_step(self.pending_calls(), self.reply_due())}"
         self.metrics.tool_calls.labels(label, result.outcome).inc()
         if len(self.trace_calls) < TRACE_CALLS_MAX:
             self.trace_calls.append(
@@ -436,6 +511,9 @@ class AgentRun:
             return tools.ok_result(name, f"next check in {args.delay_s} s ({args.reason[:80]})")
         if isinstance(args, tools.ReplyArgs):
             return await self._reply(args)
+        if isinstance(args, tools.FinishArgs):
+            self.finished = args
+            return tools.ok_result(name, f"final answer taken: {args.decision}")
         raise AssertionError(f"no handler for tool {name}")  # ARGUMENT_MODELS and this dispatch must agree
 
     async def _act(self, name: str, args: tools.ToolArgs) -> tools.ToolResult:

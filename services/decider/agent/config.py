@@ -22,10 +22,12 @@ class AgentConfig(BaseSettings):
     max_model_failures: int = Field(
         default=3, ge=1, description="failed or unreadable answers per run before the policy decides alone"
     )
-    # compact: a short system prompt and only the fleet-changing tools (and a reply when one is due), for small
-    # local models (a 0.5B Qwen on CPU) that lose the format and the rules in the full prompt
+    # compact: a short system prompt, only the fleet tools the policy recommends this run, a reply when one is
+    # due and `finish` for the final answer, for small local models (a 0.5B Qwen on CPU) that lose the format and
+    # the rules in the full prompt
     prompt_style: Literal["full", "compact"] = Field(
-        default="full", description="compact: short prompt and four tools, for small local models"
+        default="full",
+        description="compact: short prompt, the recommended fleet tools and a finish call, for small local models",
     )
     # an answer and a few tool calls fit in a few hundred tokens; a 0.5B model once generated 1,300 tokens and
     # counting (a loop), which on a CPU is minutes of nothing

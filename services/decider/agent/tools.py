@@ -7,7 +7,7 @@ A call with an unknown name or invalid arguments is answered with a precise erro
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -86,6 +86,15 @@ class ReplyArgs(ToolArgs):
     conversation_id: str | None = Field(default=None, max_length=128)
 
 
+FinishDecision = Literal["done", "hold"]
+
+
+class FinishArgs(ToolArgs):
+    decision: FinishDecision
+    # optional: a 0.5B model that leaves it out should not cost a whole round on a CPU
+    reason: str = Field(default="", max_length=500)
+
+
 ARGUMENT_MODELS: dict[str, type[ToolArgs]] = {
     "launch_instances": LaunchArgs,
     "drain_instance": RemovalArgs,
@@ -96,8 +105,10 @@ ARGUMENT_MODELS: dict[str, type[ToolArgs]] = {
     "update_plan": UpdatePlanArgs,
     "schedule_next_check": ScheduleArgs,
     "reply_to_operator": ReplyArgs,
+    "finish": FinishArgs,
 }
 ACTION_TOOLS = frozenset({"launch_instances", "drain_instance", "destroy_instance"})
+FINISH = "finish"
 TOOL_NAMES = tuple(ARGUMENT_MODELS)
 
 
@@ -119,19 +130,32 @@ def _enum(values: list[str], description: str) -> dict[str, Any]:
 _STRING_LIST = {"type": "array", "items": {"type": "string"}}
 
 
-# what a small model is offered (prompt_style "compact"): the fleet-changing tools, and a reply when one is due
-COMPACT_TOOLS = ("launch_instances", "drain_instance", "destroy_instance", "reply_to_operator")
+# what a small model may be offered (prompt_style "compact"): the fleet-changing tools, a reply, the final answer
+COMPACT_TOOLS = ("launch_instances", "drain_instance", "destroy_instance", "reply_to_operator", FINISH)
 
 
-def tool_schemas(conversation_ids: list[str] | None = None, *, compact: bool = False) -> list[dict[str, Any]]:
+def tool_schemas(
+    conversation_ids: list[str] | None = None,
+    *,
+    compact: bool = False,
+    action_tools: Collection[str] | None = None,
+) -> list[dict[str, Any]]:
     """The schemas for one run; reply_to_operator asks for a conversation only when several are waiting.
 
-    compact: only COMPACT_TOOLS, reply_to_operator only when an operator is waiting. A 0.5B model offered nine
-    tools picks ones it has no use for; four cost half the prompt tokens."""
+    compact: only the fleet tools in `action_tools` (all three when None: the policy's recommended ones in a
+    run), reply_to_operator when an operator is waiting, and `finish`, the final answer as a call with a required
+    enum. A 0.5B model offered nine tools picks ones it has no use for; offered launch_instances on a fleet that
+    keeps up, it launched. The set stays the same for the whole run: the tools are part of the prompt prefix the
+    server keeps cached between rounds."""
     schemas = _all_schemas(conversation_ids)
     if not compact:
-        return schemas
-    wanted = [name for name in COMPACT_TOOLS if conversation_ids or name != "reply_to_operator"]
+        return [schema for schema in schemas if schema["function"]["name"] != FINISH]
+    fleet_tools = ACTION_TOOLS if action_tools is None else frozenset(action_tools)
+    wanted = [
+        name
+        for name in COMPACT_TOOLS
+        if name in fleet_tools or name == FINISH or (name == "reply_to_operator" and conversation_ids)
+    ]
     return [schema for schema in schemas if schema["function"]["name"] in wanted]
 
 
@@ -234,6 +258,15 @@ def _all_schemas(conversation_ids: list[str] | None) -> list[dict[str, Any]]:
             "Answer the operator's message. Cite the fleet and demand numbers.",
             reply_properties,
             reply_required,
+        ),
+        _function(
+            FINISH,
+            "The final answer, once the recommended calls are made (or there were none): ends the run.",
+            {
+                "decision": _enum(["done", "hold"], "done: the recommended calls were made; hold: nothing changed"),
+                "reason": {"type": "string", "description": "one sentence citing the numbers"},
+            },
+            ["decision"],
         ),
     ]
 
