@@ -47,6 +47,7 @@ class Endpoint(StrEnum):
     SHOW = "show"  # GET /api/v0/instances/{id}/
     MANAGE = "manage"  # PUT /api/v0/instances/{id}/ (start, stop, label)
     DESTROY = "destroy"  # DELETE /api/v0/instances/{id}/
+    BID_PRICE = "bid_price"  # PUT /api/v0/instances/bid_price/{id}/ (change an interruptible instance's bid)
 
 
 class Fate(StrEnum):
@@ -73,6 +74,12 @@ class MarketSegment(_Strict):
     cuda_max_good: float | None = Field(default=None, description="default: the catalog's typical value")
     disk_space_gb: FloatRange = FloatRange(min=100, max=1000)
     machines_per_host: int = Field(default=1, ge=1, description="machines of one host share its host_id")
+    inet_down_mbps: FloatRange = Field(
+        default=FloatRange(min=200, max=2000), description="each machine's download link (vast's `inet_down`, Mb/s)"
+    )
+    inet_down_cost_usd_per_gb: FloatRange = Field(
+        default=FloatRange(min=0.001, max=0.02), description="each machine's download price (`inet_down_cost`)"
+    )
     geolocations: list[str] = Field(default_factory=lambda: ["Texas, US", "Quebec, CA", "Bavaria, DE", "Tokyo, JP"])
 
     @model_validator(mode="after")
@@ -98,6 +105,10 @@ class OfferSpec(_Strict):
     cuda_max_good: float = 12.4
     disk_space_gb: float = Field(default=500, gt=0)
     geolocation: str = "Texas, US"
+    inet_down_mbps: float = Field(default=900.0, gt=0, description="`inet_down`, Mb/s: how fast an image pulls")
+    inet_up_mbps: float = Field(default=800.0, gt=0)
+    inet_down_cost_usd_per_gb: float = Field(default=0.005, ge=0, description="`inet_down_cost`: the pull's price")
+    inet_up_cost_usd_per_gb: float = Field(default=0.005, ge=0)
     fate: Fate | None = Field(default=None, description="force the fate of every instance on this machine")
 
 
@@ -119,14 +130,56 @@ class MarketDynamics(_Strict):
 
 
 class StartupSpec(_Strict):
-    """Create → running. Default 1-2 h, image pull and container start included (the observed range)."""
+    """Create → running: the image pull over the machine's link, plus the rest (container start, weights, warm-up).
+
+    The pull takes `image_gb` over the offer's `inet_down`; a machine that ran the same image before has its
+    layers cached and pulls only `cached_pull_share` of it. `startup_s` is the rest, drawn per instance (default
+    1-2 h, the observed range).
+    """
 
     provisioning_s: float = Field(default=20.0, ge=0, description="`actual_status` null, just after create")
     created_s: float = Field(default=40.0, ge=0, description="then `created`, before loading starts")
     startup_s: FloatRange = Field(
-        default=FloatRange(min=3600, max=7200), description="create → running, drawn uniformly per instance"
+        default=FloatRange(min=3600, max=7200),
+        description="create → running apart from the image pull, drawn uniformly per instance",
     )
-    restart_s: float = Field(default=120.0, ge=0, description="stopped → running again")
+    restart_s: float = Field(default=120.0, ge=0, description="stopped → running again, the image already on disk")
+    image_gb: float = Field(
+        default=10.0, ge=0, description="what a first start downloads (GB): time from `inet_down`, billed per GB"
+    )
+    cached_pull_share: float = Field(
+        default=0.0, ge=0, le=1, description="share of the image still pulled on a machine that ran it before"
+    )
+
+
+class StopStart(_Strict):
+    """Stopping keeps the disk and frees the GPU; starting again needs the GPU back, which another renter may hold.
+
+    Each start of a stopped instance draws whether its GPU was rented meanwhile, with probability
+    1 - exp(-`gpu_taken_per_stopped_h` × hours stopped). Then the instance waits in vast's "scheduling" state
+    until the GPU is free again, after a time drawn from `gpu_free_after_s`, or forever when that is null.
+    """
+
+    # not a vast figure: vast only warns that the GPU "may get reassigned"; a guess a scenario should set
+    gpu_taken_per_stopped_h: float = Field(default=0.05, ge=0)
+    gpu_free_after_s: FloatRange | None = Field(default=FloatRange(min=1800, max=6 * 3600))
+
+
+class BidMarket(_Strict):
+    """Interruptible instances: a bid at or above the machine's `min_bid` runs while no one outbids it.
+
+    Other renters' bids for each GPU model follow a seeded random walk, as a share of each machine's on-demand
+    price; an instance whose bid is below the competing bid is paused (keeps its disk, GPU not billed) and
+    resumes when it is the highest again. A share at or above 1 stands for an on-demand renter, who outranks
+    every bid.
+    """
+
+    min_bid_share: float = Field(default=0.5, gt=0, le=1, description="`min_bid` as a share of the on-demand price")
+    start_share: FloatRange = Field(
+        default=FloatRange(min=0.45, max=0.75), description="each GPU model's competing bid at the start"
+    )
+    share_bounds: FloatRange = Field(default=FloatRange(min=0.3, max=1.1), description="where the walk stays")
+    volatility_per_h: float = Field(default=0.1, ge=0, description="standard deviation of the share's walk, per hour")
 
 
 class FateShares(_Strict):
@@ -185,6 +238,7 @@ def _documented_rate_limits() -> dict[Endpoint, RateLimit]:
         Endpoint.LIST_V1: RateLimit(min_interval_s=1.0),
         Endpoint.LIST_V0: RateLimit(min_interval_s=1.0),
         Endpoint.MANAGE: RateLimit(min_interval_s=1.0),
+        Endpoint.BID_PRICE: RateLimit(min_interval_s=5.5),
     }
 
 
@@ -216,10 +270,18 @@ class SpeedSpread(_Strict):
 
 
 class Billing(_Strict):
-    """What the ledger charges: storage from creation, the GPU price while the machine is running (vast's rule)."""
+    """What the ledger charges, by state (vast's billing docs): storage for the instance's whole life except while
+    its host is offline, the GPU price only while the container may run, and the image pull's bytes at the
+    machine's `inet_down_cost`.
+
+    `gpu_billed_from` is where a run's GPU time starts: `pulled` (default) when the image pull ends and the
+    container starts (vast: "not charged during loading", i.e. the download, and charged while running, which
+    includes the worker's own warm-up the simulator still shows as `loading`); `running` when the simulator shows
+    `running`; `created` from the start of the run (the image pull paid too).
+    """
 
     storage_usd_per_gb_month: float = Field(default=0.15, ge=0)
-    gpu_billed_from: Literal["running", "created"] = "running"
+    gpu_billed_from: Literal["pulled", "running", "created"] = "pulled"
 
 
 class Scenario(_Strict):
@@ -240,6 +302,8 @@ class Scenario(_Strict):
     offers: list[OfferSpec] = Field(default_factory=list, description="exact offers, listed besides the segments")
     dynamics: MarketDynamics = Field(default_factory=MarketDynamics)
     startup: StartupSpec = Field(default_factory=StartupSpec)
+    stop_start: StopStart = Field(default_factory=StopStart)
+    bids: BidMarket = Field(default_factory=BidMarket)
     fates: FateShares = Field(default_factory=FateShares)
     speed: SpeedSpread = Field(default_factory=SpeedSpread)
     machine_fates: dict[int, Fate] = Field(default_factory=dict, description="machine_id → forced fate")
@@ -256,11 +320,18 @@ class Scenario(_Strict):
 
     @classmethod
     def quiet(cls, **overrides: Any) -> Scenario:
-        """No rate limits, no random faults, no market motion, healthy machines at the catalog's pace: a base for
-        exact tests."""
+        """No rate limits, no random faults, no market motion, healthy machines at the catalog's pace, no image to
+        pull, no competing bids, a stopped GPU never taken: a base for exact tests."""
         base: dict[str, Any] = {
             "market": [],
             "dynamics": {"price_drift_per_h": 0, "taken_by_others_per_h": 0, "new_offers_per_h": 0},
+            "startup": {"image_gb": 0},
+            "stop_start": {"gpu_taken_per_stopped_h": 0},
+            "bids": {
+                "start_share": {"min": 0, "max": 0},
+                "share_bounds": {"min": 0, "max": 1.1},
+                "volatility_per_h": 0,
+            },
             "fates": {"stuck_loading": 0, "exit_error": 0, "offline_later": 0, "slow": 0},
             "speed": {"model_spread": 0, "host_spread": 0},
             "api": {"rate_limits": {}},

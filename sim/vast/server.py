@@ -239,6 +239,14 @@ class VastSimulator:
             raise VastApiError(400, "invalid_args", "expected 'state' or 'label' in the body")
         return JSONResponse({"success": True})
 
+    async def _bid_price(self, request: Request) -> Response:
+        instance_id = int(request.path_params["instance_id"])
+        body = await _json_body(request)
+        if not isinstance(body, dict):
+            raise VastApiError(400, "invalid_args", "expected a JSON object with 'price'")
+        self.world.change_bid(instance_id, body.get("price"), self.clock.now())
+        return JSONResponse({"success": True})
+
     async def _destroy(self, request: Request) -> Response:
         instance_id = int(request.path_params["instance_id"])
         self.world.destroy(instance_id, self.clock.now())
@@ -306,6 +314,21 @@ class VastSimulator:
             self.world.row_overrides.pop(instance_id, None)
         return JSONResponse({"instance_id": instance_id, "overrides": overrides})
 
+    async def _admin_bids(self, request: Request) -> Response:
+        """Other renters' bid per GPU model, as a share of each machine's on-demand price; POST
+        `{"gpu_name": ..., "share": ...}` sets one from now on (1 or more: an on-demand renter takes the machines)."""
+        now = self.clock.now()
+        if request.method == "POST":
+            body = await _json_body(request)
+            if not isinstance(body, dict):
+                body = {}
+            gpu_name, share = body.get("gpu_name"), body.get("share")
+            if not isinstance(gpu_name, str) or not isinstance(share, int | float) or share < 0:
+                return JSONResponse({"error": "expected {'gpu_name': str, 'share': a number >= 0}"}, status_code=400)
+            self.world.set_bid_share(gpu_name, float(share), now)
+        self.world.advance(now)
+        return JSONResponse(dict(sorted(self.world.bid_levels.shares.items())))
+
     async def _admin_reset(self, request: Request) -> Response:
         raw = await request.body()
         self.reset(Scenario.model_validate_json(raw) if raw.strip() else self.scenario)
@@ -324,6 +347,11 @@ class VastSimulator:
             Route("/api/v0/instances/{instance_id:int}/", api(Endpoint.SHOW, self._show), methods=["GET"]),
             Route("/api/v0/instances/{instance_id:int}/", api(Endpoint.MANAGE, self._manage), methods=["PUT"]),
             Route("/api/v0/instances/{instance_id:int}/", api(Endpoint.DESTROY, self._destroy), methods=["DELETE"]),
+            Route(
+                "/api/v0/instances/bid_price/{instance_id:int}/",
+                api(Endpoint.BID_PRICE, self._bid_price),
+                methods=["PUT"],
+            ),
             Route("/_sim/health", self._admin_health, methods=["GET"]),
             Route("/_sim/ledger", self._admin_ledger, methods=["GET"]),
             Route("/_sim/calls", self._admin_calls, methods=["GET", "DELETE"]),
@@ -334,6 +362,7 @@ class VastSimulator:
             Route("/_sim/machines/{machine_id:int}/fate", self._admin_machine_fate, methods=["POST"]),
             Route("/_sim/instances/{instance_id:int}", self._admin_instance, methods=["GET"]),
             Route("/_sim/instances/{instance_id:int}/row", self._admin_instance_row, methods=["POST"]),
+            Route("/_sim/bids", self._admin_bids, methods=["GET", "POST"]),
             Route("/_sim/reset", self._admin_reset, methods=["POST"]),
         ]
 

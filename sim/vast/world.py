@@ -13,12 +13,13 @@ import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared import gpu_models
+from sim.vast.economics import BidLevels, outbid, pull_s, pulled_gb
 from sim.vast.query import Query, QueryError, parse_filters, parse_order
 from sim.vast.scenario import Fate, MarketSegment, OfferSpec, Scenario
 
@@ -28,6 +29,14 @@ FIRST_OFFER_ID = 4_100_001
 FIRST_MACHINE_ID = 12_001
 FIRST_HOST_ID = 90_001
 SSH_PORT = 22
+# a start that waits for a GPU which never comes back: far enough to outlast any run, near enough to add seconds to
+FOREVER = datetime(9000, 1, 1, tzinfo=UTC)
+# the bid_price endpoint's documented range (OpenAPI change_bid.yaml: >= 0.001 and <= 32.0 × the number of GPUs)
+BID_PRICE_MIN = 0.001
+BID_PRICE_MAX_PER_GPU = 32.0
+# vast's console calls a start waiting for its GPU "Scheduling" (manage-instances.mdx, troubleshooting.mdx)
+SCHEDULING_MESSAGE = "Scheduling: waiting for the machine's GPU, rented by someone else while this was stopped"
+OUTBID_MESSAGE = "Outbid: paused (disk kept) until this instance's bid is the highest on the machine again"
 
 
 class VastApiError(Exception):
@@ -81,12 +90,26 @@ class SimOffer:
     geolocation: str
     compute_cap: int
     gpu_ram_mb: int
+    inet_down_mbps: float = 900.0
+    inet_up_mbps: float = 800.0
+    inet_down_cost_usd_per_gb: float = 0.005
+    inet_up_cost_usd_per_gb: float = 0.005
+    min_bid_share: float = 0.5
     forced_fate: Fate | None = None
 
-    def row(self, allocated_storage_gb: float, storage_usd_per_gb_month: float) -> dict[str, Any]:
-        """The offer as `POST /api/v0/bundles/` returns it (the fields vast-cli's `offers_fields` lists)."""
+    @property
+    def min_bid(self) -> float:
+        """The lowest interruptible bid the machine takes, $/h (moves with its price)."""
+        return round(self.dph_base * self.min_bid_share, 6)
+
+    def row(
+        self, allocated_storage_gb: float, storage_usd_per_gb_month: float, offer_type: str = "on-demand"
+    ) -> dict[str, Any]:
+        """The offer as `POST /api/v0/bundles/` returns it (the fields vast-cli's `offers_fields` lists). A `bid`
+        search prices it at `min_bid` (the OpenAPI: "bid (interruptible): uses minimum bid price")."""
         storage_usd_per_h = storage_usd_per_gb_month * allocated_storage_gb / HOURS_PER_MONTH
-        dph_total = self.dph_base + storage_usd_per_h
+        is_bid = offer_type == "bid"
+        dph_total = (self.min_bid if is_bid else self.dph_base) + storage_usd_per_h
         model = gpu_models.find(self.gpu_name)
         dlperf = (model.reference_tasks_per_h if model else 60.0) * self.num_gpus / 10.0
         country = self.geolocation.rsplit(",", 1)[-1].strip()
@@ -109,17 +132,17 @@ class SimOffer:
             "cpu_arch": "amd64",
             "dph_base": round(self.dph_base, 6),
             "dph_total": round(dph_total, 6),
-            "min_bid": round(self.dph_base * 0.6, 6),
+            "min_bid": self.min_bid,
             "storage_cost": storage_usd_per_gb_month,
-            "inet_up_cost": 0.005,
-            "inet_down_cost": 0.005,
+            "inet_up_cost": self.inet_up_cost_usd_per_gb,
+            "inet_down_cost": self.inet_down_cost_usd_per_gb,
             "dlperf": round(dlperf, 3),
             "dlperf_per_dphtotal": round(dlperf / dph_total, 3) if dph_total else 0.0,
             "score": round(dlperf / dph_total * self.reliability, 3) if dph_total else 0.0,
             "reliability": self.reliability,
             "reliability2": self.reliability,
-            "inet_up": 800.0,
-            "inet_down": 900.0,
+            "inet_up": self.inet_up_mbps,
+            "inet_down": self.inet_down_mbps,
             "cuda_max_good": self.cuda_max_good,
             "cuda_vers": self.cuda_max_good,
             "driver_version": "570.133.07" if self.cuda_max_good >= 12.8 else "550.54.15",
@@ -133,7 +156,7 @@ class SimOffer:
             "static_ip": False,
             "hosting_type": 0,  # 1: a datacenter (the CLI derives its `datacenter` flag from it)
             "vms_enabled": False,
-            "is_bid": False,
+            "is_bid": is_bid,
             "disk_space": self.disk_space_gb,
             "disk_bw": 2000.0,
             "direct_port_count": 20,
@@ -151,36 +174,46 @@ class SimInstance:
     request: CreateRequest
     env: dict[str, str]
     container_ports: list[int]
-    dph_base: float
+    dph_base: float  # the GPU's $/h: the on-demand price, or the bid of an interruptible instance
     dph_total: float
     storage_usd_per_h: float
     is_bid: bool
     created_at: datetime
     fate: Fate
-    startup_s: float
+    startup_s: float  # a first start, create → running: the image pull and the rest
+    pull_s: float  # the image pull within startup_s
+    pull_gb: float  # what that pull downloads (less on a machine that had the image cached)
+    image_cached: bool  # the machine had run the image before this instance was created
     throughput_factor: float  # of the GPU model's reference throughput
     offline_at: datetime | None
     exit_message: str
     label: str | None
-    intended: Literal["running", "stopped"] = "running"
-    started_at: datetime | None = None  # the current run's start (creation, or a restart)
+    intended: Literal["running", "stopped"] = "running"  # what the renter asked for
+    # the current run: from creation, a start or a resume, until a stop, a pause or the destroy (None: no run)
+    started_at: datetime | None = None  # in the future while the start waits for a GPU someone else holds
     start_delay_s: float = 0.0
+    run_is_first: bool = False  # the run begun at creation shows `null` and `created` first
+    run_pull_s: float = 0.0
+    run_pull_gb: float = 0.0
+    gpu_taken: bool = False  # the current run waits ("scheduling") for a GPU rented by someone else meanwhile
+    ever_ran: bool = False
+    image_on_disk: bool = False
+    stopped_at: datetime | None = None
+    outbid_since: datetime | None = None  # an interruptible instance paused by a higher bid
     destroyed_at: datetime | None = None
-    closed_gpu_billed_s: float = 0.0  # GPU time of finished runs
+    closed_gpu_billed_s: float = 0.0  # GPU time of finished runs (and of a run's part before a bid change)
+    closed_gpu_cost_usd: float = 0.0
+    closed_download_gb: float = 0.0
+    gpu_segment_from: datetime | None = None  # a bid change restarts the open run's billing at its new price
+    committed_usd_per_h: float = 0.0
 
     @property
-    def first_run(self) -> bool:
-        return self.started_at == self.created_at
-
-
-@dataclass(frozen=True)
-class StatusTimings:
-    provisioning_s: float
-    created_s: float
+    def image(self) -> str:
+        return self.request.image or f"template:{self.request.template_hash_id}"
 
 
 class LedgerEntry(BaseModel):
-    """One instance's account: what it cost up to the ledger's moment."""
+    """One instance's account: what it cost up to the ledger's moment, part by part (GPU, storage, bandwidth)."""
 
     instance_id: int
     label: str | None
@@ -190,13 +223,18 @@ class LedgerEntry(BaseModel):
     gpu_name: str
     num_gpus: int
     dph_total: float
+    is_bid: bool
     fate: Fate
     throughput_factor: float
     created_at: datetime
     destroyed_at: datetime | None
     gpu_billed_s: float
     storage_billed_s: float
-    cost_usd: float
+    download_gb: float
+    gpu_cost_usd: float
+    storage_cost_usd: float
+    bandwidth_cost_usd: float
+    cost_usd: float  # the three parts together
 
 
 class Ledger(BaseModel):
@@ -205,7 +243,11 @@ class Ledger(BaseModel):
     at: datetime
     entries: list[LedgerEntry]
     total_cost_usd: float
-    committed_usd_per_h: float  # non-destroyed instances now, at their rented dph_total
+    gpu_cost_usd: float
+    storage_cost_usd: float
+    bandwidth_cost_usd: float
+    # non-destroyed instances now: storage, plus the GPU price of those meant to run (a stopped one frees it)
+    committed_usd_per_h: float
     live_instances: int
     peak_committed_usd_per_h: float
     peak_instances: int
@@ -226,9 +268,13 @@ class VastWorld:
 
     def __post_init__(self) -> None:
         seed = self.scenario.seed
-        # separate streams: market motion must not depend on how many instances were created, and vice versa
+        # separate streams: market motion must not depend on how many instances were created, and vice versa;
+        # the newer features draw from streams of their own so they leave the older draws as they were
         self._market_rng = random.Random(f"{seed}:market")
         self._fate_rng = random.Random(f"{seed}:fates")
+        self._network_rng = random.Random(f"{seed}:network")
+        self._stop_start_rng = random.Random(f"{seed}:stop-start")
+        self.bid_levels = BidLevels(self.scenario.bids, random.Random(f"{seed}:bids"))
         self._ticked_until = self.start
         self._next_instance_id = FIRST_INSTANCE_ID
         self._next_offer_id = FIRST_OFFER_ID
@@ -243,16 +289,18 @@ class VastWorld:
                 if i % segment.machines_per_host == 0:
                     host_id = self._new_host_id()
                 self._add_offer_from_segment(segment, host_id)
+        for gpu_name in sorted({offer.gpu_name for offer in self.offers.values()}):
+            self.bid_levels.add_model(gpu_name)
 
     # ---- time -------------------------------------------------------------------------------------------
     def advance(self, now: datetime) -> None:
-        """Run the market's whole ticks up to `now` (drift, offers taken by others, new offers)."""
+        """Run the market's whole ticks up to `now` (drift, offers taken by others, new offers, competing bids)."""
         tick = timedelta(seconds=self.scenario.dynamics.tick_s)
         while self._ticked_until + tick <= now:
             self._ticked_until += tick
-            self._tick()
+            self._tick(self._ticked_until)
 
-    def _tick(self) -> None:
+    def _tick(self, at: datetime) -> None:
         dynamics = self.scenario.dynamics
         tick_h = dynamics.tick_s / 3600.0
         rng = self._market_rng
@@ -271,12 +319,16 @@ class VastWorld:
             if segments:
                 segment = rng.choices(segments, weights=[s.count for s in segments])[0]
                 self._add_offer_from_segment(segment, self._new_host_id())
+        self.bid_levels.tick(tick_h)
+        self._settle_bids(at)
 
     # ---- offers -----------------------------------------------------------------------------------------
     def search(self, query: Query, now: datetime) -> list[Mapping[str, Any]]:
         self.advance(now)
         storage = self.scenario.billing.storage_usd_per_gb_month
-        rows = [offer.row(query.allocated_storage_gb, storage) for _, offer in sorted(self.offers.items())]
+        rows = [
+            offer.row(query.allocated_storage_gb, storage, query.offer_type) for _, offer in sorted(self.offers.items())
+        ]
         return query.apply(rows)
 
     def take_offer(self, offer_id: int) -> bool:
@@ -295,15 +347,13 @@ class VastWorld:
 
     # ---- instances --------------------------------------------------------------------------------------
     def create(self, offer_id: int, request: CreateRequest, now: datetime) -> SimInstance:
-        """Rent an offer; vast's checks and error codes for `PUT /api/v0/asks/{id}/`."""
+        """Rent an offer; vast's checks and error codes for `PUT /api/v0/asks/{id}/`. A `price` makes the instance
+        interruptible at that bid; without one it is on-demand, whatever the search asked for."""
         self.advance(now)
         offer = self.offers.get(offer_id)
         if offer is None:
             # cancel_unavail defaults to true for on-demand instances meant to run: "no longer available", 410
-            cancel_unavail = request.cancel_unavail
-            if cancel_unavail is None:
-                cancel_unavail = request.price is None and request.target_state == "running"
-            if offer_id in self.withdrawn and cancel_unavail:
+            if offer_id in self.withdrawn and _cancel_unavail(request):
                 raise VastApiError(
                     410, "no_such_ask", f"error 410/3603: no_such_ask  Instance type by id {offer_id} is no longer "
                     "available.", ask_id=offer_id
@@ -313,12 +363,23 @@ class VastWorld:
                 ask_id=offer_id,
             )  # fmt: skip
         _validate_create(request, offer)
+        losing = request.price is not None and self._outbid(request.price, offer)
+        if losing and request.target_state == "running" and _cancel_unavail(request):
+            raise VastApiError(
+                410, "no_such_ask", f"error 410/3907: no_such_ask  Instance type {offer_id} is no longer available: "
+                f"a higher bid holds the machine.", ask_id=offer_id
+            )  # fmt: skip
         disk_gb = request.disk
         storage_usd_per_h = self.scenario.billing.storage_usd_per_gb_month * disk_gb / HOURS_PER_MONTH
         fate = self._draw_fate(offer)
-        startup = self.scenario.startup.startup_s
+        startup = self.scenario.startup
         rng = self._fate_rng
-        startup_s = rng.uniform(startup.min, startup.max)
+        rest_s = rng.uniform(startup.startup_s.min, startup.startup_s.max)
+        image = request.image or f"template:{request.template_hash_id}"
+        cached = self._machine_has_image(offer.machine_id, image, now)
+        download_gb = pulled_gb(startup, cached=cached)
+        image_pull_s = pull_s(download_gb, offer.inet_down_mbps)
+        startup_s = rest_s + image_pull_s
         fates = self.scenario.fates
         throughput_factor = rng.uniform(fates.slow_factor.min, fates.slow_factor.max) if fate is Fate.SLOW else 1.0
         offline_at = None
@@ -327,32 +388,38 @@ class VastWorld:
             offline_at = now + timedelta(seconds=self._run_delay_s(startup_s, first=True) + offline_after_s)
         exit_message = rng.choice(fates.exit_error_messages)
         env, ports = _container_env_and_ports(request)
+        gpu_usd_per_h = request.price if request.price is not None else offer.dph_base
         instance = SimInstance(
             instance_id=self._next_instance_id,
             offer=_copy_offer(offer),
             request=request,
             env=env,
             container_ports=ports,
-            dph_base=offer.dph_base,
-            dph_total=offer.dph_base + storage_usd_per_h,
+            dph_base=gpu_usd_per_h,
+            dph_total=gpu_usd_per_h + storage_usd_per_h,
             storage_usd_per_h=storage_usd_per_h,
             is_bid=request.price is not None,
             created_at=now,
             fate=fate,
             startup_s=startup_s,
+            pull_s=image_pull_s,
+            pull_gb=download_gb,
+            image_cached=cached,
             throughput_factor=throughput_factor,
             offline_at=offline_at,
             exit_message=exit_message,
             label=request.label,
             intended=request.target_state,
-            started_at=now if request.target_state == "running" else None,
-            start_delay_s=startup_s,
+            outbid_since=now if losing else None,
         )
+        if instance.intended == "running" and not losing:
+            self._begin_run(instance, now)
         self._next_instance_id += 1
         self.instances[instance.instance_id] = instance
         del self.offers[offer_id]
         self.withdrawn[offer_id] = offer
-        self.commitments.append((now, instance.dph_total, 1))
+        self.commitments.append((now, 0.0, 1))
+        self._commit(instance, now)
         return instance
 
     def live(self, instance_id: int) -> SimInstance:
@@ -368,6 +435,8 @@ class VastWorld:
         return [i for _, i in sorted(self.instances.items()) if i.destroyed_at is None]
 
     def set_state(self, instance_id: int, state: str, now: datetime) -> None:
+        """Stop (the disk stays, storage is still billed, the GPU is freed) or start again. A start may find the
+        GPU rented by someone else meanwhile: it then waits in "scheduling" until the GPU is free, maybe forever."""
         self.advance(now)
         instance = self.live(instance_id)
         if state not in ("running", "stopped"):
@@ -375,13 +444,55 @@ class VastWorld:
         if state == instance.intended:
             return
         if state == "stopped":
-            instance.closed_gpu_billed_s += self._open_run_gpu_s(instance, now)
+            if instance.started_at is not None:
+                self._close_run(instance, now)
             instance.intended = "stopped"
+            instance.stopped_at = now
+            self._commit(instance, now)
             return
-        first = instance.started_at is None
         instance.intended = "running"
-        instance.started_at = now
-        instance.start_delay_s = instance.startup_s if first else self.scenario.startup.restart_s
+        self._commit(instance, now)
+        if instance.outbid_since is not None:
+            return  # the bid's turn comes when it is the highest again
+        free_at = self._gpu_free_at(instance, now)
+        self._begin_run(instance, free_at)
+        instance.gpu_taken = free_at > now
+
+    def change_bid(self, instance_id: int, price: Any, now: datetime) -> None:
+        """`PUT /api/v0/instances/bid_price/{id}/`: a new bid for an interruptible instance, effective now. No price:
+        the lowest that wins the machine now (vast-cli: "a winning bid price is used as the default")."""
+        self.advance(now)
+        instance = self.live(instance_id)
+        if not instance.is_bid:
+            raise VastApiError(
+                400, "invalid_args", f"Instance {instance_id} is on-demand: an instance's type cannot change after "
+                "it is rented; create an interruptible one with a price instead."
+            )  # fmt: skip
+        offer = instance.offer
+        if price is None:
+            competing = self.bid_levels.share(offer.gpu_name) * offer.dph_base
+            price = max(offer.min_bid, round(competing + 0.001, 3))
+        highest = BID_PRICE_MAX_PER_GPU * offer.num_gpus
+        if not isinstance(price, int | float) or isinstance(price, bool) or not BID_PRICE_MIN <= price <= highest:
+            raise VastApiError(
+                400, "invalid_args", f"Please set a bid price >= {BID_PRICE_MIN} and <= {highest:g} (got {price!r})."
+            )
+        _check_min_bid(float(price), offer, ask_id=None)
+        if instance.started_at is not None and instance.intended == "running":
+            open_s = self._open_run_gpu_s(instance, now)
+            instance.closed_gpu_billed_s += open_s
+            instance.closed_gpu_cost_usd += open_s * instance.dph_base / 3600.0
+            instance.gpu_segment_from = now
+        instance.dph_base = float(price)
+        instance.dph_total = instance.dph_base + instance.storage_usd_per_h
+        self._commit(instance, now)
+        self._settle_bids(now)
+
+    def set_bid_share(self, gpu_name: str, share: float, now: datetime) -> None:
+        """Other renters' bid for a GPU model, as a share of each machine's on-demand price, from `now` on."""
+        self.advance(now)
+        self.bid_levels.set_share(gpu_name, share)
+        self._settle_bids(now)
 
     def set_label(self, instance_id: int, label: str, now: datetime) -> None:
         self.advance(now)
@@ -393,44 +504,147 @@ class VastWorld:
     def destroy(self, instance_id: int, now: datetime) -> None:
         self.advance(now)
         instance = self.live(instance_id)
-        if instance.intended == "running":
-            instance.closed_gpu_billed_s += self._open_run_gpu_s(instance, now)
+        if instance.started_at is not None:
+            self._close_run(instance, now)
         instance.intended = "stopped"
         instance.destroyed_at = now
-        self.commitments.append((now, -instance.dph_total, -1))
+        self.commitments.append((now, -instance.committed_usd_per_h, -1))
+        instance.committed_usd_per_h = 0.0
         offer_id = instance.offer.offer_id
         if self.scenario.dynamics.returned_after_destroy and self.withdrawn.get(offer_id) is not None:
             self.offers[offer_id] = self.withdrawn.pop(offer_id)
+
+    # ---- runs, pauses and bids ----------------------------------------------------------------------------
+    def _begin_run(self, instance: SimInstance, at: datetime) -> None:
+        """A run from `at`: the first pulls the image after `created`; later ones find it on disk (restart_s), or
+        pull it again when an earlier run was stopped before its pull ended."""
+        startup = self.scenario.startup
+        instance.started_at = at
+        instance.run_is_first = not instance.ever_ran
+        instance.gpu_taken = False
+        instance.gpu_segment_from = None
+        if instance.image_on_disk:
+            instance.run_pull_s, instance.run_pull_gb = 0.0, 0.0
+            instance.start_delay_s = startup.restart_s
+        else:
+            instance.run_pull_s, instance.run_pull_gb = instance.pull_s, instance.pull_gb
+            instance.start_delay_s = instance.startup_s
+        instance.ever_ran = True
+
+    def _close_run(self, instance: SimInstance, at: datetime) -> None:
+        open_s = self._open_run_gpu_s(instance, at)
+        instance.closed_gpu_billed_s += open_s
+        instance.closed_gpu_cost_usd += open_s * instance.dph_base / 3600.0
+        instance.closed_download_gb += self._open_run_download_gb(instance, at)
+        pulled_at = self._pull_end(instance)
+        if pulled_at is not None and at >= pulled_at:
+            instance.image_on_disk = True
+        instance.started_at = None
+        instance.gpu_taken = False
+        instance.gpu_segment_from = None
+
+    def _gpu_free_at(self, instance: SimInstance, now: datetime) -> datetime:
+        """When a start gets its GPU: now, or later when someone rented it while the instance was stopped."""
+        spec = self.scenario.stop_start
+        rng = self._stop_start_rng
+        stopped_h = (now - instance.stopped_at).total_seconds() / 3600.0 if instance.stopped_at else 0.0
+        taken = rng.random() < 1.0 - math.exp(-spec.gpu_taken_per_stopped_h * stopped_h)
+        free_after = spec.gpu_free_after_s
+        wait_s = rng.uniform(free_after.min, free_after.max) if free_after is not None else None
+        if not taken:
+            return now
+        return now + timedelta(seconds=wait_s) if wait_s is not None else FOREVER
+
+    def _outbid(self, bid_usd_per_h: float, offer: SimOffer) -> bool:
+        return outbid(bid_usd_per_h, offer.dph_base, self.bid_levels.share(offer.gpu_name))
+
+    def _settle_bids(self, at: datetime) -> None:
+        """Pause the interruptible instances a higher bid now outranks; resume those whose bid is highest again."""
+        for _, instance in sorted(self.instances.items()):
+            if not instance.is_bid or instance.destroyed_at is not None:
+                continue
+            losing = self._outbid(instance.dph_base, instance.offer)
+            if losing and instance.outbid_since is None:
+                if instance.started_at is not None:
+                    self._close_run(instance, at)
+                instance.outbid_since = at
+            elif not losing and instance.outbid_since is not None:
+                instance.outbid_since = None
+                if instance.intended == "running":
+                    self._begin_run(instance, at)
+
+    def _commit(self, instance: SimInstance, at: datetime) -> None:
+        """What the instance holds the account to now: its storage, and its GPU price while meant to run."""
+        gpu_usd_per_h = instance.dph_base if instance.intended == "running" else 0.0
+        committed = instance.storage_usd_per_h + gpu_usd_per_h
+        self.commitments.append((at, committed - instance.committed_usd_per_h, 0))
+        instance.committed_usd_per_h = committed
+
+    def _machine_has_image(self, machine_id: int, image: str, now: datetime) -> bool:
+        """Whether an instance on this machine (live or destroyed) finished pulling the image by `now`: its layers
+        are in the machine's docker cache."""
+        for other in self.instances.values():
+            if other.offer.machine_id != machine_id or other.image != image:
+                continue
+            pulled_at = self._pull_end(other)
+            if other.image_on_disk or (pulled_at is not None and pulled_at <= now and other.destroyed_at is None):
+                return True
+        return False
 
     # ---- status -----------------------------------------------------------------------------------------
     def status(self, instance: SimInstance, now: datetime) -> tuple[str | None, str]:
         """(`actual_status`, `status_msg`) at `now`."""
         if instance.offline_at is not None and now >= instance.offline_at:
             return "offline", "Host is offline: no heartbeat from the machine"
-        if instance.intended == "stopped" or instance.started_at is None:
+        if instance.intended == "stopped":
             return "stopped", "Instance stopped"
+        if instance.outbid_since is not None:
+            return "stopped", OUTBID_MESSAGE
+        if instance.started_at is None:
+            return "stopped", "Instance stopped"
+        if now < instance.started_at:
+            return "stopped", SCHEDULING_MESSAGE
         age_s = (now - instance.started_at).total_seconds()
         timings = self.scenario.startup
-        image = instance.request.image or "template"
-        if instance.first_run and age_s < timings.provisioning_s:
+        first = instance.run_is_first
+        if first and age_s < timings.provisioning_s:
             return None, ""
-        if instance.first_run and age_s < timings.provisioning_s + timings.created_s:
+        if first and age_s < timings.provisioning_s + timings.created_s:
             return "created", "Instance created, waiting for host"
-        if age_s < self._run_delay_s(instance.start_delay_s, first=instance.first_run):
-            return "loading", f"Pulling image {image}"
-        if instance.fate is Fate.STUCK_LOADING:
-            return "loading", f"Pulling image {image}"
+        pulled_at = self._pull_end(instance)
+        if instance.fate is Fate.STUCK_LOADING or (pulled_at is not None and now < pulled_at):
+            return "loading", f"Pulling image {instance.image}"
+        if age_s < self._run_delay_s(instance.start_delay_s, first=first):
+            return "loading", f"Image {instance.image} on disk, starting the container"
         if instance.fate is Fate.EXIT_ERROR:
             return "exited", instance.exit_message
-        return "running", f"success, running {image}"
+        return "running", f"success, running {instance.image}"
+
+    def contract_states(self, instance: SimInstance, now: datetime) -> tuple[str, str, str]:
+        """(`intended_status`, `cur_state`, `next_state`): a stopped or outbid instance is `stopped` in all three
+        (dstack reads an outbid instance so); a start waiting for its GPU is meant to run on a stopped contract."""
+        if instance.intended == "stopped" or instance.outbid_since is not None or instance.started_at is None:
+            return "stopped", "stopped", "stopped"
+        if now < instance.started_at:
+            return "running", "stopped", "running"
+        return "running", "running", "running"
 
     def running_since(self, instance: SimInstance) -> datetime | None:
         """When the current run reached (or will reach) `running`; None if its fate never gets there."""
         if instance.started_at is None or instance.fate in (Fate.STUCK_LOADING, Fate.EXIT_ERROR):
             return None
         return instance.started_at + timedelta(
-            seconds=self._run_delay_s(instance.start_delay_s, first=instance.first_run)
+            seconds=self._run_delay_s(instance.start_delay_s, first=instance.run_is_first)
         )
+
+    def _pull_end(self, instance: SimInstance) -> datetime | None:
+        """When the current run's image pull ends (the container starts); None without a run or when stuck."""
+        if instance.started_at is None or instance.fate is Fate.STUCK_LOADING:
+            return None
+        timings = self.scenario.startup
+        before_s = timings.provisioning_s + timings.created_s if instance.run_is_first else 0.0
+        run_delay_s = self._run_delay_s(instance.start_delay_s, first=instance.run_is_first)
+        return instance.started_at + timedelta(seconds=min(before_s + instance.run_pull_s, run_delay_s))
 
     def _run_delay_s(self, start_delay_s: float, *, first: bool) -> float:
         timings = self.scenario.startup
@@ -439,19 +653,39 @@ class VastWorld:
     def _open_run_gpu_s(self, instance: SimInstance, now: datetime) -> float:
         if instance.intended != "running" or instance.started_at is None:
             return 0.0
-        if self.scenario.billing.gpu_billed_from == "created":
-            billed_from: datetime | None = instance.started_at
+        rule = self.scenario.billing.gpu_billed_from
+        billed_from: datetime | None
+        if rule == "created":
+            billed_from = instance.started_at
+        elif self.running_since(instance) is None:
+            billed_from = None  # stuck pulling, or the container never starts: never charged as running
+        elif rule == "pulled":
+            billed_from = self._pull_end(instance)
         else:
             billed_from = self.running_since(instance)
         if billed_from is None:
             return 0.0
+        if instance.gpu_segment_from is not None:
+            billed_from = max(billed_from, instance.gpu_segment_from)
         until = min(now, instance.offline_at) if instance.offline_at else now  # vast stops billing an offline host
         return max(0.0, (until - billed_from).total_seconds())
+
+    def _open_run_download_gb(self, instance: SimInstance, now: datetime) -> float:
+        """What the current run's pull has downloaded by `now` (at the link's pace)."""
+        if instance.started_at is None or instance.run_pull_gb <= 0:
+            return 0.0
+        timings = self.scenario.startup
+        before_s = timings.provisioning_s + timings.created_s if instance.run_is_first else 0.0
+        pulling_s = (now - instance.started_at).total_seconds() - before_s
+        if instance.run_pull_s <= 0:
+            return instance.run_pull_gb if pulling_s >= 0 else 0.0
+        return instance.run_pull_gb * min(max(pulling_s / instance.run_pull_s, 0.0), 1.0)
 
     # ---- what the API returns ---------------------------------------------------------------------------
     def instance_row(self, instance: SimInstance, now: datetime) -> dict[str, Any]:
         """An instance as the list and show endpoints return it."""
         actual, message = self.status(instance, now)
+        intended, cur_state, next_state = self.contract_states(instance, now)
         offer = instance.offer
         running = actual == "running"
         direct_port_start = 40_000 + (offer.machine_id % 500) * 20
@@ -465,9 +699,9 @@ class VastWorld:
         row = {
             "id": instance.instance_id,
             "actual_status": actual,
-            "intended_status": instance.intended,
-            "cur_state": instance.intended,
-            "next_state": instance.intended,
+            "intended_status": intended,
+            "cur_state": cur_state,
+            "next_state": next_state,
             "status_msg": message,
             "label": instance.label,
             "start_date": instance.created_at.timestamp(),
@@ -475,7 +709,11 @@ class VastWorld:
             "dph_total": round(instance.dph_total, 6),
             "dph_base": round(instance.dph_base, 6),
             "is_bid": instance.is_bid,
-            "min_bid": round(instance.dph_base * 0.6, 6),
+            "min_bid": offer.min_bid,
+            "storage_cost": self.scenario.billing.storage_usd_per_gb_month,
+            "inet_down": offer.inet_down_mbps,
+            "inet_down_cost": offer.inet_down_cost_usd_per_gb,
+            "inet_up_cost": offer.inet_up_cost_usd_per_gb,
             "ssh_host": f"ssh{(offer.machine_id % 9) + 1}.vast.ai",
             "ssh_port": 20_000 + instance.instance_id % 10_000,
             "public_ipaddr": _ip_of(offer.machine_id),
@@ -532,19 +770,33 @@ class VastWorld:
         }
 
     def sim_view(self, instance: SimInstance, now: datetime) -> dict[str, Any]:
-        """What only a simulator can tell: the fate, the container's environment, the throughput factor."""
+        """What only a simulator can tell: the fate, the container's environment, the throughput factor, the
+        startup's parts, whether a start waits for a GPU someone else holds, whether a bid is outbid."""
         actual, message = self.status(instance, now)
         since = self.running_since(instance)
+        waiting = instance.started_at is not None and now < instance.started_at
         return {
             "instance_id": instance.instance_id,
             "fate": instance.fate.value,
             "throughput_factor": instance.throughput_factor,
             "startup_s": instance.startup_s,
+            "pull_s": instance.pull_s,
+            "pull_gb": instance.pull_gb,
+            "image_cached": instance.image_cached,
             "running_since": since.isoformat() if since else None,
             "offline_at": instance.offline_at.isoformat() if instance.offline_at else None,
             "destroyed_at": instance.destroyed_at.isoformat() if instance.destroyed_at else None,
             "actual_status": actual,
             "status_msg": message,
+            "is_bid": instance.is_bid,
+            "bid_usd_per_h": instance.dph_base if instance.is_bid else None,
+            "outbid_since": instance.outbid_since.isoformat() if instance.outbid_since else None,
+            "gpu_taken": instance.gpu_taken,
+            "gpu_free_at": (
+                None
+                if not waiting or instance.started_at is None or instance.started_at >= FOREVER
+                else instance.started_at.isoformat()
+            ),
             # vast sets these in every container: the worker reads its own instance id from them
             "container_env": {
                 **instance.env,
@@ -563,36 +815,10 @@ class VastWorld:
     # ---- the ledger -------------------------------------------------------------------------------------
     def ledger(self, now: datetime) -> Ledger:
         self.advance(now)
-        entries = []
-        for _, instance in sorted(self.instances.items()):
-            end = instance.destroyed_at or now
-            gpu_s = instance.closed_gpu_billed_s
-            if instance.destroyed_at is None:
-                gpu_s += self._open_run_gpu_s(instance, now)
-            storage_s = max(0.0, (end - instance.created_at).total_seconds())
-            cost = instance.dph_base * gpu_s / 3600.0 + instance.storage_usd_per_h * storage_s / 3600.0
-            entries.append(
-                LedgerEntry(
-                    instance_id=instance.instance_id,
-                    label=instance.label,
-                    offer_id=instance.offer.offer_id,
-                    machine_id=instance.offer.machine_id,
-                    host_id=instance.offer.host_id,
-                    gpu_name=instance.offer.gpu_name,
-                    num_gpus=instance.offer.num_gpus,
-                    dph_total=round(instance.dph_total, 6),
-                    fate=instance.fate,
-                    throughput_factor=instance.throughput_factor,
-                    created_at=instance.created_at,
-                    destroyed_at=instance.destroyed_at,
-                    gpu_billed_s=round(gpu_s, 3),
-                    storage_billed_s=round(storage_s, 3),
-                    cost_usd=round(cost, 6),
-                )
-            )
+        entries = [self._ledger_entry(instance, now) for _, instance in sorted(self.instances.items())]
         committed, live, peak_committed, peak_live = 0.0, 0, 0.0, 0
-        # destroys before creates at the same moment: a replacement made in the same instant is not a peak
-        for _, delta_usd, delta_n in sorted(self.commitments, key=lambda c: (c[0], c[2])):
+        # releases before commitments at the same moment: a replacement made in the same instant is not a peak
+        for _, delta_usd, delta_n in sorted(self.commitments, key=lambda c: (c[0], c[2], c[1])):
             committed += delta_usd
             live += delta_n
             peak_committed = max(peak_committed, committed)
@@ -601,10 +827,53 @@ class VastWorld:
             at=now,
             entries=entries,
             total_cost_usd=round(sum(e.cost_usd for e in entries), 6),
+            gpu_cost_usd=round(sum(e.gpu_cost_usd for e in entries), 6),
+            storage_cost_usd=round(sum(e.storage_cost_usd for e in entries), 6),
+            bandwidth_cost_usd=round(sum(e.bandwidth_cost_usd for e in entries), 6),
             committed_usd_per_h=round(max(committed, 0.0), 6),
             live_instances=live,
             peak_committed_usd_per_h=round(peak_committed, 6),
             peak_instances=peak_live,
+        )
+
+    def _ledger_entry(self, instance: SimInstance, now: datetime) -> LedgerEntry:
+        end = instance.destroyed_at or now
+        if instance.offline_at is not None:
+            end = min(end, instance.offline_at)  # billing docs: no storage charge while the host is offline
+        storage_s = max(0.0, (end - instance.created_at).total_seconds())
+        gpu_s, gpu_cost_usd = instance.closed_gpu_billed_s, instance.closed_gpu_cost_usd
+        download_gb = instance.closed_download_gb
+        if instance.destroyed_at is None:
+            open_s = self._open_run_gpu_s(instance, now)
+            gpu_s += open_s
+            gpu_cost_usd += open_s * instance.dph_base / 3600.0
+            download_gb += self._open_run_download_gb(instance, now)
+        storage_cost_usd = instance.storage_usd_per_h * storage_s / 3600.0
+        bandwidth_cost_usd = download_gb * instance.offer.inet_down_cost_usd_per_gb
+        gpu_cost_usd, storage_cost_usd, bandwidth_cost_usd = (
+            round(gpu_cost_usd, 6), round(storage_cost_usd, 6), round(bandwidth_cost_usd, 6)
+        )  # fmt: skip
+        return LedgerEntry(
+            instance_id=instance.instance_id,
+            label=instance.label,
+            offer_id=instance.offer.offer_id,
+            machine_id=instance.offer.machine_id,
+            host_id=instance.offer.host_id,
+            gpu_name=instance.offer.gpu_name,
+            num_gpus=instance.offer.num_gpus,
+            dph_total=round(instance.dph_total, 6),
+            is_bid=instance.is_bid,
+            fate=instance.fate,
+            throughput_factor=instance.throughput_factor,
+            created_at=instance.created_at,
+            destroyed_at=instance.destroyed_at,
+            gpu_billed_s=round(gpu_s, 3),
+            storage_billed_s=round(storage_s, 3),
+            download_gb=round(download_gb, 6),
+            gpu_cost_usd=gpu_cost_usd,
+            storage_cost_usd=storage_cost_usd,
+            bandwidth_cost_usd=bandwidth_cost_usd,
+            cost_usd=round(gpu_cost_usd + storage_cost_usd + bandwidth_cost_usd, 6),
         )
 
     # ---- building the market ----------------------------------------------------------------------------
@@ -643,6 +912,11 @@ class VastWorld:
             geolocation=spec.geolocation,
             compute_cap=model.compute_cap if model else 800,
             gpu_ram_mb=(model.gpu_ram_gb if model else 24) * 1000,
+            inet_down_mbps=spec.inet_down_mbps,
+            inet_up_mbps=spec.inet_up_mbps,
+            inet_down_cost_usd_per_gb=spec.inet_down_cost_usd_per_gb,
+            inet_up_cost_usd_per_gb=spec.inet_up_cost_usd_per_gb,
+            min_bid_share=self.scenario.bids.min_bid_share,
             forced_fate=spec.fate,
         )
         self.offers[offer.offer_id] = offer
@@ -673,7 +947,13 @@ class VastWorld:
             geolocation=rng.choice(segment.geolocations),
             compute_cap=model.compute_cap if model else 800,
             gpu_ram_mb=(model.gpu_ram_gb if model else 24) * 1000,
+            min_bid_share=self.scenario.bids.min_bid_share,
         )
+        network = self._network_rng
+        offer.inet_down_mbps = round(network.uniform(segment.inet_down_mbps.min, segment.inet_down_mbps.max), 1)
+        offer.inet_up_mbps = offer.inet_down_mbps
+        cost = segment.inet_down_cost_usd_per_gb
+        offer.inet_down_cost_usd_per_gb = offer.inet_up_cost_usd_per_gb = round(network.uniform(cost.min, cost.max), 5)
         self.offers[offer.offer_id] = offer
         return offer
 
@@ -709,6 +989,26 @@ def _validate_create(request: CreateRequest, offer: SimOffer) -> None:
         raise VastApiError(
             400, "invalid_args", f"disk: {request.disk} GB requested, the machine has {offer.disk_space_gb}"
         )
+    if request.price is not None:
+        _check_min_bid(request.price, offer, ask_id=offer.offer_id)
+
+
+def _check_min_bid(price: float, offer: SimOffer, *, ask_id: int | None) -> None:
+    # the create endpoint documents `invalid_price` among its 400 codes (OpenAPI create_instance.yaml); the
+    # wording is the simulator's
+    if price < offer.min_bid:
+        extra = {"ask_id": ask_id} if ask_id is not None else {}
+        raise VastApiError(
+            400, "invalid_price", f"error 400: invalid_price  Bid price {price:g} $/h is below the machine's minimum "
+            f"bid of {offer.min_bid:g} $/h.", **extra
+        )  # fmt: skip
+
+
+def _cancel_unavail(request: CreateRequest) -> bool:
+    """vast's default: true for an on-demand instance meant to run, false for a bid (OpenAPI create_instance)."""
+    if request.cancel_unavail is not None:
+        return request.cancel_unavail
+    return request.price is None and request.target_state == "running"
 
 
 def _user_env(request: CreateRequest) -> dict[str, str]:

@@ -54,7 +54,10 @@ def test_stuck_machine_loads_forever_and_exit_error_reports_the_docker_error() -
 
 def test_offline_later_runs_then_goes_offline_and_stops_billing_gpu_time() -> None:
     scenario_fates = {"offline_after_s": {"min": 1800, "max": 1800}}
-    world = world_with(spec(1, 0.6, fate=Fate.OFFLINE_LATER), startup=FIXED_HOUR, fates=scenario_fates)
+    world = world_with(
+        spec(1, 0.6, fate=Fate.OFFLINE_LATER), startup=FIXED_HOUR, fates=scenario_fates,
+        billing={"gpu_billed_from": "running"},
+    )  # fmt: skip
     instance = world.create(1, request(), T0)
     assert world.status(instance, at(3600 + 1799))[0] == "running"
     assert world.status(instance, at(3600 + 1800))[0] == "offline"
@@ -84,17 +87,18 @@ def test_fate_shares_are_drawn_with_the_seed() -> None:
     assert [again.create(o, request(f"x:{i}"), T0).fate for i, o in enumerate(sorted(again.offers))] == fates
 
 
-def test_ledger_bills_storage_from_creation_and_gpu_from_running_until_stop() -> None:
+def test_ledger_bills_storage_from_creation_and_gpu_from_the_pulled_image_until_stop() -> None:
     world = world_with(spec(1, 0.72), startup=FIXED_HOUR, billing={"storage_usd_per_gb_month": 0.73})
     instance = world.create(1, request(), T0)
     storage_usd_per_h = 0.73 * 20 / 730
     assert instance.dph_total == pytest.approx(0.72 + storage_usd_per_h)
-    world.set_state(instance.instance_id, "stopped", at(3 * 3600))  # 2 h running
+    world.set_state(instance.instance_id, "stopped", at(3 * 3600))
     world.destroy(instance.instance_id, at(5 * 3600))
     entry = world.ledger(at(10 * 3600)).entries[0]
-    assert entry.gpu_billed_s == pytest.approx(2 * 3600)
+    # no image to pull in a quiet world: the container starts once `created` ends (60 s), and is billed from then
+    assert entry.gpu_billed_s == pytest.approx(3 * 3600 - 60)
     assert entry.storage_billed_s == pytest.approx(5 * 3600)
-    assert entry.cost_usd == pytest.approx(0.72 * 2 + storage_usd_per_h * 5, rel=1e-6)
+    assert entry.cost_usd == pytest.approx(0.72 * (3 - 60 / 3600) + storage_usd_per_h * 5, rel=1e-6)
 
 
 def test_ledger_peak_counts_what_was_committed_at_once() -> None:
