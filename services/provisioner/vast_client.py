@@ -77,6 +77,12 @@ class VastRequestError(VastError):
     outcome = "client_error"
 
 
+class BidTooLow(VastRequestError):
+    """`invalid_price`: the bid is below the machine's `min_bid` (or outside vast's range)."""
+
+    outcome = "bid_too_low"
+
+
 class TransientVastError(VastError):
     """Worth retrying. `maybe_applied`: the request may have reached vast and acted (unsafe to repeat a create)."""
 
@@ -159,8 +165,18 @@ class VastClient:
         offers, _ = self._readable(VastOffer, _field(body, "offers", "search", list), "search")
         return offers
 
-    async def create_instance(self, offer_id: int, request: dict[str, Any]) -> int:
-        """Rent an offer; returns the new instance id. Raises OfferGone, AmbiguousCreate, and the rest."""
+    async def create_instance(
+        self, offer_id: int, request: dict[str, Any], *, bid_usd_per_h: float | None = None
+    ) -> int:
+        """Rent an offer; returns the new instance id. With `bid_usd_per_h` the instance is interruptible at that
+        bid (vast's `price`); without it, on-demand, whatever the search asked for: vast rents a create without a
+        price on-demand, so a bid is only ever this argument. Raises OfferGone, BidTooLow, AmbiguousCreate, ..."""
+        if "price" in request:
+            raise ValueError("request: carries 'price'; pass the bid as bid_usd_per_h so that a bid is never implicit")
+        if bid_usd_per_h is not None:
+            if not bid_usd_per_h > 0:
+                raise ValueError(f"bid_usd_per_h: expected a positive $/h, got {bid_usd_per_h!r}")
+            request = {**request, "price": bid_usd_per_h}
         body = await self._call("create", "PUT", f"/api/v0/asks/{offer_id}/", json_body=request, idempotent=False)
         new_contract = body.get("new_contract") if isinstance(body, dict) else None
         if not isinstance(new_contract, int) or isinstance(new_contract, bool):
@@ -204,6 +220,22 @@ class VastClient:
 
     async def set_state(self, instance_id: int, state: str) -> None:
         await self._call("manage", "PUT", f"/api/v0/instances/{instance_id}/", json_body={"state": state})
+
+    async def stop_instance(self, instance_id: int) -> None:
+        """Stop: the GPU is released, the disk (image, data) kept and still billed as storage."""
+        await self.set_state(instance_id, "stopped")
+
+    async def start_instance(self, instance_id: int) -> None:
+        """Start a stopped instance. vast accepts it at once, but the instance may wait in "scheduling" (listed
+        `stopped`, meant to run) for as long as someone else holds its GPU: watch the list, do not trust this."""
+        await self.set_state(instance_id, "running")
+
+    async def change_bid(self, instance_id: int, bid_usd_per_h: float) -> None:
+        """A new bid for an interruptible instance (`vastai change bid`); an on-demand one answers 400."""
+        if not bid_usd_per_h > 0:
+            raise ValueError(f"bid_usd_per_h: expected a positive $/h, got {bid_usd_per_h!r}")
+        body = {"client_id": "me", "price": bid_usd_per_h}
+        await self._call("bid_price", "PUT", f"/api/v0/instances/bid_price/{instance_id}/", json_body=body)
 
     async def set_label(self, instance_id: int, label: str) -> None:
         await self._call("manage", "PUT", f"/api/v0/instances/{instance_id}/", json_body={"label": label})
@@ -349,10 +381,12 @@ def _classify(endpoint: str, response: httpx.Response) -> Any:
         raise VastServerError(endpoint, f"HTTP {status}: {detail}", status=status)
     if code == "no_such_ask" or (endpoint == "create" and status in (404, 410)):
         raise OfferGone(endpoint, f"offer no longer available (HTTP {status}: {detail})", status=status)
-    if code == "no_such_instance" or (status == 404 and endpoint in ("show", "manage", "destroy")):
+    if code == "no_such_instance" or (status == 404 and endpoint in ("show", "manage", "destroy", "bid_price")):
         raise InstanceNotFound(endpoint, f"no such instance (HTTP {status}: {detail})", status=status)
     if status == 410:
         raise VastEndpointGone(endpoint, f"endpoint retired (HTTP 410: {detail})", status=status)
+    if code == "invalid_price":
+        raise BidTooLow(endpoint, f"bid refused (HTTP {status}: {detail})", status=status)
     raise VastRequestError(endpoint, f"HTTP {status}: {detail}", status=status)
 
 

@@ -7,9 +7,39 @@ logs and counts it; one odd row never blinds the whole listing.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+
+def _number_or_none(value: Any) -> float | None:
+    """A field read for information only: a number (or a numeric string) is kept, anything else reads as absent."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+        return number if math.isfinite(number) else None
+    return None
+
+
+def _flag_or_none(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if value in (0, 1):
+        return bool(value)
+    return None
+
+
+# fields added for bids, bandwidth and startup: an odd value there reads as unknown, never makes a row unreadable
+LenientFloat = Annotated[float | None, BeforeValidator(_number_or_none)]
+LenientFlag = Annotated[bool | None, BeforeValidator(_flag_or_none)]
 
 
 class VastOffer(BaseModel):
@@ -31,6 +61,14 @@ class VastOffer(BaseModel):
     cuda_max_good: float | None = None
     disk_space: float | None = None
     geolocation: str | None = None
+    min_bid: LenientFloat = None  # $/h: the lowest interruptible bid the machine takes
+    is_bid: LenientFlag = None  # priced for a `type: bid` search
+    inet_down: LenientFloat = None  # Mb/s: how fast the image pulls
+    inet_up: LenientFloat = None
+    inet_down_cost: LenientFloat = None  # $/GB downloaded
+    inet_up_cost: LenientFloat = None
+    disk_bw: LenientFloat = None  # MB/s
+    storage_cost: LenientFloat = None  # $/GB/month
 
     @property
     def reliability_score(self) -> float:
@@ -57,6 +95,11 @@ class VastInstance(BaseModel):
     gpu_name: str | None = None
     num_gpus: int | None = None
     start_date: float | None = None
+    next_state: str | None = None
+    is_bid: LenientFlag = None  # interruptible: paused when outbid, resumed when its bid is the highest again
+    min_bid: LenientFloat = None
+    inet_down: LenientFloat = None
+    inet_down_cost: LenientFloat = None
 
     @property
     def price_usd_per_h(self) -> float | None:
