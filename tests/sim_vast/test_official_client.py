@@ -103,6 +103,26 @@ async def test_create_show_label_stop_and_destroy_as_the_official_client_does(
     ]  # fmt: skip
 
 
+async def test_an_interruptible_instance_as_the_official_client_rents_restarts_and_rebids_it(
+    start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    simulator, url = await start_vast(market())
+    client = VastAI(api_key=API_KEY, server_url=url)
+    [offer] = await in_thread(client.search_offers, query="gpu_name=RTX_4090", type="bid", order="dph_total", limit=1)
+    assert offer["id"] == 12 and offer["is_bid"] is True and offer["dph_total"] < 0.44  # priced at min_bid
+    created = await in_thread(client.create_instance, 12, image="worker:1", disk=20, bid_price=0.3)
+    instance_id = created["new_contract"]
+    assert simulator.world.instances[instance_id].is_bid is True
+    assert (await in_thread(client.change_bid, instance_id, price=0.35))["success"] is True
+    assert (await in_thread(client.stop_instance, instance_id))["success"] is True
+    assert (await in_thread(client.start_instance, instance_id))["success"] is True
+    shown = await in_thread(client.show_instance, instance_id)
+    assert (shown["is_bid"], shown["dph_base"], shown["intended_status"]) == (True, 0.35, "running")
+    assert [c.endpoint for c in simulator.calls][1:] == [
+        Endpoint.CREATE, Endpoint.BID_PRICE, Endpoint.MANAGE, Endpoint.MANAGE, Endpoint.SHOW
+    ]  # fmt: skip
+
+
 async def test_a_taken_offer_and_a_bad_key_answer_as_vast_does(start_vast: StartVast) -> None:
     simulator, url = await start_vast(market())
     simulator.world.take_offer(11)
