@@ -275,6 +275,9 @@ class VastWorld:
         self._network_rng = random.Random(f"{seed}:network")
         self._stop_start_rng = random.Random(f"{seed}:stop-start")
         self.bid_levels = BidLevels(self.scenario.bids, random.Random(f"{seed}:bids"))
+        # indexes, so each tick and each create look only at the instances concerned
+        self._bid_instance_ids: set[int] = set()
+        self._instances_by_machine: dict[int, list[int]] = {}
         self._ticked_until = self.start
         self._next_instance_id = FIRST_INSTANCE_ID
         self._next_offer_id = FIRST_OFFER_ID
@@ -416,6 +419,9 @@ class VastWorld:
             self._begin_run(instance, now)
         self._next_instance_id += 1
         self.instances[instance.instance_id] = instance
+        self._instances_by_machine.setdefault(offer.machine_id, []).append(instance.instance_id)
+        if instance.is_bid:
+            self._bid_instance_ids.add(instance.instance_id)
         del self.offers[offer_id]
         self.withdrawn[offer_id] = offer
         self.commitments.append((now, 0.0, 1))
@@ -510,6 +516,7 @@ class VastWorld:
         instance.destroyed_at = now
         self.commitments.append((now, -instance.committed_usd_per_h, -1))
         instance.committed_usd_per_h = 0.0
+        self._bid_instance_ids.discard(instance_id)
         offer_id = instance.offer.offer_id
         if self.scenario.dynamics.returned_after_destroy and self.withdrawn.get(offer_id) is not None:
             self.offers[offer_id] = self.withdrawn.pop(offer_id)
@@ -560,9 +567,8 @@ class VastWorld:
 
     def _settle_bids(self, at: datetime) -> None:
         """Pause the interruptible instances a higher bid now outranks; resume those whose bid is highest again."""
-        for _, instance in sorted(self.instances.items()):
-            if not instance.is_bid or instance.destroyed_at is not None:
-                continue
+        for instance_id in sorted(self._bid_instance_ids):
+            instance = self.instances[instance_id]
             losing = self._outbid(instance.dph_base, instance.offer)
             if losing and instance.outbid_since is None:
                 if instance.started_at is not None:
@@ -583,8 +589,9 @@ class VastWorld:
     def _machine_has_image(self, machine_id: int, image: str, now: datetime) -> bool:
         """Whether an instance on this machine (live or destroyed) finished pulling the image by `now`: its layers
         are in the machine's docker cache."""
-        for other in self.instances.values():
-            if other.offer.machine_id != machine_id or other.image != image:
+        for other_id in self._instances_by_machine.get(machine_id, []):
+            other = self.instances[other_id]
+            if other.image != image:
                 continue
             pulled_at = self._pull_end(other)
             if other.image_on_disk or (pulled_at is not None and pulled_at <= now and other.destroyed_at is None):
