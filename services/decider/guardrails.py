@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import cached_property
 
 from shared.contract import (
     Action,
@@ -97,7 +98,7 @@ class FleetLedger:
     # instances whose benchmark really failed: a missing report (verdict `unknown`) is no reason to remove one
     bench_failed: frozenset[int] = field(default_factory=frozenset)
 
-    @property
+    @cached_property  # read by every rule of every action; a ledger changes only by `replace`, a new object
     def producing(self) -> int:
         return sum(1 for iid, state in self.states.items() if state is S.PRODUCING and iid not in self.removed)
 

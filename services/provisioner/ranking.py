@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from services.provisioner.host_history import HostHistory
@@ -27,6 +28,10 @@ class OfferConstraints:
     min_disk_gb: float = 0.0
     excluded_host_ids: frozenset[int] = frozenset()
     excluded_machine_ids: frozenset[int] = frozenset()
+
+    @cached_property  # read for every offer of a search: built once
+    def allowed_keys(self) -> frozenset[str]:
+        return frozenset(_key(m) for m in self.allowed_gpu_models)
 
     def narrowed_to(self, gpu_models_wanted: Iterable[str], max_price_usd_per_h: float | None) -> OfferConstraints:
         """A command's own wishes, never wider than the configuration: the intersection of models, the lower cap."""
@@ -102,9 +107,8 @@ def search_query(constraints: OfferConstraints, *, limit: int, disk_gb: float) -
 
 def acceptable(offer: VastOffer, constraints: OfferConstraints) -> bool:
     """Checked again here: a search filter vast ignored must not let a wrong machine through."""
-    allowed = {_key(m) for m in constraints.allowed_gpu_models}
     return (
-        _key(offer.gpu_name) in allowed
+        _key(offer.gpu_name) in constraints.allowed_keys
         and offer.dph_total <= constraints.max_price_usd_per_h
         and offer.reliability_score >= constraints.min_reliability
         and (not constraints.verified_only or offer.verified is True)
@@ -128,11 +132,10 @@ def rank(
     for offer in offers:
         if not acceptable(offer, constraints):
             continue
-        per_gpu = knowledge.per_gpu_tasks_per_h(offer.gpu_name)
+        per_gpu = expected_per_gpu_tasks_per_h(offer, knowledge, history)
         if per_gpu is None:
             continue
-        ratio = history.throughput_ratio(offer.machine_id) or 1.0
-        tasks_per_h = per_gpu * offer.num_gpus * ratio
+        tasks_per_h = per_gpu * offer.num_gpus
         history_factor = 1.0 / (1.0 + penalties.of(offer.host_id, offer.machine_id))
         success = max(offer.reliability_score, 1e-3) * history_factor
         ranked.append(
@@ -145,6 +148,21 @@ def rank(
         )
     ranked.sort(key=lambda r: (r.expected_usd_per_task, r.offer.dph_total, r.offer.id))
     return ranked
+
+
+def expected_per_gpu_tasks_per_h(
+    offer: VastOffer, knowledge: ThroughputKnowledge, history: HostHistory
+) -> float | None:
+    """This machine's own bench ratio times its model's reference, else the fleet's observation of the model.
+
+    Never both: the ratio is measured against the reference, so it already holds whatever makes the model faster or
+    slower than its reference, which is what the fleet's observation holds too.
+    """
+    ratio = history.throughput_ratio(offer.machine_id)
+    model = gpu_models.find(offer.gpu_name)
+    if ratio is not None and model is not None:
+        return model.reference_tasks_per_h * ratio
+    return knowledge.per_gpu_tasks_per_h(offer.gpu_name)
 
 
 def _key(gpu_name: str) -> str:

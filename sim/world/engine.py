@@ -25,7 +25,8 @@ from services.decider.guardrails import (
     check,
     worst_price_usd_per_h,
 )
-from shared.contract import LaunchInstances, LaunchReason
+from services.provisioner.host_history import IncidentKind
+from shared.contract import LaunchInstances, LaunchReason, RemovalReason
 from sim.vast.scenario import Fate, Scenario
 from sim.world.fluid import FluidQueue, ServicePiece
 from sim.world.model import (
@@ -279,10 +280,7 @@ class Engine:
         startup = self.scenario.startup.startup_s
         running_s = -self.world.registration_s
         created_s = running_s - (startup.min + startup.max) / 2
-        for _ in range(initial_fleet_size(self.market, self.trace.arrivals_per_min, self.world)):
-            offer = self.market.rent()
-            if offer is None:
-                break
+        for offer in self.market.rent(count=initial_fleet_size(self.market, self.trace.arrivals_per_min, self.world)):
             rate = offer.tasks_per_h
             schedule = Schedule(running_s, 0.0, INF, INF)
             machine = Machine(next(self._ids), offer, Fate.HEALTHY, rate, created_s, schedule, running_s=running_s)
@@ -293,16 +291,15 @@ class Engine:
 
     def _launch(self, launch: Launch) -> None:
         refused: dict[str, int] = {}
-        for _ in range(launch.count):
-            if self.non_gone >= self.world.max_instances:
-                refused["world_max_instances"] = refused.get("world_max_instances", 0) + 1
-                continue
-            offer = self.market.rent(launch.gpu_models, launch.max_price_usd_per_h)
-            if offer is None and launch.gpu_models and self.world.gpu_preference == "fallback":
-                offer = self.market.rent((), launch.max_price_usd_per_h)
-            if offer is None:
-                refused["market"] = refused.get("market", 0) + 1
-                continue
+        room = max(0, min(launch.count, self.world.max_instances - self.non_gone))
+        if room < launch.count:
+            refused["world_max_instances"] = launch.count - room
+        offers = self.market.rent(launch.gpu_models, launch.max_price_usd_per_h, count=room, now_s=self.now_s)
+        if len(offers) < room and launch.gpu_models and self.world.gpu_preference == "fallback":
+            offers += self.market.rent((), launch.max_price_usd_per_h, count=room - len(offers), now_s=self.now_s)
+        if len(offers) < room:
+            refused["market"] = room - len(offers)
+        for offer in offers:
             self._create(offer)
         for limit, count in refused.items():
             self.launches_refused += count
@@ -393,13 +390,16 @@ class Engine:
                 self._set_billed(machine, True)
             self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "running"))
         elif kind == READY and loading:
+            self.market.measured(machine.offer, machine.tasks_per_h, self.now_s)  # its benchmark
             self._set_state(machine, MachineState.PRODUCING)
             self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "producing"))
         elif kind == EXIT and loading:
+            self.market.failed(machine.offer, IncidentKind.VAST_ERROR, machine.instance_id, self.now_s)
             self._set_billed(machine, False)
             self._set_state(machine, MachineState.EXITED)
             self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "exited"))
         elif kind == OFFLINE and machine.state is MachineState.PRODUCING:
+            self.market.failed(machine.offer, IncidentKind.OFFLINE, machine.instance_id, self.now_s)
             self._set_state(machine, MachineState.OFFLINE)
             self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "offline"))
         elif kind == GONE and machine.state is MachineState.DRAINING:
@@ -411,6 +411,8 @@ class Engine:
         if machine is None:
             return
         machine.removal_reason = removal.reason
+        if machine.state is MachineState.LOADING and removal.reason == RemovalReason.STUCK_LOADING.value:
+            self.market.failed(machine.offer, IncidentKind.STUCK_LOADING, machine.instance_id, self.now_s)
         if machine.state is MachineState.PRODUCING:
             # no new task; the in-flight ones finish (billed) before the machine is given back
             self._set_state(machine, MachineState.DRAINING)
@@ -459,7 +461,8 @@ class Engine:
 
     def _account_machine_tasks(self) -> None:
         """Share the tasks started since the last view among producing machines, first in order first."""
-        dt = self.now_s - self._last_view_s
+        previous_view_s = self._last_view_s
+        dt = self.now_s - previous_view_s
         started = self.queue.started - self._started_at_last_view
         self._last_view_s, self._started_at_last_view = self.now_s, self.queue.started
         mean_rate = started / dt if dt > 0 else 0.0
@@ -473,6 +476,9 @@ class Engine:
                 self._started_by_model[model] = self._started_by_model.get(model, 0.0) + share * dt
                 self._busy_s_by_model[model] = self._busy_s_by_model.get(model, 0.0) + share * dt / rate
             last = self._last_busy.last_above(ahead)
+            if share <= 0 and (last is None or last <= previous_view_s):
+                # no work reached this far down the line since the last view, so none reached anyone behind it
+                break
             if last is not None and last > machine.state_since_s:
                 machine.last_task_s = min(last, self.now_s)
                 machine.worked = True

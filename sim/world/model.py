@@ -6,15 +6,18 @@ same file the vast.ai simulator serves; `WorldConfig` holds what only the world 
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Literal, Protocol
 
 import numpy as np
 
+from services.provisioner.host_history import HostHistory, Incident, IncidentKind
+from services.provisioner.ranking import OfferConstraints, ThroughputKnowledge, rank
+from services.provisioner.vast_models import VastOffer
 from shared import gpu_models
 from sim.vast.scenario import Fate, Scenario
 
@@ -62,10 +65,33 @@ class Offer:
     reference_tasks_per_h: float  # the catalog's pace for its GPUs: what a renter expects (and ranks offers by)
     fate: Fate | None = None  # forced by the scenario (OfferSpec.fate)
     tasks_per_h: float = 0.0  # its real pace when healthy; 0: the reference
+    num_gpus: int = 1
+    host_id: int = 0  # 0: a host of its own (the offer's id)
 
     def __post_init__(self) -> None:
         if self.tasks_per_h <= 0:
             object.__setattr__(self, "tasks_per_h", self.reference_tasks_per_h)
+        if self.host_id <= 0:
+            object.__setattr__(self, "host_id", self.offer_id)
+
+    @property
+    def machine_id(self) -> int:
+        return self.offer_id  # one offer per machine in this market
+
+    def as_vast_offer(self) -> VastOffer:
+        """The row the provisioner would rank. Every offer is verified and equally reliable here: the world draws
+        each launch's fate apart from the offer (the same luck for every policy's k-th launch), so a reliability
+        score would rank by something the world does not act on."""
+        return VastOffer(
+            id=self.offer_id,
+            machine_id=self.machine_id,
+            host_id=self.host_id,
+            gpu_name=self.gpu_model,
+            num_gpus=self.num_gpus,
+            dph_total=self.price_usd_per_h,
+            reliability2=1.0,
+            verified=True,
+        )
 
     @property
     def usd_per_task(self) -> float:
@@ -93,6 +119,7 @@ def offers_from_scenario(scenario: Scenario) -> list[Offer]:
             model_factor[key] = float(speed_rng.uniform(1 - model_spread, 1 + model_spread))
         return reference * model_factor[key] * float(speed_rng.uniform(1 - host_spread, 1 + host_spread))
 
+    host_id, machines_left_on_host = 0, 0
     offers: list[Offer] = []
     for segment in scenario.market:
         model = gpu_models.find(segment.gpu_model)
@@ -104,18 +131,29 @@ def offers_from_scenario(scenario: Scenario) -> list[Offer]:
             typical = model.typical_price_usd_per_h * segment.num_gpus
             low, high = typical * 0.85, typical * 1.15
         for price in rng.uniform(low, high, segment.count):
+            if machines_left_on_host == 0:  # the segment's machines share hosts as sim vast groups them
+                host_id, machines_left_on_host = host_id + 1, segment.machines_per_host
+            machines_left_on_host -= 1
             offers.append(
                 Offer(len(offers) + 1, segment.gpu_model, round(float(price), 4), rate,
-                      tasks_per_h=real_pace(segment.gpu_model, rate))
+                      tasks_per_h=real_pace(segment.gpu_model, rate), num_gpus=segment.num_gpus,
+                      host_id=HOST_IDS_FROM + host_id)
             )  # fmt: skip
+        machines_left_on_host = 0
     for spec in scenario.offers:
         model = gpu_models.find(spec.gpu_model)
         rate = (model.reference_tasks_per_h if model else gpu_models.REFERENCE_TASKS_PER_H_RTX_4090) * spec.num_gpus
         offers.append(
             Offer(len(offers) + 1, spec.gpu_model, spec.price_usd_per_h, rate, spec.fate,
-                  tasks_per_h=real_pace(spec.gpu_model, rate))
+                  tasks_per_h=real_pace(spec.gpu_model, rate), num_gpus=spec.num_gpus, host_id=spec.host_id or 0)
         )  # fmt: skip
     return offers
+
+
+# host ids apart from offer ids (an offer alone on its host uses its own id as the host's)
+HOST_IDS_FROM = 1_000_000
+# the world's second 0 as a date, for the provisioner's dated host history (its incidents fade over days)
+RANKING_EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
 
 
 def _canonical(name: str) -> str:
@@ -124,48 +162,69 @@ def _canonical(name: str) -> str:
 
 
 class Market:
-    """Offers not in use, best expected cost per task first (the provisioner's ranking without host history).
-
-    One queue of free offers per GPU model (cheapest first), so renting looks at a handful of heads, not at
-    every offer of a large market.
+    """Offers not in use, in the provisioner's own order (services/provisioner/ranking.rank), with the host history
+    this world's machines leave as a real fleet's would: each machine's measured pace once it is benchmarked, each
+    failure against its machine and host, and each GPU model's observed pace. A machine that turned out slow, or a
+    host that failed, drops down the list when it is offered again, as it would with the provisioner.
     """
 
     def __init__(self, offers: Sequence[Offer]) -> None:
         self.offers = sorted(offers, key=lambda o: (o.usd_per_task, o.offer_id))
-        self._model = {offer.offer_id: _canonical(offer.gpu_model) for offer in self.offers}
-        self._free: dict[str, list[tuple[float, int, Offer]]] = {}
-        for offer in self.offers:
-            self._free.setdefault(self._model[offer.offer_id], []).append((offer.usd_per_task, offer.offer_id, offer))
-        for queue in self._free.values():
-            heapq.heapify(queue)
+        self._free: dict[int, Offer] = {offer.offer_id: offer for offer in self.offers}
+        self._vast = {offer.offer_id: offer.as_vast_offer() for offer in self.offers}
+        self._models = tuple(sorted({_canonical(offer.gpu_model) for offer in self.offers}))
+        self.history = HostHistory()
+        # a model the catalog does not know is ranked at the pace the world assumes for it until one is measured
+        self._unknown_pace = {
+            _canonical(o.gpu_model): o.reference_tasks_per_h / o.num_gpus
+            for o in self.offers
+            if gpu_models.find(o.gpu_model) is None
+        }
+        self._measured_pace: dict[str, tuple[float, int]] = {}  # by model: sum of per-GPU paces, machines
+        self.knowledge = ThroughputKnowledge(dict(self._unknown_pace))
 
-    def rent(self, gpu_models_wanted: Sequence[str] = (), max_price_usd_per_h: float | None = None) -> Offer | None:
-        wanted = {_canonical(name) for name in gpu_models_wanted}
-        best: tuple[float, int, Offer] | None = None
-        best_model = ""
-        for model, queue in self._free.items():
-            if not queue or (wanted and model not in wanted):
-                continue
-            head = queue[0]
-            if max_price_usd_per_h is not None and head[2].price_usd_per_h > max_price_usd_per_h:
-                # a model's offers differ only in price: under the cap means the cheapest might be, so look
-                head = min((e for e in queue if e[2].price_usd_per_h <= max_price_usd_per_h), default=head)
-                if head[2].price_usd_per_h > max_price_usd_per_h:
-                    continue
-            if best is None or head < best:
-                best, best_model = head, model
-        if best is None:
-            return None
-        queue = self._free[best_model]
-        if queue[0] is best:
-            heapq.heappop(queue)
-        else:
-            queue.remove(best)
-            heapq.heapify(queue)
-        return best[2]
+    def rent(
+        self,
+        gpu_models_wanted: Sequence[str] = (),
+        max_price_usd_per_h: float | None = None,
+        *,
+        count: int = 1,
+        now_s: float = 0.0,
+    ) -> list[Offer]:
+        """The `count` best free offers the provisioner would rent for this launch (fewer when the market is short)."""
+        wanted = tuple(dict.fromkeys(_canonical(name) for name in gpu_models_wanted)) or self._models
+        constraints = OfferConstraints(
+            allowed_gpu_models=wanted,
+            max_price_usd_per_h=math.inf if max_price_usd_per_h is None else max_price_usd_per_h,
+            verified_only=False,
+        )
+        ranked = rank(
+            (self._vast[offer_id] for offer_id in self._free), constraints, self.knowledge, self.history, _at(now_s)
+        )
+        return [self._free.pop(choice.offer.id) for choice in ranked[:count]]
 
     def release(self, offer: Offer) -> None:
-        heapq.heappush(self._free[self._model[offer.offer_id]], (offer.usd_per_task, offer.offer_id, offer))
+        self._free[offer.offer_id] = offer
+
+    def measured(self, offer: Offer, tasks_per_h: float, now_s: float) -> None:
+        """A benchmark of the machine: its pace against the catalog's, and its model's pace as the fleet sees it."""
+        self.history.record_measure(offer.machine_id, tasks_per_h / offer.reference_tasks_per_h, _at(now_s))
+        model = _canonical(offer.gpu_model)
+        total, count = self._measured_pace.get(model, (0.0, 0))
+        total, count = total + tasks_per_h / offer.num_gpus, count + 1
+        self._measured_pace[model] = (total, count)
+        self.knowledge = ThroughputKnowledge({**self.knowledge.observed_tasks_per_h_by_model, model: total / count})
+
+    def failed(self, offer: Offer, kind: IncidentKind, instance_id: int, now_s: float) -> None:
+        self.history.record(
+            Incident(
+                at=_at(now_s), kind=kind, instance_id=instance_id, host_id=offer.host_id, machine_id=offer.machine_id
+            )
+        )
+
+
+def _at(now_s: float) -> datetime:
+    return RANKING_EPOCH + timedelta(seconds=now_s)
 
 
 def initial_fleet_size(market: Market, arrivals_per_min: Sequence[int], world: WorldConfig) -> int:

@@ -160,3 +160,15 @@ def test_the_summed_penalties_match_the_definition_incident_by_incident(
             continue
         expected += share * INCIDENT_WEIGHTS[kind] * 0.5 ** (age_h * 3600 / HALF_LIFE_S)
     assert history.penalty(host_id, machine_id, NOW) == pytest.approx(expected, abs=1e-9)
+
+
+def test_a_machines_own_bench_ratio_is_not_multiplied_by_its_models_observation() -> None:
+    """The ratio is measured against the reference, so it already holds the model being slow: counted once."""
+    history = HostHistory()
+    history.record_measure(1, 0.5, NOW)  # this 5090 benched at half its reference: 81 tasks/h
+    knowledge = ThroughputKnowledge({"RTX 5090": 81.0})  # the fleet's 5090s, this one among them, do 81
+    ranked = rank([offer(1, "RTX 5090", 0.81), offer(2, "RTX 5090", 0.80)], ANY, knowledge, history, NOW)
+    by_id = {r.offer.id: r for r in ranked}
+    assert by_id[1].expected_tasks_per_h == pytest.approx(81.0)  # not 81 × 0.5
+    assert by_id[2].expected_tasks_per_h == pytest.approx(81.0)  # unmeasured: the model's observation
+    assert [r.offer.id for r in ranked] == [2, 1]  # same pace, the cheaper first
