@@ -129,12 +129,13 @@ async def test_a_taken_offer_and_a_bad_key_answer_as_vast_does(start_vast: Start
     client = VastAI(api_key=API_KEY, server_url=url)
     with pytest.raises(requests.HTTPError) as gone:
         await in_thread(client.create_instance, 11, image="x", disk=10)
-    assert gone.value.response.status_code == 404  # the SDK's default cancel_unavail=False: "not available"
-    assert gone.value.response.json()["error"] == "no_such_ask"
+    taken = gone.value.response
+    assert taken is not None and taken.status_code == 404  # the SDK's default cancel_unavail=False
+    assert taken.json()["error"] == "no_such_ask"
     stranger = VastAI(api_key="not-the-key", server_url=url)
     with pytest.raises(requests.HTTPError) as refused:
         await in_thread(stranger.show_instances)
-    assert refused.value.response.json()["error"] == "auth_error"
+    assert refused.value.response is not None and refused.value.response.json()["error"] == "auth_error"
 
 
 async def test_every_answer_is_json_with_its_content_type(start_vast: StartVast) -> None:
