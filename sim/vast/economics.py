@@ -13,8 +13,14 @@ from dataclasses import dataclass, field
 
 from sim.vast.scenario import BidMarket, StartupSpec
 
+HOURS_PER_MONTH = 730.0  # vast prices storage per GB-month
 MEGABITS_PER_GB = 8000.0  # vast's `inet_down` is in Mb/s, images in GB
 SLOWEST_LINK_MBPS = 1.0  # a listed link of 0 Mb/s would make a pull infinite; vast lists none that slow
+
+
+def storage_usd_per_h(storage_usd_per_gb_month: float, disk_gb: float) -> float:
+    """What an instance's disk costs an hour, in every state but gone (and offline)."""
+    return storage_usd_per_gb_month * disk_gb / HOURS_PER_MONTH
 
 
 def pulled_gb(startup: StartupSpec, *, cached: bool) -> float:

@@ -20,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared import gpu_models
 from sim.vast.economics import BidLevels, outbid, pull_s, pulled_gb
+from sim.vast.economics import storage_usd_per_h as storage_cost_usd_per_h
 from sim.vast.query import Query, QueryError, parse_filters, parse_order
 from sim.vast.scenario import Fate, MarketSegment, OfferSpec, Scenario
 
-HOURS_PER_MONTH = 730.0
 FIRST_INSTANCE_ID = 33_032_701  # vast contract ids are eight-digit integers
 FIRST_OFFER_ID = 4_100_001
 FIRST_MACHINE_ID = 12_001
@@ -107,7 +107,7 @@ class SimOffer:
     ) -> dict[str, Any]:
         """The offer as `POST /api/v0/bundles/` returns it (the fields vast-cli's `offers_fields` lists). A `bid`
         search prices it at `min_bid` (the OpenAPI: "bid (interruptible): uses minimum bid price")."""
-        storage_usd_per_h = storage_usd_per_gb_month * allocated_storage_gb / HOURS_PER_MONTH
+        storage_usd_per_h = storage_cost_usd_per_h(storage_usd_per_gb_month, allocated_storage_gb)
         is_bid = offer_type == "bid"
         dph_total = (self.min_bid if is_bid else self.dph_base) + storage_usd_per_h
         model = gpu_models.find(self.gpu_name)
@@ -373,7 +373,7 @@ class VastWorld:
                 f"a higher bid holds the machine.", ask_id=offer_id
             )  # fmt: skip
         disk_gb = request.disk
-        storage_usd_per_h = self.scenario.billing.storage_usd_per_gb_month * disk_gb / HOURS_PER_MONTH
+        storage_usd_per_h = storage_cost_usd_per_h(self.scenario.billing.storage_usd_per_gb_month, disk_gb)
         fate = self._draw_fate(offer)
         startup = self.scenario.startup
         rng = self._fate_rng

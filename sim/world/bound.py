@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from sim.vast.economics import storage_usd_per_h
 from sim.vast.scenario import Scenario
 from sim.world import lp
 from sim.world.model import Market, WorldConfig, initial_fleet_size, offers_from_scenario
@@ -94,9 +95,11 @@ def build_problem(trace: Trace, scenario: Scenario, world: WorldConfig, objectiv
     by_real_price = sorted(market.offers[:n_initial], key=lambda o: o.real_usd_per_task) + sorted(
         market.offers[n_initial:], key=lambda o: o.real_usd_per_task
     )
+    # a machine's disk is billed beside its GPU in every state (the same for every offer, so the order holds)
+    disk_usd_per_h = storage_usd_per_h(scenario.billing.storage_usd_per_gb_month, world.disk_gb)
     for i, offer in enumerate(by_real_price):
         initial = i < n_initial
-        price, rate = offer.real_usd_per_task, offer.tasks_per_h
+        price, rate = (offer.price_usd_per_h + disk_usd_per_h) / offer.tasks_per_h, offer.tasks_per_h
         last = tiers[-1] if tiers else None
         if last and last.initial == initial and price <= last.usd_per_task * (1 + TIER_PRICE_STEP):
             width = last.width_tasks_per_h + rate

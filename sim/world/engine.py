@@ -27,6 +27,7 @@ from services.decider.guardrails import (
 )
 from services.provisioner.host_history import IncidentKind
 from shared.contract import LaunchInstances, LaunchReason, RemovalReason
+from sim.vast.economics import storage_usd_per_h
 from sim.vast.scenario import Fate, Scenario
 from sim.world.fluid import FluidQueue, ServicePiece
 from sim.world.model import (
@@ -40,6 +41,8 @@ from sim.world.model import (
     Market,
     Offer,
     Remove,
+    Resume,
+    ResumeDraws,
     Schedule,
     WorldConfig,
     WorldView,
@@ -51,7 +54,7 @@ from sim.world.trace import Trace
 
 INF = math.inf
 # event kinds, in the order they are handled when they fall on the same moment
-MINUTE, RUNNING, READY, EXIT, OFFLINE, GONE, DECIDE, SAMPLE, END = range(9)
+MINUTE, RUNNING, READY, EXIT, OFFLINE, GONE, PARK, DECIDE, SAMPLE, END = range(10)
 TARGET_SAMPLES = 1500
 GUARDRAIL_EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # the guardrails' clock: simulated seconds from here
 LAUNCH_COMMAND_MAX = 100  # shared.contract.LaunchInstances.count's upper bound
@@ -109,6 +112,10 @@ class RunResult:
     # (simulated s, limit, machines) for each launch the world could not carry out: "market" (no free offer
     # within its GPU models and price cap) or "world_max_instances" (the world's own instance cap)
     launch_refusals: list[tuple[float, str, int]] = field(default_factory=list)
+    storage_cost_usd: float = 0.0  # the disks' share of cost_usd (parked machines pay only this)
+    parks: int = 0
+    resumes: int = 0
+    resumes_gpu_taken: int = 0  # resumes that found their GPU rented by someone else
 
     @property
     def objective_usd(self) -> float:
@@ -139,7 +146,8 @@ class _LastBusy:
 
 @dataclass
 class _Ledger:
-    cost_usd: float = 0.0
+    cost_usd: float = 0.0  # storage included
+    storage_cost_usd: float = 0.0
     billed_machine_s: float = 0.0
     producing_machine_s: float = 0.0
     idle_machine_s: float = 0.0
@@ -163,6 +171,9 @@ class Engine:
         self.horizon_s = self.trace_end_s + self.world.drain_max_s
         self.market = Market(offers_from_scenario(self.scenario))
         self.draws = LaunchDraws(self.scenario, self.seed)
+        self.resume_draws = ResumeDraws(self.scenario, self.seed)
+        self.storage_usd_per_h = storage_usd_per_h(self.scenario.billing.storage_usd_per_gb_month, self.world.disk_gb)
+        self.parks = self.resumes = self.resumes_gpu_taken = 0
         self.queue = FluidQueue(WaitStats(self.objective.grace_s))
         self.machines: dict[int, Machine] = {}
         self.producing_order: list[Machine] = []  # the job system fills these first to last
@@ -222,7 +233,9 @@ class Engine:
 
     def _advance(self, to_s: float) -> None:
         dt = to_s - self.now_s
-        self.ledger.cost_usd += self.spend_usd_per_h * dt / 3600.0
+        storage_usd = self.storage_usd_per_h * self.non_gone * dt / 3600.0
+        self.ledger.storage_cost_usd += storage_usd
+        self.ledger.cost_usd += self.spend_usd_per_h * dt / 3600.0 + storage_usd
         self.ledger.billed_machine_s += self.billed * dt
         producing = len(self.producing_order)
         self.ledger.producing_machine_s += producing * dt
@@ -365,7 +378,8 @@ class Engine:
         machine.state_since_s = self.now_s
         if state is MachineState.GONE:
             self.non_gone -= 1
-            self.committed_usd_per_h = max(0.0, self.committed_usd_per_h - machine.price_usd_per_h)
+            if was is not MachineState.PARKED:  # a parked machine's GPU left the commitment when it parked
+                self.committed_usd_per_h = max(0.0, self.committed_usd_per_h - machine.price_usd_per_h)
             self._set_billed(machine, False)
             self.market.release(machine.offer)
             self.machines.pop(machine.instance_id, None)
@@ -383,6 +397,9 @@ class Engine:
         machine.worked = last is not None and last > machine.state_since_s
 
     def _on_machine(self, kind: int, machine: Machine) -> None:
+        if machine.state is MachineState.RESUMING:
+            self._on_resuming(kind, machine)
+            return
         loading = machine.state is MachineState.LOADING
         if kind == RUNNING and loading:
             machine.running_s = self.now_s
@@ -402,9 +419,51 @@ class Engine:
             self.market.failed(machine.offer, IncidentKind.OFFLINE, machine.instance_id, self.now_s)
             self._set_state(machine, MachineState.OFFLINE)
             self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "offline"))
-        elif kind == GONE and machine.state is MachineState.DRAINING:
+        elif kind == GONE and machine.state is MachineState.DRAINING and not machine.parking:
             self._set_state(machine, MachineState.GONE)
             self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "gone"))
+        elif kind == PARK and machine.state is MachineState.DRAINING and machine.parking:
+            self._park(machine)
+
+    # --- parking: vast's stop and start --------------------------------------------------------------------
+
+    def _park(self, machine: Machine) -> None:
+        """Stopped: the GPU is no longer billed nor committed, the disk (and the image on it) is kept."""
+        self._set_billed(machine, False)
+        self.committed_usd_per_h = max(0.0, self.committed_usd_per_h - machine.price_usd_per_h)
+        machine.parking = False
+        self._set_state(machine, MachineState.PARKED)
+        self.parks += 1
+        self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "parked"))
+
+    def _resume(self, resume: Resume) -> None:
+        """Started again: running after the scenario's restart time, producing after the worker registers; if the
+        GPU was rented meanwhile, vast holds the start in "scheduling" until it is free (or for ever)."""
+        machine = self.machines.get(resume.instance_id)
+        if machine is None or machine.state is not MachineState.PARKED:
+            return
+        draw = self.resume_draws.draw(self.resumes, self.now_s - machine.state_since_s)
+        self.resumes += 1
+        self.committed_usd_per_h += machine.price_usd_per_h
+        self._set_state(machine, MachineState.RESUMING)
+        self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "resuming"))
+        if draw.gpu_taken:
+            self.resumes_gpu_taken += 1
+            if draw.free_after_s is None:
+                return  # waits in scheduling until a policy gives up on it
+        wait_s = draw.free_after_s or 0.0
+        machine.resume_running_s = self.now_s + wait_s + self.scenario.startup.restart_s
+        machine.resume_ready_s = machine.resume_running_s + self.world.registration_s
+        self._push(machine.resume_running_s, RUNNING, machine.instance_id)
+        self._push(machine.resume_ready_s, READY, machine.instance_id)
+
+    def _on_resuming(self, kind: int, machine: Machine) -> None:
+        if kind == RUNNING and self.now_s == machine.resume_running_s:
+            self._set_billed(machine, True)  # vast bills a restarted GPU from running
+            self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "running"))
+        elif kind == READY and self.now_s == machine.resume_ready_s:
+            self._set_state(machine, MachineState.PRODUCING)
+            self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "producing"))
 
     def _remove(self, removal: Remove) -> None:
         machine = self.machines.get(removal.instance_id)
@@ -413,11 +472,15 @@ class Engine:
         machine.removal_reason = removal.reason
         if machine.state is MachineState.LOADING and removal.reason == RemovalReason.STUCK_LOADING.value:
             self.market.failed(machine.offer, IncidentKind.STUCK_LOADING, machine.instance_id, self.now_s)
+        parking = removal.verb == "stop"  # vast's stop keeps the machine: parked once its tasks are done
         if machine.state is MachineState.PRODUCING:
-            # no new task; the in-flight ones finish (billed) before the machine is given back
+            # no new task; the in-flight ones finish (billed) before the machine is given back or parked
+            machine.parking = parking
             self._set_state(machine, MachineState.DRAINING)
-            self._push(self.now_s + self.world.task_s, GONE, machine.instance_id)
-        elif machine.state is MachineState.DRAINING and removal.verb == "drain":
+            self._push(self.now_s + self.world.task_s, PARK if parking else GONE, machine.instance_id)
+        elif (machine.state is MachineState.DRAINING and removal.verb != "destroy") or (
+            machine.state is MachineState.PARKED and parking
+        ):
             return
         else:
             self._set_state(machine, MachineState.GONE)
@@ -493,6 +556,8 @@ class Engine:
             if isinstance(action, Launch):
                 for launch in self._granted(action):
                     self._launch(launch)
+            elif isinstance(action, Resume):
+                self._resume(action)
             else:
                 self._remove(action)
 
@@ -595,4 +660,8 @@ class Engine:
             sim_wall_s=wall_s,
             waits=waits,
             launch_refusals=self._launch_refusals,
+            storage_cost_usd=self.ledger.storage_cost_usd,
+            parks=self.parks,
+            resumes=self.resumes,
+            resumes_gpu_taken=self.resumes_gpu_taken,
         )

@@ -28,6 +28,7 @@ REGISTRATION_S = 600.0
 # after the trace ends, the fleet gets this long to clear its queue; tasks still queued then are charged to here
 DRAIN_MAX_S = 12 * 3600.0
 LAUNCH_DRAWS_BLOCK = 4096
+INF = math.inf
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,9 @@ class WorldConfig:
     # a launch's GPU models: "strict" rents only those (what services/provisioner does today), "fallback" rents
     # the best other offer once they are gone (what the contract's word "preferred" suggests)
     gpu_preference: Literal["strict", "fallback"] = "strict"
+    # each instance's disk (the provisioner's default allocation): billed at the scenario's storage price in every
+    # state but gone, parked included
+    disk_gb: float = 50.0
 
 
 class MachineState(StrEnum):
@@ -53,7 +57,9 @@ class MachineState(StrEnum):
     PRODUCING = "producing"
     DRAINING = "draining"  # takes no new task, finishes its in-flight ones, then gone
     OFFLINE = "offline"  # was producing, the host disconnected: billed until removed, no capacity
-    EXITED = "exited"  # failed at the end of loading with a docker error: not billed, no capacity
+    EXITED = "exited"  # failed at the end of loading with a docker error: GPU not billed, its disk still is
+    PARKED = "parked"  # stopped on vast after draining: keeps its disk (billed) and image, no GPU, no capacity
+    RESUMING = "resuming"  # started again: minutes to running, or a wait in "scheduling" if its GPU was taken
     GONE = "gone"
 
 
@@ -287,6 +293,33 @@ class LaunchDraws:
 
 
 @dataclass(frozen=True)
+class ResumeDraw:
+    """The random parts of one resume, fixed by (seed, resume index) as launches are: whether the GPU was rented
+    meanwhile (given the hours parked) and, if so, when it is free again (None: never)."""
+
+    gpu_taken: bool
+    free_after_s: float | None
+
+
+class ResumeDraws:
+    def __init__(self, scenario: Scenario, seed: int) -> None:
+        self.scenario = scenario
+        self._rng = np.random.default_rng([seed, 37])
+        self._u: np.ndarray = np.empty((0, 2))
+
+    def draw(self, index: int, parked_s: float) -> ResumeDraw:
+        while index >= len(self._u):
+            self._u = np.vstack([self._u, self._rng.random((LAUNCH_DRAWS_BLOCK, 2))])
+        u_taken, u_free = (float(x) for x in self._u[index])
+        rules = self.scenario.stop_start
+        taken = u_taken < 1.0 - math.exp(-rules.gpu_taken_per_stopped_h * parked_s / 3600.0)
+        if not taken:
+            return ResumeDraw(False, None)
+        free = rules.gpu_free_after_s
+        return ResumeDraw(True, None if free is None else free.min + (free.max - free.min) * u_free)
+
+
+@dataclass(frozen=True)
 class Schedule:
     """A machine's future, fixed by its fate at creation. The engine reads it; no policy may (inf: never)."""
 
@@ -316,6 +349,10 @@ class Machine:
     tasks_started: float = 0.0
     last_task_s: float | None = None
     removal_reason: str = ""
+    parking: bool = False  # draining to be parked, not given back
+    # the current resume's moments (events of an earlier resume or of its creation do not match them)
+    resume_running_s: float = INF
+    resume_ready_s: float = INF
 
     @property
     def gpu_model(self) -> str:
@@ -366,7 +403,7 @@ class FleetEvent:
 
     at_s: float
     instance_id: int
-    kind: Literal["created", "running", "producing", "exited", "offline", "gone"]
+    kind: Literal["created", "running", "producing", "exited", "offline", "gone", "parked", "resuming"]
 
 
 @dataclass(frozen=True)
@@ -407,7 +444,15 @@ class Remove:
     reason: str = ""
 
 
-Action = Launch | Remove
+@dataclass(frozen=True)
+class Resume:
+    """Start a parked machine again (vast's start): its disk and image are there, but its GPU may not be."""
+
+    instance_id: int
+    reason: str = ""
+
+
+Action = Launch | Remove | Resume
 
 
 @dataclass

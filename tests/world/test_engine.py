@@ -1,4 +1,4 @@
-"""The event loop: billing from creation, machines' fates, draining, the instance cap, determinism."""
+"""The event loop: billing from creation (the disk in every state), machines' fates, draining, the instance cap, determinism."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from tests.world.scripted import Hold, Scripted
 FIXED_HOUR = {"startup": {"startup_s": {"min": 3600, "max": 3600}}}
 QUIET_3H = Trace.of([0] * 180, "quiet")
 END_S = 180 * 60 + 240.0  # trace end + one task duration
+DISK_USD_PER_H = 0.15 * 50 / 730  # vast's storage price ($/GB-month) × the 50 GB disk, in every state but gone
 
 
 def launch_once(view):  # type: ignore[no-untyped-def]
@@ -39,7 +40,8 @@ def test_a_machine_is_billed_from_creation_and_produces_after_startup_and_regist
     result = run(QUIET_3H, Scripted(script))
     assert result.end_s == pytest.approx(END_S)
     assert result.launches == 1
-    assert result.cost_usd == pytest.approx(0.5 * (END_S - 60) / 3600)
+    assert result.cost_usd == pytest.approx((0.5 + DISK_USD_PER_H) * (END_S - 60) / 3600)
+    assert result.storage_cost_usd == pytest.approx(DISK_USD_PER_H * (END_S - 60) / 3600)
     assert result.machine_hours == pytest.approx((END_S - 60) / 3600)
     producing_from = 60 + 3600 + 600
     assert result.producing_machine_hours == pytest.approx((END_S - producing_from) / 3600)
@@ -51,7 +53,8 @@ def test_a_machine_is_billed_from_creation_and_produces_after_startup_and_regist
 
 def test_billing_from_running_skips_the_startup() -> None:
     result = run(QUIET_3H, Scripted(launch_once), billed_from="running")
-    assert result.cost_usd == pytest.approx(0.5 * (END_S - 60 - 3600) / 3600)
+    # the GPU from running, the disk from creation
+    assert result.cost_usd == pytest.approx((0.5 * (END_S - 60 - 3600) + DISK_USD_PER_H * (END_S - 60)) / 3600)
 
 
 def test_a_machine_given_back_before_producing_is_a_wasted_launch() -> None:
@@ -64,7 +67,7 @@ def test_a_machine_given_back_before_producing_is_a_wasted_launch() -> None:
 
     result = run(QUIET_3H, Scripted(script))
     assert result.wasted_launches == 1
-    assert result.cost_usd == pytest.approx(0.5 * 1800 / 3600)
+    assert result.cost_usd == pytest.approx((0.5 + DISK_USD_PER_H) * 1800 / 3600)
 
 
 def test_a_drained_machine_finishes_its_tasks_before_it_stops_billing() -> None:
@@ -72,7 +75,7 @@ def test_a_drained_machine_finishes_its_tasks_before_it_stops_billing() -> None:
         return [Remove(view.machines[0].instance_id, "drain")] if view.now_s == 600.0 else []
 
     result = run(QUIET_3H, Scripted(script), initial_machines=1)
-    assert result.cost_usd == pytest.approx(0.5 * (600 + 240) / 3600)
+    assert result.cost_usd == pytest.approx((0.5 + DISK_USD_PER_H) * (600 + 240) / 3600)
     assert result.wasted_launches == 0
 
 

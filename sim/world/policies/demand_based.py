@@ -71,5 +71,5 @@ class DemandBasedPolicy:
             for machine in producing:
                 busy_until = (machine.last_task_s or machine.state_since_s) + view.task_s
                 if view.now_s - max(busy_until, machine.state_since_s) >= config.idle_timeout_s:
-                    actions.append(Remove(machine.instance_id, "stop", "idle"))
+                    actions.append(Remove(machine.instance_id, "drain", "idle"))  # given back, not parked
         return actions

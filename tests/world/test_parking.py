@@ -1,0 +1,98 @@
+"""Parking in the world: vast's stop keeps a machine's disk (billed) and image, its start brings it back in
+minutes, unless its GPU was rented meanwhile; the same scenario rules as the vast simulator's."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.vast.scenario import Scenario
+from sim.world.engine import Engine
+from sim.world.model import Launch, MachineState, Remove, Resume, WorldConfig
+from sim.world.trace import Trace
+from tests.world.conftest import quiet_scenario
+from tests.world.scripted import Scripted
+
+DISK_USD_PER_H = 0.15 * 50 / 730
+QUIET_6H = Trace.of([0] * 360, "quiet")
+RESTART_S, REGISTRATION_S, TASK_S = 120.0, 600.0, 240.0
+PARK_AT, RESUME_AT = 600.0, 3 * 3600.0
+
+
+def parking_script(states: dict[float, MachineState], launches_at: float | None = None):
+    def script(view):
+        machine = view.machines_by_id.get(1)
+        if machine is not None:
+            states[view.now_s] = machine.state
+        if view.now_s == PARK_AT:
+            return [Remove(1, "stop", "idle")]
+        if view.now_s == RESUME_AT:
+            return [Resume(1, "demand_back")]
+        if launches_at is not None and view.now_s == launches_at:
+            return [Launch(1)]
+        return []
+
+    return script
+
+
+def run(script, scenario: Scenario | None = None):
+    scenario = scenario or quiet_scenario(
+        market=[{"gpu_model": "RTX 4090", "count": 1, "price_usd_per_h": {"min": 0.5, "max": 0.5}}]
+    )
+    return Engine(QUIET_6H, Scripted(script), scenario, 0, WorldConfig(initial_machines=1)).run()
+
+
+def test_a_parked_machine_pays_its_disk_only_and_comes_back_in_minutes() -> None:
+    states: dict[float, MachineState] = {}
+    result = run(parking_script(states))
+    parked_s = RESUME_AT - (PARK_AT + TASK_S)
+    end_s = result.end_s
+    gpu_s = (PARK_AT + TASK_S) + (end_s - RESUME_AT - RESTART_S)  # draining finishes its tasks; restart unbilled
+    assert result.cost_usd == pytest.approx((0.5 * gpu_s + DISK_USD_PER_H * end_s) / 3600)
+    assert result.storage_cost_usd == pytest.approx(DISK_USD_PER_H * end_s / 3600)
+    assert parked_s > 0 and result.parks == 1 and result.resumes == 1 and result.resumes_gpu_taken == 0
+    assert states[PARK_AT + 300] is MachineState.PARKED
+    assert states[RESUME_AT + 60] is MachineState.RESUMING
+    back_at = RESUME_AT + RESTART_S + REGISTRATION_S
+    assert states[back_at - 60] is MachineState.RESUMING
+    assert states[back_at + 60] is MachineState.PRODUCING
+
+
+def test_a_parked_machine_stays_ours_the_market_does_not_rent_it_again() -> None:
+    states: dict[float, MachineState] = {}
+    result = run(parking_script(states, launches_at=3600.0))  # the only offer is the parked machine's
+    assert result.launches == 0 and result.launches_refused == 1
+
+
+def test_a_resume_whose_gpu_was_taken_waits_in_scheduling_until_given_up() -> None:
+    states: dict[float, MachineState] = {}
+    taken_for_good = quiet_scenario(
+        market=[{"gpu_model": "RTX 4090", "count": 1, "price_usd_per_h": {"min": 0.5, "max": 0.5}}],
+        stop_start={"gpu_taken_per_stopped_h": 1000.0, "gpu_free_after_s": None},
+    )
+
+    def script(view):
+        actions = parking_script(states)(view)
+        if view.now_s == RESUME_AT + 3600:
+            actions = [Remove(1, "destroy", "gpu_taken")]
+        return actions
+
+    result = run(script, taken_for_good)
+    assert result.resumes_gpu_taken == 1
+    assert states[RESUME_AT + 3000] is MachineState.RESUMING  # never running: its GPU is someone else's
+    assert RESUME_AT + 3660 not in states  # destroyed: gone from the view
+    gpu_s = PARK_AT + TASK_S  # nothing after the park
+    disk_s = RESUME_AT + 3600
+    assert result.cost_usd == pytest.approx((0.5 * gpu_s + DISK_USD_PER_H * disk_s) / 3600)
+
+
+def test_a_taken_gpu_freed_later_delays_the_resume() -> None:
+    states: dict[float, MachineState] = {}
+    freed_in_an_hour = quiet_scenario(
+        market=[{"gpu_model": "RTX 4090", "count": 1, "price_usd_per_h": {"min": 0.5, "max": 0.5}}],
+        stop_start={"gpu_taken_per_stopped_h": 1000.0, "gpu_free_after_s": {"min": 3600, "max": 3600}},
+    )
+    result = run(parking_script(states), freed_in_an_hour)
+    back_at = RESUME_AT + 3600 + RESTART_S + REGISTRATION_S
+    assert result.resumes_gpu_taken == 1
+    assert states[back_at - 60] is MachineState.RESUMING
+    assert states[back_at + 60] is MachineState.PRODUCING
