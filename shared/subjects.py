@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from shared.contract import InstanceState, TaskEventKind, TriggerPriority, TriggerReason
 
-ProvisionVerb = str  # "launch" | "stop" | "destroy"
-PROVISION_VERBS = ("launch", "stop", "destroy")
+ProvisionVerb = str  # "launch" | "stop" | "destroy" | "resume"
+PROVISION_VERBS = ("launch", "stop", "destroy", "resume")
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ def catalog(subjects: Subjects) -> list[Channel]:
         Channel(s.provision_command("launch"), c.LaunchInstances, "command: launch instances"),
         Channel(s.provision_command("stop"), c.StopInstance, "command: stop an instance"),
         Channel(s.provision_command("destroy"), c.DestroyInstance, "command: destroy an instance"),
+        Channel(s.provision_command("resume"), c.ResumeInstance, "command: start a parked instance again"),
         Channel(s.fleet_drain, c.DrainInstance, "command to fleet: drain an instance"),
         Channel(s.bench_request, c.BenchRequest, "benchmark this instance or endpoint"),
         Channel(s.bench_result, c.BenchResult, "a benchmark's measurements and verdict"),

@@ -25,7 +25,10 @@ from shared.contract import (
     GuardrailVerdict,
     InstanceState,
     LaunchInstances,
+    LaunchReason,
+    ParkReason,
     RemovalReason,
+    ResumeInstance,
     StopInstance,
 )
 
@@ -35,11 +38,19 @@ S = InstanceState
 # runs); `gone` is not in the snapshot at all.
 REMOVABLE_STATES: dict[str, frozenset[InstanceState]] = {
     "drain": frozenset({S.RUNNING, S.REGISTERED, S.BENCHMARKED, S.PRODUCING}),
-    "stop": frozenset({S.REQUESTED, S.LOADING, S.RUNNING, S.REGISTERED, S.BENCHMARKED, S.DRAINING, S.FAILED}),
-    "destroy": frozenset({S.REQUESTED, S.LOADING, S.RUNNING, S.REGISTERED, S.BENCHMARKED, S.DRAINING, S.FAILED}),
+    # a resuming machine may be parked again while it waits for its GPU
+    "stop": frozenset(
+        {S.REQUESTED, S.LOADING, S.RUNNING, S.REGISTERED, S.BENCHMARKED, S.DRAINING, S.RESUMING, S.FAILED}
+    ),
+    # a parked machine is destroyed when its demand did not come back: its storage is then freed too
+    "destroy": frozenset(
+        {S.REQUESTED, S.LOADING, S.RUNNING, S.REGISTERED, S.BENCHMARKED, S.DRAINING, S.PARKED, S.RESUMING, S.FAILED}
+    ),
 }
 # reasons that mean "we need less", which workers_stalled must never be taken for
-SCALE_DOWN_REASONS = frozenset({RemovalReason.IDLE, RemovalReason.OVER_PROVISIONED, RemovalReason.BUDGET})
+SCALE_DOWN_REASONS = frozenset(
+    {RemovalReason.IDLE, RemovalReason.OVER_PROVISIONED, RemovalReason.BUDGET, RemovalReason.PARK}
+)
 RATE_WINDOW_S = 3600.0
 # a launch the snapshot does not show after this long is taken as refused or failed by the provisioner
 LAUNCH_PENDING_S = 900.0
@@ -61,6 +72,7 @@ class GuardrailRule(StrEnum):
     ALREADY_REMOVED = "already_removed"
     LOCK_LOST = "lock_lost"  # applied by the runner: a stale lock holder must not act
     BENCH_NOT_FAILED = "bench_not_failed"  # bench_failed named for a machine whose benchmark did not fail
+    NOT_PARKED = "not_parked"  # a resume for a machine that is not parked by us
 
 
 @dataclass(frozen=True)
@@ -95,6 +107,11 @@ class FleetLedger:
     workers_stalled: bool
     stale: bool
     removed: frozenset[int] = field(default_factory=frozenset)
+    # per instance: (full $/h, $/h it commits now); a parked one commits its storage, a resume its full price
+    prices: Mapping[int, tuple[float, float]] = field(default_factory=dict)
+    # parked machines an outbid pause parked rather than we: vast resumes them, a resume command cannot
+    outbid: frozenset[int] = field(default_factory=frozenset)
+    resumed: frozenset[int] = field(default_factory=frozenset)
     # instances whose benchmark really failed: a missing report (verdict `unknown`) is no reason to remove one
     bench_failed: frozenset[int] = field(default_factory=frozenset)
 
@@ -154,6 +171,16 @@ def ledger_from(
             for line in (snapshot.instances if snapshot else [])
             if line.bench_verdict == "fail" or line.failure_reason is FailureReason.BENCH_FAILED
         ),
+        prices={
+            line.instance_id: (line.price_usd_per_h, line.committed_usd_per_h)
+            for line in (snapshot.instances if snapshot else [])
+            if line.state in (S.PARKED, S.RESUMING)
+        },
+        outbid=frozenset(
+            line.instance_id
+            for line in (snapshot.instances if snapshot else [])
+            if line.park_reason is ParkReason.OUTBID
+        ),
     )
 
 
@@ -185,7 +212,42 @@ def check(
         ), ledger
     if isinstance(action, LaunchInstances):
         return _check_launch(action, ledger, now, config)
+    if isinstance(action, ResumeInstance):
+        return _check_resume(action, ledger, config)
     return _check_removal(action, ledger, config)
+
+
+def _check_resume(
+    action: ResumeInstance, ledger: FleetLedger, config: GuardrailConfig
+) -> tuple[GuardrailVerdict, FleetLedger]:
+    """A resume is budgeted like a launch at the machine's full $/h (less the storage it already commits); it
+    adds no instance, since a parked one is counted already."""
+    iid = action.instance_id
+    state = ledger.states.get(iid)
+    refusal: tuple[GuardrailRule, str] | None = None
+    if not isinstance(action.reason, LaunchReason):
+        refusal = GuardrailRule.REASON_REQUIRED, f"resume #{iid} needs a reason from LaunchReason"
+    elif state is None:
+        refusal = GuardrailRule.UNKNOWN_INSTANCE, f"#{iid} is not in the fleet snapshot"
+    elif iid in ledger.removed or iid in ledger.resumed:
+        refusal = GuardrailRule.ALREADY_REMOVED, f"#{iid} was already acted on in this run"
+    elif state is not S.PARKED or iid in ledger.outbid:
+        why = "outbid: vast resumes it when its bid wins" if iid in ledger.outbid else f"it is {state.value}"
+        refusal = GuardrailRule.NOT_PARKED, f"cannot resume #{iid}: {why}"
+    if refusal:
+        return _verdict(action, False, *refusal), ledger
+    price, committed = ledger.prices.get(iid, (0.0, 0.0))
+    after = ledger.committed_usd_per_h - committed + price
+    figures = f"committed ${ledger.committed_usd_per_h:.2f} of ${config.budget_usd_per_h:.2f}/h"
+    if after > config.budget_usd_per_h + 1e-9:
+        text = f"resume #{iid} at ${price:.2f}/h refused by {GuardrailRule.BUDGET.value}: {figures}"
+        return _verdict(action, False, GuardrailRule.BUDGET, text), ledger
+    text = (
+        f"resume #{iid} (parked, {action.reason.value}): its kept disk back at ${price:.2f}/h instead of "
+        f"${committed:.2f}/h storage; {figures} before, ${after:.2f}/h after"
+    )
+    updated = replace(ledger, committed_usd_per_h=after, resumed=ledger.resumed | {iid})
+    return _verdict(action, True, None, text), updated
 
 
 def _check_launch(
@@ -263,5 +325,11 @@ def _check_removal(
     if refusal:
         return _verdict(action, False, *refusal), ledger
     assert state is not None
-    text = f"{verb} #{iid} ({state.value}, {action.reason.value}); {ledger.producing} producing before"
+    if isinstance(action, StopInstance) and action.reason is RemovalReason.PARK:
+        text = (
+            f"park #{iid} ({state.value}): stopped with its disk kept to resume when demand returns, storage "
+            f"billed only; {ledger.producing} producing before"
+        )
+    else:
+        text = f"{verb} #{iid} ({state.value}, {action.reason.value}); {ledger.producing} producing before"
     return _verdict(action, True, None, text), replace(ledger, removed=ledger.removed | {iid})

@@ -45,6 +45,7 @@ from shared.contract import (
     OfferQuery,
     OperatorMessage,
     OperatorReply,
+    ResumeInstance,
     StopInstance,
     Trigger,
     TriggerReason,
@@ -69,6 +70,8 @@ def command_subject(ctx: ServiceContext, action: Action) -> str:
         return ctx.subjects.fleet_drain
     if isinstance(action, LaunchInstances):
         return ctx.subjects.provision_command("launch")
+    if isinstance(action, ResumeInstance):
+        return ctx.subjects.provision_command("resume")
     return ctx.subjects.provision_command("stop" if isinstance(action, StopInstance) else "destroy")
 
 

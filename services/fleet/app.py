@@ -89,8 +89,9 @@ class FleetRuntime:
 
     async def announce(self, t: Transition) -> None:
         subjects = self.ctx.subjects
-        # an instance enters each state at most once (forward only), so this id de-duplicates a re-publish
-        key = f"fleet-{t.instance_id}-{t.to_state.value}"
+        # an instance enters each state once, except around parking (counted by `visit`): a re-publish of the
+        # same entry has the same id, and JetStream de-duplicates it
+        key = f"fleet-{t.instance_id}-{t.to_state.value}" + (f"-{t.visit}" if t.visit > 1 else "")
         event = InstanceTransitioned(
             event_id=key,
             occurred_at=t.at,
@@ -99,6 +100,7 @@ class FleetRuntime:
             from_state=t.from_state,
             to_state=t.to_state,
             failure_reason=t.failure_reason,
+            park_reason=t.park_reason,
             gpu_model=t.gpu_model,
             price_usd_per_h=t.price_usd_per_h,
             host_id=t.host_id,
@@ -109,7 +111,7 @@ class FleetRuntime:
             self.ctx.broker, subjects.fleet_instance(t.to_state), event, stream=INSTANCES.name(subjects)
         )
         self.metrics.transitioned(t)
-        priority, reason = trigger_for(t.from_state, t.to_state, t.failure_reason)
+        priority, reason = trigger_for(t.from_state, t.to_state, t.failure_reason, t.park_reason)
         from_text = t.from_state.value if t.from_state else "new"
         trigger = Trigger(
             event_id=f"{key}-trigger",

@@ -31,6 +31,14 @@ class FleetSettings(BaseSettings):
     queue_stale_s: float = Field(
         default=10 * 60, gt=0, description="a queue snapshot older than this is not believed (never kills machines)"
     )
+    # A kept disk restarts in minutes when its GPU is free (vast: "minutes"; the simulator's restart_s is 2 min);
+    # a start still waiting ("Scheduling") after half an hour waits for another renter, maybe for ever, and a new
+    # launch is then the faster way back.
+    resume_wait_s: float = Field(
+        default=30 * 60,
+        gt=0,
+        description="a resume still waiting for its GPU this long: failed (gpu_taken), so it can be replaced",
+    )
     throughput_window_s: float = Field(default=3600, gt=0, description="window of an instance's tasks/h")
     gone_retention_s: float = Field(default=24 * 3600, gt=0, description="how long a gone instance is remembered")
     ignored_moves_kept: int = Field(default=10, ge=0, description="ignored moves kept per instance")

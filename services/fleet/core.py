@@ -25,6 +25,7 @@ from shared.contract import (
     InstanceLine,
     InstanceObserved,
     InstanceState,
+    ParkReason,
     QueueSnapshot,
     TaskEvent,
     TriggerReason,
@@ -74,6 +75,8 @@ class InstanceRecord:
     gpu_model: str | None = None
     num_gpus: int = 1
     price_usd_per_h: float = 0.0
+    storage_usd_per_h: float | None = None
+    park_reason: ParkReason | None = None
     host_id: int | None = None
     machine_id: int | None = None
     vast_status: str | None = None
@@ -99,6 +102,8 @@ class InstanceRecord:
             "gpu_model": self.gpu_model,
             "num_gpus": self.num_gpus,
             "price_usd_per_h": self.price_usd_per_h,
+            "storage_usd_per_h": self.storage_usd_per_h,
+            "park_reason": self.park_reason.value if self.park_reason else None,
             "host_id": self.host_id,
             "machine_id": self.machine_id,
             "vast_status": self.vast_status,
@@ -115,6 +120,7 @@ class InstanceRecord:
     def from_dict(cls, values: dict[str, Any]) -> InstanceRecord:
         window_start_s, window_count, previous_window_count = values["window"]
         reason = values["failure_reason"]
+        park_reason = values.get("park_reason")  # absent in records saved before parking existed
         return cls(
             instance_id=values["instance_id"],
             state=S(values["state"]),
@@ -125,6 +131,8 @@ class InstanceRecord:
             gpu_model=values["gpu_model"],
             num_gpus=values["num_gpus"],
             price_usd_per_h=values["price_usd_per_h"],
+            storage_usd_per_h=values.get("storage_usd_per_h"),
+            park_reason=ParkReason(park_reason) if park_reason else None,
             host_id=values["host_id"],
             machine_id=values["machine_id"],
             vast_status=values["vast_status"],
@@ -152,6 +160,8 @@ class Transition:
     price_usd_per_h: float
     host_id: int | None
     machine_id: int | None
+    park_reason: ParkReason | None = None
+    visit: int = 1  # how many times the instance has entered this state (parked machines come back)
 
 
 @dataclass(frozen=True)
@@ -213,8 +223,10 @@ class FleetCore:
         self._update_attributes(record, observed)
         self._touch(record)
         target = observed.state
-        if target == S.RUNNING and record.state in RUNNING_REFINEMENTS:
+        if target == S.RUNNING and record.state in (*RUNNING_REFINEMENTS, S.RESUMING):
             return []  # vast says running; we know more
+        if target == S.RUNNING and record.state == S.PARKED:
+            target = S.RESUMING  # vast runs it again (an outbid bid won again): back once its worker works
         reason = (observed.failure_reason or FailureReason.VAST_ERROR) if target == S.FAILED else None
         detail = f"provisioner: vast {observed.vast_actual_status or '-'}"
         if observed.vast_status_msg:
@@ -244,7 +256,7 @@ class FleetCore:
         transitions: list[Transition] = []
         instance_id = record.instance_id
         worker = event.worker_id or f"instance-{instance_id}"
-        if record.state in (S.REQUESTED, S.LOADING, S.RUNNING):
+        if record.state in (S.REQUESTED, S.LOADING, S.RUNNING) or (record.state == S.RESUMING and not _proven(record)):
             transitions += self._move(record, S.REGISTERED, at_s, f"first task event from {worker}")
         if event.worker_id is not None and event.worker_id not in self.worker_instance:
             self.worker_instance[event.worker_id] = instance_id
@@ -260,6 +272,10 @@ class FleetCore:
             self._count_completion(record, at_s)
             if record.state in (S.REGISTERED, S.BENCHMARKED):
                 transitions += self._move(record, S.PRODUCING, at_s, f"first completed task ({event.task_id})")
+                self._producer_spoke(at_s)
+            elif record.state == S.RESUMING and at_s >= record.state_since_s:
+                # the same machine and disk: its benchmark still holds, a completed task proves it is back
+                transitions += self._move(record, S.PRODUCING, at_s, f"resumed: completed {event.task_id}")
                 self._producer_spoke(at_s)
         self._touch(record)
         return transitions
@@ -352,7 +368,7 @@ class FleetCore:
             source=SOURCE,
             instances=lines,
             counts_by_state={state: n for state, n in self.counts.items() if n and state != S.GONE},
-            spend_usd_per_h=round(sum(line.price_usd_per_h for line in lines), 6),
+            spend_usd_per_h=round(sum(line.committed_usd_per_h for line in lines), 6),
             producing_instances=self.counts[S.PRODUCING],
             arriving_instances=sum(self.counts[state] for state in ARRIVING),
         )
@@ -444,6 +460,11 @@ class FleetCore:
 
     def _update_attributes(self, record: InstanceRecord, observed: InstanceObserved) -> None:
         record.price_usd_per_h = observed.price_usd_per_h
+        if observed.storage_usd_per_h is not None:
+            record.storage_usd_per_h = observed.storage_usd_per_h
+        if observed.state == S.PARKED:
+            # outbid is the reason only while we did not park it ourselves: a parked machine stays ours to resume
+            record.park_reason = observed.park_reason or record.park_reason or ParkReason.STOPPED
         record.num_gpus = observed.num_gpus
         record.gpu_model = observed.gpu_model or record.gpu_model
         record.host_id = observed.host_id if observed.host_id is not None else record.host_id
@@ -468,10 +489,13 @@ class FleetCore:
         record.state, record.state_since_s = to_state, at_s
         if to_state != S.FAILED:
             record.failure_reason = None
+        if to_state != S.PARKED:
+            record.park_reason = None
         if to_state == S.PRODUCING:
             record.producing_since_s = at_s
             self.producing_entered_s = max(self.producing_entered_s or at_s, at_s)
         record.history.append(HistoryEntry(at_s, from_state, to_state, detail, True))
+        visit = sum(1 for entry in record.history if entry.applied and entry.to_state == to_state)
         self._schedule(record, self._first_deadline(record))
         self._touch(record)
         self.changed = True
@@ -486,6 +510,8 @@ class FleetCore:
             price_usd_per_h=record.price_usd_per_h,
             host_id=record.host_id,
             machine_id=record.machine_id,
+            park_reason=record.park_reason,
+            visit=visit,
         )
 
     def _move(
@@ -528,6 +554,7 @@ class FleetCore:
             S.RUNNING: self.config.never_registered_s,
             S.BENCHMARKED: self.config.silent_dead_s,
             S.PRODUCING: self.config.silent_dead_s,
+            S.RESUMING: min(self.config.resume_wait_s, self.config.stuck_loading_s, self.config.never_registered_s),
             S.GONE: self.config.gone_retention_s,
         }
         limit = limits.get(record.state)
@@ -568,9 +595,40 @@ class FleetCore:
                 FailureReason.DEAD,
                 (f"no task event for {c.silent_dead_s / 60:g} min while {self.queue_pending} tasks were queued"),
             )
+        if record.state == S.RESUMING:
+            return self._resume_due(record, now_s)
         if record.state == S.GONE:
             return since + c.gone_retention_s, None, ""
-        return float("inf"), None, ""
+        return float("inf"), None, ""  # parked included: a kept machine is never stuck nor dead
+
+    def _resume_due(self, record: InstanceRecord, now_s: float) -> tuple[float, FailureReason | None, str]:
+        """A start waits for its GPU (vast still says stopped): past the limit someone else holds it, and a new
+        launch is the faster way back. Pulling again is judged like loading; running, like a silent worker."""
+        c = self.config
+        since = record.state_since_s
+        status = (record.vast_status or "stopped").lower()
+        if status == "loading":
+            return (
+                since + c.stuck_loading_s,
+                FailureReason.STUCK_LOADING,
+                f"resuming and loading for {c.stuck_loading_s / 3600:g} h",
+            )
+        if status != "running":
+            return (
+                since + c.resume_wait_s,
+                FailureReason.GPU_TAKEN,
+                f"resume waited {c.resume_wait_s / 60:g} min for its GPU (vast {status}): rented by someone else",
+            )
+        if not self.tasks_queued(now_s):
+            return now_s + min(c.never_registered_s, IDLE_RECHECK_S), None, ""
+        heard_s = max(
+            record.last_task_at_s or since, since, self.queued_since_s or since, self.watching_since_s or since
+        )
+        return (
+            heard_s + c.never_registered_s,
+            FailureReason.DEAD,
+            f"resumed and running, but no task event for {c.never_registered_s / 60:g} min while tasks were queued",
+        )
 
     def _forget(self, record: InstanceRecord) -> None:
         del self.instances[record.instance_id]
@@ -629,3 +687,8 @@ class FleetCore:
 
 def _utc(at_s: float) -> datetime:
     return datetime.fromtimestamp(at_s, UTC)
+
+
+def _proven(record: InstanceRecord) -> bool:
+    """It produced or passed its benchmark before it was parked: the same machine needs no new benchmark."""
+    return record.producing_since_s is not None or record.bench_verdict in ("pass", "degraded")

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shared.contract import FailureReason, InstanceState, TriggerPriority, TriggerReason
+from shared.contract import FailureReason, InstanceState, ParkReason, TriggerPriority, TriggerReason
 
 S = InstanceState
 
 TRANSITIONS: Mapping[InstanceState, frozenset[InstanceState]] = {
     S.REQUESTED: frozenset(
         {
+            S.PARKED,  # an interruptible create whose bid lost at once: vast keeps it paused until its bid wins
             S.LOADING,  # vast accepted the rent; the host is pulling the image
             S.RUNNING,  # the provisioner's first poll already finds the container running
             S.REGISTERED,  # a worker reported before the provisioner's poll saw it loading or running
@@ -26,6 +27,7 @@ TRANSITIONS: Mapping[InstanceState, frozenset[InstanceState]] = {
         {
             S.RUNNING,  # the container started
             S.REGISTERED,  # a worker reported before the provisioner's poll saw it running
+            S.PARKED,  # outbid while it pulled its image (the disk, and what it pulled, are kept)
             S.FAILED,  # loading for hours (stuck_loading) or an error in vast's status message (vast_error)
             S.GONE,  # destroyed while loading
         }
@@ -35,6 +37,7 @@ TRANSITIONS: Mapping[InstanceState, frozenset[InstanceState]] = {
             S.REGISTERED,  # the job system's worker on it sent its first task event
             S.BENCHMARKED,  # the on-start benchmark reported before the worker's first task event
             S.DRAINING,  # the decider drained it before it registered
+            S.PARKED,  # stopped to be resumed later, or its bid was outbid (vast paused it, disk kept)
             S.FAILED,  # running but no worker ever registered (never_registered), or it went offline (lost)
             S.GONE,  # stopped or destroyed
         }
@@ -44,6 +47,7 @@ TRANSITIONS: Mapping[InstanceState, frozenset[InstanceState]] = {
             S.BENCHMARKED,  # the benchmark passed (pass or degraded)
             S.PRODUCING,  # it completed a task before the benchmark verdict came back
             S.DRAINING,  # the decider drained it
+            S.PARKED,  # stopped to be resumed later, or outbid
             S.FAILED,  # the benchmark failed (bench_failed), or vast lost it (lost)
             S.GONE,  # stopped or destroyed
         }
@@ -52,6 +56,7 @@ TRANSITIONS: Mapping[InstanceState, frozenset[InstanceState]] = {
         {
             S.PRODUCING,  # it completed its first task
             S.DRAINING,  # the decider drained it
+            S.PARKED,  # stopped to be resumed later, or outbid
             S.FAILED,  # silent while tasks were queued (dead), or lost
             S.GONE,  # stopped or destroyed
         }
@@ -59,14 +64,33 @@ TRANSITIONS: Mapping[InstanceState, frozenset[InstanceState]] = {
     S.PRODUCING: frozenset(
         {
             S.DRAINING,  # the decider drained it: no longer counted as capacity
+            S.PARKED,  # the provisioner stopped it to be resumed later, or its bid was outbid
             S.FAILED,  # silent while tasks were queued (dead), a late failing benchmark, or lost
             S.GONE,  # stopped or destroyed (killed, if nobody drained it first)
         }
     ),
     S.DRAINING: frozenset(
         {
+            S.PARKED,  # the provisioner stopped it once drained, keeping its disk to resume it later
             S.FAILED,  # vast lost it while it drained (lost)
             S.GONE,  # the provisioner stopped or destroyed it once drained
+        }
+    ),
+    S.PARKED: frozenset(
+        {
+            S.RESUMING,  # the provisioner started it again, or vast resumed an outbid bid (running again)
+            S.FAILED,  # vast lost it while parked (lost, vast_error)
+            S.GONE,  # destroyed: demand did not come back within the horizon
+        }
+    ),
+    S.RESUMING: frozenset(
+        {
+            S.REGISTERED,  # parked before its benchmark: its worker's first task event, then the benchmark
+            S.PRODUCING,  # a proven machine completed a task again (same machine: no new benchmark)
+            S.DRAINING,  # the decider drained it before it produced again
+            S.PARKED,  # stopped again, or outbid again before it produced
+            S.FAILED,  # its start waited in "Scheduling" too long (gpu_taken), or silent, or lost
+            S.GONE,  # destroyed while it waited
         }
     ),
     S.FAILED: frozenset(
@@ -77,7 +101,8 @@ TRANSITIONS: Mapping[InstanceState, frozenset[InstanceState]] = {
     S.GONE: frozenset(),  # terminal: a late observation cannot bring it back
 }
 
-# How far along its life an instance is: every edge of the table climbs it, so nothing moves backwards.
+# How far along its life an instance is: every edge of the table climbs it, except the one loop a kept disk
+# allows (parked → resuming → producing or registered), so nothing else moves backwards.
 ORDER: Mapping[InstanceState, int] = {
     S.REQUESTED: 0,
     S.LOADING: 1,
@@ -86,9 +111,15 @@ ORDER: Mapping[InstanceState, int] = {
     S.BENCHMARKED: 4,
     S.PRODUCING: 5,
     S.DRAINING: 6,
-    S.FAILED: 7,
-    S.GONE: 8,
+    S.PARKED: 7,
+    S.RESUMING: 8,
+    S.FAILED: 9,
+    S.GONE: 10,
 }
+# the edges that go back down ORDER: a parked machine comes back to work without a new rent
+RESUME_EDGES = frozenset(
+    {(S.RESUMING, S.REGISTERED), (S.RESUMING, S.PRODUCING), (S.RESUMING, S.DRAINING), (S.RESUMING, S.PARKED)}
+)
 
 # States the decider counts as capacity on its way (not yet producing).
 ARRIVING = frozenset({S.REQUESTED, S.LOADING, S.RUNNING, S.REGISTERED, S.BENCHMARKED})
@@ -102,6 +133,8 @@ EXPECTED_VAST_STATUS: Mapping[InstanceState, frozenset[str | None]] = {
     S.BENCHMARKED: frozenset({"running"}),
     S.PRODUCING: frozenset({"running"}),
     S.DRAINING: frozenset({"running"}),
+    S.PARKED: frozenset({"stopped"}),
+    S.RESUMING: frozenset({"loading", "running"}),  # "stopped" here means it waits for its GPU: shown
     S.FAILED: frozenset(),
     S.GONE: frozenset(),
 }
@@ -112,17 +145,22 @@ def allowed(from_state: InstanceState, to_state: InstanceState) -> bool:
 
 
 def is_backwards(from_state: InstanceState, to_state: InstanceState) -> bool:
-    return ORDER[to_state] < ORDER[from_state]
+    return ORDER[to_state] < ORDER[from_state] and (from_state, to_state) not in RESUME_EDGES
 
 
 def trigger_for(
-    from_state: InstanceState | None, to_state: InstanceState, reason: FailureReason | None
+    from_state: InstanceState | None,
+    to_state: InstanceState,
+    reason: FailureReason | None,
+    park_reason: ParkReason | None = None,
 ) -> tuple[TriggerPriority, TriggerReason]:
     """P0 when capacity appears or disappears unplanned; P1 for the rest (the decider debounces those)."""
     if to_state == S.RUNNING:
         return "p0", TriggerReason.INSTANCE_RUNNING
     if to_state == S.FAILED:
         return "p0", TriggerReason.INSTANCE_DEAD if reason == FailureReason.DEAD else TriggerReason.INSTANCE_FAILED
-    if to_state == S.GONE and from_state not in (None, S.DRAINING, S.FAILED):
+    if to_state == S.GONE and from_state not in (None, S.DRAINING, S.FAILED, S.PARKED):
         return "p0", TriggerReason.INSTANCE_FAILED  # killed: gone without being drained first
+    if to_state == S.PARKED and park_reason is ParkReason.OUTBID and from_state is not S.DRAINING:
+        return "p0", TriggerReason.INSTANCE_FAILED  # capacity lost unplanned: a higher bid paused it
     return "p1", TriggerReason.INSTANCE_TRANSITION

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from services.fleet.lifecycle import EXPECTED_VAST_STATUS
-from shared.contract import InstanceLine
+from shared.contract import InstanceLine, committed_usd_per_h
 
 if TYPE_CHECKING:
     from services.fleet.core import InstanceRecord
@@ -21,10 +21,16 @@ def format_line(record: InstanceRecord, now_s: float, throughput_tasks_per_h: fl
     state = record.state.value
     if record.failure_reason is not None:
         state += f"({record.failure_reason.value})"
+    if record.park_reason is not None:
+        state += f"({record.park_reason.value})"
     parts = [f"#{record.instance_id}", gpu, state]
     if record.vast_status is not None and record.vast_status not in EXPECTED_VAST_STATUS[record.state]:
         parts.append(f"[vast: {record.vast_status}]")
-    parts.append(f"${record.price_usd_per_h:.2f}/h")
+    committed = committed_usd_per_h(record.state, record.park_reason, record.price_usd_per_h, record.storage_usd_per_h)
+    if committed < record.price_usd_per_h:
+        parts.append(f"${committed:.2f}/h storage (${record.price_usd_per_h:.2f}/h resumed)")
+    else:
+        parts.append(f"${record.price_usd_per_h:.2f}/h")
     parts.append(f"{max(0.0, now_s - record.created_at_s) / 3600:.1f}h up")
     if throughput_tasks_per_h is not None:
         parts.append(f"{throughput_tasks_per_h:.0f} tasks/h")
@@ -43,6 +49,8 @@ def _shown(record: InstanceRecord) -> LineKey:
         record.gpu_model,
         record.num_gpus,
         record.price_usd_per_h,
+        record.storage_usd_per_h,
+        record.park_reason,
         record.host_id,
         record.machine_id,
         record.created_at_s,
@@ -88,10 +96,12 @@ class SnapshotLines:
             instance_id=record.instance_id,
             state=record.state,
             failure_reason=record.failure_reason,
+            park_reason=record.park_reason,
             vast_status=record.vast_status,
             gpu_model=record.gpu_model,
             num_gpus=record.num_gpus,
             price_usd_per_h=record.price_usd_per_h,
+            storage_usd_per_h=record.storage_usd_per_h,
             host_id=record.host_id,
             machine_id=record.machine_id,
             created_at=previous.created_at if previous is not None else _utc(record.created_at_s),

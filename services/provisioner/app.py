@@ -29,6 +29,7 @@ from shared.contract import (
     OfferList,
     OfferQuery,
     ProvisionResult,
+    ResumeInstance,
     StopInstance,
     VastAccountObserved,
 )
@@ -114,6 +115,11 @@ def assemble(
     async def on_destroy(command: DestroyInstance, msg: NatsMessage) -> None:
         refusal = refused_in_shadow_mode(command, "destroy", ctx.settings, ctx.clock.now())
         await publisher.result(refusal or await provisioner.destroy(command, heartbeat=msg.in_progress))
+
+    @ctx.broker.subscriber(subjects.provision_command("resume"), **command_consumer("resume"))
+    async def on_resume(command: ResumeInstance, msg: NatsMessage) -> None:
+        refusal = refused_in_shadow_mode(command, "resume", ctx.settings, ctx.clock.now())
+        await publisher.result(refusal or await provisioner.resume(command, heartbeat=msg.in_progress))
 
     @ctx.broker.subscriber(subjects.provision_offers)
     async def on_offer_query(query: OfferQuery) -> OfferList:

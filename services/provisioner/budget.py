@@ -49,8 +49,8 @@ class Refusal:
 
 
 def commitment_of(priced_states: Iterable[tuple[float, InstanceState]]) -> Commitment:
-    """(price, state) of every known instance → the commitment. Only `gone` frees money: a stopped or failed
-    instance still exists on vast until it is destroyed."""
+    """(committed $/h, state) of every known instance → the commitment. Only `gone` frees the instance: a stopped
+    or failed one still exists on vast until it is destroyed (a parked one commits its storage alone)."""
     commitment = Commitment()
     for price_usd_per_h, state in priced_states:
         if state is not InstanceState.GONE:
@@ -63,6 +63,22 @@ def fits(limits: BudgetLimits, commitment: Commitment, price_usd_per_h: float) -
     return (
         commitment.instances + 1 <= limits.max_instances
         and commitment.usd_per_h + limits.reserved_usd_per_h(price_usd_per_h) <= limits.budget_usd_per_h + 1e-9
+    )
+
+
+def resume_refusal(
+    limits: BudgetLimits, commitment: Commitment, committed_usd_per_h: float, price_usd_per_h: float
+) -> Refusal | None:
+    """A resume is budgeted like a launch at the instance's full price, less what it already commits (its
+    storage); it adds no instance, since a parked one is counted already."""
+    after_usd_per_h = commitment.usd_per_h - committed_usd_per_h + limits.reserved_usd_per_h(price_usd_per_h)
+    if after_usd_per_h <= limits.budget_usd_per_h + 1e-9:
+        return None
+    return Refusal(
+        RefusalRule.BUDGET_USD_PER_H,
+        f"${commitment.usd_per_h:.2f}/h committed, resuming at ${price_usd_per_h:.2f}/h (with a "
+        f"{limits.price_margin:.0%} price margin, less its ${committed_usd_per_h:.2f}/h storage) would exceed the "
+        f"budget ${limits.budget_usd_per_h:.2f}/h",
     )
 
 

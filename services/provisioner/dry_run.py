@@ -15,11 +15,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, SecretStr
 
 from services.provisioner.vast_client import VastClient, VastRequestError
-from shared.contract import DestroyInstance, LaunchInstances, ProvisionResult, RefusalRule, StopInstance
+from shared.contract import (
+    DestroyInstance,
+    LaunchInstances,
+    ProvisionResult,
+    RefusalRule,
+    ResumeInstance,
+    StopInstance,
+)
 from shared.settings import Settings
 
 # the endpoints (as the client names them) whose calls change what is rented
-MUTATING_ENDPOINTS = frozenset({"create", "manage", "destroy"})
+MUTATING_ENDPOINTS = frozenset({"create", "manage", "destroy", "bid_price"})
 
 log = logging.getLogger("fleetpilot.provisioner.dry_run")
 
@@ -72,8 +79,8 @@ class DryRunVastClient(VastClient):
         raise NotSentInDryRun(endpoint, f"dry run, not sent: {request}")
 
 
-Command = LaunchInstances | StopInstance | DestroyInstance
-Verb = Literal["launch", "stop", "destroy"]
+Command = LaunchInstances | StopInstance | DestroyInstance | ResumeInstance
+Verb = Literal["launch", "stop", "destroy", "resume"]
 
 
 def refused_in_shadow_mode(command: Command, verb: Verb, settings: Settings, now: datetime) -> ProvisionResult | None:

@@ -50,8 +50,11 @@ from shared.contract import (
     OfferLine,
     OfferList,
     OfferQuery,
+    ParkReason,
     ProvisionResult,
     RefusalRule,
+    RemovalReason,
+    ResumeInstance,
     StopInstance,
     VastAccountObserved,
 )
@@ -63,7 +66,8 @@ FLEET_LEASE = "fleet"
 GONE_KEPT_S = 86_400.0  # a gone instance is remembered a day, so a late stop/destroy for it is answered sensibly
 
 Heartbeat = Callable[[], Awaitable[None]]
-Verb = Literal["launch", "stop", "destroy"]
+Verb = Literal["launch", "stop", "destroy", "resume"]
+Command = LaunchInstances | StopInstance | DestroyInstance | ResumeInstance
 
 log = logging.getLogger("fleetpilot.provisioner")
 
@@ -135,7 +139,7 @@ class Provisioner:
         )
 
     def commitment(self) -> Commitment:
-        return budget.commitment_of((i.price_usd_per_h, i.state) for i in self.known.values())
+        return budget.commitment_of((i.committed_usd_per_h, i.state) for i in self.known.values())
 
     # ---- serialising fleet changes ------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -526,15 +530,90 @@ class Provisioner:
         await self._learn_from_removal(instance, command)
         if verb == "destroy":
             await self._mark_gone(instance)
-        else:
-            now = self.clock.now()
-            stopped = instance.model_copy(
-                update={"state": InstanceState.DRAINING, "vast_intended_status": "stopped", "state_since": now}
+            return self._result(command, verb, "done", None, f"{verb} sent", [instance_id])
+        parking = command.reason is RemovalReason.PARK
+        stopped = instance.model_copy(
+            update={
+                # parked: kept with its disk to be started again; any other stop winds it down until destroyed
+                "state": InstanceState.PARKED if parking else InstanceState.DRAINING,
+                "park_reason": ParkReason.STOPPED if parking else None,
+                "stop_reason": command.reason,
+                "vast_intended_status": "stopped",
+                "state_since": self.clock.now(),
+            }
+        )
+        await self._remember(stopped)
+        detail = "stop sent: parked, its disk kept (storage billed only)" if parking else "stop sent"
+        return self._result(command, verb, "done", None, detail, [instance_id])
+
+    async def _remember(self, instance: KnownInstance) -> None:
+        self.known[instance.instance_id] = instance
+        await self.store.save_instances([instance])
+        await self._publish_instance(instance)
+
+    # ---- resume -------------------------------------------------------------------------------------------
+    async def resume(self, command: ResumeInstance, heartbeat: Heartbeat = _no_heartbeat) -> ProvisionResult:
+        """Start a parked instance again (vast start), budgeted like a launch at its full price."""
+        async with self._exclusive(heartbeat):
+            previous = await self.store.result_for(command.idempotency_key)
+            if previous is not None:
+                return previous
+            result = await self._fence_refusal(command, "resume") or await self._resume(command, heartbeat)
+            await self.store.save_result(result)
+            self.metrics.commands.labels("resume", result.outcome).inc()
+            self._update_gauges()
+            return result
+
+    async def _resume(self, command: ResumeInstance, heartbeat: Heartbeat) -> ProvisionResult:
+        instance_id = command.instance_id
+        try:  # the budget is checked against the fleet as vast lists it now, as for a launch
+            await self._keep_alive(heartbeat)
+            await self._refresh()
+        except FleetUnknown as unknown:
+            return self._result(command, "resume", "refused", RefusalRule.UNKNOWN_FLEET, str(unknown))
+        except VastAuthError as error:
+            return self._result(command, "resume", "failed", RefusalRule.AUTH, str(error))
+        instance = self.known.get(instance_id)
+        if instance is None or instance.state is InstanceState.GONE:
+            detail = f"instance {instance_id} is not FleetPilot's or is gone: nothing to resume"
+            return self._result(command, "resume", "refused", RefusalRule.UNKNOWN_INSTANCE, detail)
+        if instance.state is InstanceState.RESUMING:
+            return self._result(command, "resume", "done", None, "already resuming", [instance_id])
+        if instance.state is not InstanceState.PARKED or instance.park_reason is not ParkReason.STOPPED:
+            why = (
+                "outbid: vast resumes it when its bid is the highest again"
+                if instance.park_reason is ParkReason.OUTBID
+                else f"it is {instance.state.value}"
             )
-            self.known[instance_id] = stopped
-            await self.store.save_instances([stopped])
-            await self._publish_instance(stopped)
-        return self._result(command, verb, "done", None, f"{verb} sent", [instance_id])
+            detail = f"instance {instance_id} was not parked by FleetPilot ({why}): not started"
+            return self._result(command, "resume", "refused", RefusalRule.NOT_PARKED, detail)
+        refusal = budget.resume_refusal(
+            self.limits, self.commitment(), instance.committed_usd_per_h, instance.price_usd_per_h
+        )
+        if refusal is not None:
+            return self._result(command, "resume", "refused", refusal.rule, refusal.detail)
+        await self._keep_alive(heartbeat)
+        try:
+            await self.client.start_instance(instance_id)
+        except InstanceNotFound:
+            await self._mark_gone(instance)
+            return self._result(command, "resume", "failed", RefusalRule.UNKNOWN_INSTANCE, "vast no longer has it")
+        except VastAuthError as error:
+            return self._result(command, "resume", "failed", RefusalRule.AUTH, str(error))
+        except VastError as error:
+            return self._result(command, "resume", "failed", RefusalRule.VAST_ERROR, str(error), [instance_id])
+        resuming = instance.model_copy(
+            update={
+                "state": InstanceState.RESUMING,
+                "park_reason": None,
+                "stop_reason": None,
+                "vast_intended_status": "running",
+                "state_since": self.clock.now(),
+            }
+        )
+        await self._remember(resuming)
+        detail = f"start sent: resuming at ${instance.price_usd_per_h:.2f}/h ({command.reason.value})"
+        return self._result(command, "resume", "done", None, detail, [instance_id])
 
     async def _mark_gone(self, instance: KnownInstance) -> None:
         gone = instance.model_copy(update={"state": InstanceState.GONE, "state_since": self.clock.now()})
@@ -642,6 +721,8 @@ class Provisioner:
                 gpu_model=instance.gpu_model,
                 num_gpus=max(1, instance.num_gpus),
                 price_usd_per_h=instance.price_usd_per_h,
+                storage_usd_per_h=instance.storage_usd_per_h,
+                park_reason=instance.park_reason,
                 host_id=instance.host_id,
                 machine_id=instance.machine_id,
                 offer_id=instance.offer_id,
@@ -653,9 +734,7 @@ class Provisioner:
         )
         self._unpublished.discard(instance.instance_id)
 
-    async def _fence_refusal(
-        self, command: LaunchInstances | StopInstance | DestroyInstance, verb: Verb
-    ) -> ProvisionResult | None:
+    async def _fence_refusal(self, command: Command, verb: Verb) -> ProvisionResult | None:
         """A decider's command older than the newest token seen was sent by a holder that had lost the lock.
 
         The decider checks its lock before each publish; this closes the gap between that check and the
@@ -674,7 +753,7 @@ class Provisioner:
 
     def _result(
         self,
-        command: LaunchInstances | StopInstance | DestroyInstance,
+        command: Command,
         verb: Verb,
         outcome: Literal["done", "refused", "failed"],
         rule: RefusalRule | None,

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from services.provisioner.host_history import Incident, IncidentKind
 from services.provisioner.vast_models import VastInstance
-from shared.contract import FailureReason, InstanceState
+from shared.contract import FailureReason, InstanceState, ParkReason, RemovalReason, committed_usd_per_h
 
 LABEL_PREFIX = "fleetpilot"
 
@@ -46,10 +46,15 @@ class KnownInstance(BaseModel):
     gpu_model: str | None = None
     num_gpus: int = 1
     price_usd_per_h: float = Field(ge=0)
+    storage_usd_per_h: float | None = Field(default=None, ge=0)
+    is_bid: bool | None = None
     host_id: int | None = None
     machine_id: int | None = None
     state: InstanceState = InstanceState.REQUESTED
     failure_reason: FailureReason | None = None
+    park_reason: ParkReason | None = None
+    # our latest stop's reason, until a resume: `park` keeps the instance to start it again, any other winds it down
+    stop_reason: RemovalReason | None = None
     vast_actual_status: str | None = None
     vast_intended_status: str | None = None
     vast_status_msg: str | None = None
@@ -57,6 +62,10 @@ class KnownInstance(BaseModel):
     state_since: datetime
     adopted: bool = False
     missing_lists: int = 0  # consecutive successful lists that did not show it
+
+    @property
+    def committed_usd_per_h(self) -> float:
+        return committed_usd_per_h(self.state, self.park_reason, self.price_usd_per_h, self.storage_usd_per_h)
 
 
 def observed_state(
@@ -85,6 +94,38 @@ def observed_state(
     return (previous or InstanceState.REQUESTED), None
 
 
+WAKING = frozenset({InstanceState.PARKED, InstanceState.RESUMING})
+
+
+def lifecycle_of(
+    row: VastInstance, current: KnownInstance | None
+) -> tuple[InstanceState, FailureReason | None, ParkReason | None]:
+    """vast's row → state, failure and park reason, knowing what we asked of the instance.
+
+    vast shows our stop and an outbid pause alike (`stopped` in every status field, dstack reads outbid so): what
+    tells them apart is whether we sent a stop, and why. A start waiting for its GPU ("Scheduling") is `stopped`
+    but meant to run."""
+    previous = current.state if current is not None else None
+    state, reason = observed_state(row.actual_status, row.intended_status, row.status_msg, previous)
+    actual = (row.actual_status or "").strip().lower()
+    stop_reason = current.stop_reason if current is not None else None
+    if state is InstanceState.DRAINING:
+        meant_to_run = (row.intended_status or "").lower() == "running"
+        bid = row.is_bid if row.is_bid is not None else (current is not None and current.is_bid)
+        if previous in WAKING and (meant_to_run or (previous is InstanceState.RESUMING and not bid)):
+            return InstanceState.RESUMING, None, None  # our start, waiting for its GPU or not applied yet
+        if stop_reason is RemovalReason.PARK:
+            return InstanceState.PARKED, None, ParkReason.STOPPED
+        if previous is InstanceState.PARKED and current is not None and current.park_reason is not None:
+            return InstanceState.PARKED, None, current.park_reason
+        if stop_reason is None and bid:
+            return InstanceState.PARKED, None, ParkReason.OUTBID  # paused by a higher bid: vast resumes it
+        return state, reason, None
+    if previous in WAKING and actual == "loading":
+        return InstanceState.RESUMING, None, None  # started again and pulling what the stop interrupted
+    return state, reason, None
+
+
 def vast_status_label(actual_status: str | None) -> str:
     """For the instances-by-status gauge."""
     actual = (actual_status or "").strip().lower()
@@ -110,7 +151,7 @@ def from_vast(row: VastInstance, now: datetime, *, adopted: bool, unknown_price_
     unknown price is never zero in the budget, so the caller passes the most it would pay."""
     parsed = parse_label(row.label)
     price = row.price_usd_per_h
-    state, reason = observed_state(row.actual_status, row.intended_status, row.status_msg, None)
+    state, reason, park_reason = lifecycle_of(row, None)
     created_at = datetime.fromtimestamp(row.start_date, tz=now.tzinfo) if row.start_date else now
     return KnownInstance(
         instance_id=row.id,
@@ -121,8 +162,11 @@ def from_vast(row: VastInstance, now: datetime, *, adopted: bool, unknown_price_
         price_usd_per_h=price if price is not None else unknown_price_usd_per_h,
         host_id=row.host_id,
         machine_id=row.machine_id,
+        storage_usd_per_h=row.storage_usd_per_h,
+        is_bid=row.is_bid,
         state=state,
         failure_reason=reason,
+        park_reason=park_reason,
         vast_actual_status=row.actual_status,
         vast_intended_status=row.intended_status,
         vast_status_msg=row.status_msg,
@@ -176,11 +220,16 @@ def reconcile(
             if (incident := incident_for(adopted, now)) is not None:
                 result.incidents.append(incident)
             continue
-        state, reason = observed_state(row.actual_status, row.intended_status, row.status_msg, current.state)
+        state, reason, park_reason = lifecycle_of(row, current)
         updated = current.model_copy(
             update={
                 "state": state,
                 "failure_reason": reason,
+                "park_reason": park_reason,
+                "storage_usd_per_h": row.storage_usd_per_h
+                if row.storage_usd_per_h is not None
+                else current.storage_usd_per_h,
+                "is_bid": row.is_bid if row.is_bid is not None else current.is_bid,
                 "vast_actual_status": row.actual_status,
                 "vast_intended_status": row.intended_status,
                 "vast_status_msg": row.status_msg,
@@ -220,8 +269,15 @@ def reconcile(
 
 
 def _observably_different(before: KnownInstance, after: KnownInstance) -> bool:
-    return (before.state, before.vast_actual_status, before.vast_status_msg, before.vast_intended_status) != (
+    return (
+        before.state,
+        before.park_reason,
+        before.vast_actual_status,
+        before.vast_status_msg,
+        before.vast_intended_status,
+    ) != (
         after.state,
+        after.park_reason,
         after.vast_actual_status,
         after.vast_status_msg,
         after.vast_intended_status,

@@ -21,6 +21,7 @@ DOCUMENTED_SPACING_S = {
     "list_v1": 1.0,
     "list_v0": 1.0,
     "manage": 1.0,
+    "bid_price": 5.5,  # vast-cli's change bid: "rate limit 5.5 s"
 }
 # after a 429 the create endpoint stays closed for a documented 12 s penalty, so a retry waits that long
 DOCUMENTED_RATE_LIMITED_WAIT_S = {**DOCUMENTED_SPACING_S, "create": 12.5}

@@ -37,6 +37,8 @@ def _flag_or_none(value: Any) -> bool | None:
     return None
 
 
+HOURS_PER_MONTH = 730.0  # vast prices storage per GB per month; its billing pages use 730 h a month
+
 # fields added for bids, bandwidth and startup: an odd value there reads as unknown, never makes a row unreadable
 LenientFloat = Annotated[float | None, BeforeValidator(_number_or_none)]
 LenientFlag = Annotated[bool | None, BeforeValidator(_flag_or_none)]
@@ -100,11 +102,23 @@ class VastInstance(BaseModel):
     min_bid: LenientFloat = None
     inet_down: LenientFloat = None
     inet_down_cost: LenientFloat = None
+    storage_cost: LenientFloat = None  # $/GB/month, as offers give it
+    disk_space: LenientFloat = None  # GB allocated
 
     @property
     def price_usd_per_h(self) -> float | None:
         """What it costs now: `dph_total`, else `dph_base` (GPU without storage); None when vast says neither."""
         return self.dph_total if self.dph_total is not None else self.dph_base
+
+    @property
+    def storage_usd_per_h(self) -> float | None:
+        """What its disk costs while it is stopped: `storage_cost` × `disk_space` (vast quotes $/GB/month), else
+        `dph_total` − `dph_base` (the total is GPU plus storage); None when neither can be read."""
+        if self.storage_cost is not None and self.disk_space is not None:
+            return max(0.0, self.storage_cost * self.disk_space / HOURS_PER_MONTH)
+        if self.dph_total is not None and self.dph_base is not None and self.dph_total >= self.dph_base:
+            return self.dph_total - self.dph_base
+        return None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from shared.contract.commands import (
     ProvisionResult,
     RefusalRule,
     RemovalReason,
+    ResumeInstance,
     StopInstance,
 )
 from shared.contract.deadletter import DeadLetter, DeadLetterReason
@@ -45,6 +46,8 @@ from shared.contract.fleet import (
     InstanceObserved,
     InstanceState,
     InstanceTransitioned,
+    ParkReason,
+    committed_usd_per_h,
 )
 from shared.contract.offers import OfferLine, OfferList, OfferQuery
 from shared.contract.operator import OperatorMessage, OperatorReply
@@ -86,12 +89,14 @@ __all__ = [
     "OfferQuery",
     "OperatorMessage",
     "OperatorReply",
+    "ParkReason",
     "ProvisionCommand",
     "ProvisionResult",
     "QueueDepth",
     "QueueSnapshot",
     "RefusalRule",
     "RemovalReason",
+    "ResumeInstance",
     "RunOutcome",
     "SeasonEcho",
     "StopInstance",
@@ -105,5 +110,6 @@ __all__ = [
     "UtcDatetime",
     "VastAccountObserved",
     "WindowStats",
+    "committed_usd_per_h",
     "new_event_id",
 ]

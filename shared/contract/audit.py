@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from shared.contract.base import ContractModel, Event, UtcDatetime
-from shared.contract.commands import DestroyInstance, DrainInstance, LaunchInstances, StopInstance
+from shared.contract.commands import DestroyInstance, DrainInstance, LaunchInstances, ResumeInstance, StopInstance
 from shared.contract.demand import DemandSignal
 from shared.contract.triggers import TriggerReason
 
@@ -23,7 +23,7 @@ class TriggerRef(ContractModel):
     event_id: str | None = None
 
 
-Action = LaunchInstances | StopInstance | DestroyInstance | DrainInstance
+Action = LaunchInstances | StopInstance | DestroyInstance | DrainInstance | ResumeInstance
 """Anything the decider (policy or agent) may do to the fleet; every one passes the guardrails."""
 
 

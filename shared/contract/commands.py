@@ -34,6 +34,9 @@ class RemovalReason(StrEnum):
     BENCH_FAILED = "bench_failed"
     BUDGET = "budget"
     OPERATOR_REQUEST = "operator_request"
+    # a stop that keeps the disk to resume the machine later: demand is expected back within the horizon where
+    # storage costs less than a new machine's startup; every other reason means "not needed again"
+    PARK = "park"
 
 
 class ProvisionCommand(Event):
@@ -61,6 +64,14 @@ class StopInstance(ProvisionCommand):
     reason: RemovalReason
 
 
+class ResumeInstance(ProvisionCommand):
+    """Start a parked instance again: its image and data are on disk, so it produces in minutes unless its GPU was
+    rented meanwhile. Budgeted like a launch at the instance's full price."""
+
+    instance_id: int
+    reason: LaunchReason
+
+
 class DestroyInstance(ProvisionCommand):
     instance_id: int
     reason: RemovalReason
@@ -83,13 +94,14 @@ class RefusalRule(StrEnum):
     VAST_ERROR = "vast_error"
     STALE_FENCING_TOKEN = "stale_fencing_token"  # sent by a decider that had lost the lock by then
     SHADOW_MODE = "shadow_mode"  # FLEETPILOT_DECIDER_MODE=shadow: nothing is sent to vast.ai
+    NOT_PARKED = "not_parked"  # a resume for an instance we did not park (running, outbid, failed)
 
 
 class ProvisionResult(Event):
     """The provisioner's answer to one command, on `<prefix>.provision.result`."""
 
     idempotency_key: str
-    command: Literal["launch", "stop", "destroy"]
+    command: Literal["launch", "stop", "destroy", "resume"]
     outcome: Literal["done", "refused", "failed"]
     refusal_rule: RefusalRule | None = None
     detail: str = Field(default="", max_length=1000)

@@ -19,6 +19,8 @@ class InstanceState(StrEnum):
     BENCHMARKED = "benchmarked"
     PRODUCING = "producing"
     DRAINING = "draining"
+    PARKED = "parked"  # stopped with its disk kept (our stop to resume later, or an outbid bid): storage billed
+    RESUMING = "resuming"  # started again, waiting for its GPU ("Scheduling") or for its worker's next task
     GONE = "gone"
     FAILED = "failed"
 
@@ -30,6 +32,27 @@ class FailureReason(StrEnum):
     BENCH_FAILED = "bench_failed"
     DEAD = "dead"
     LOST = "lost"
+    GPU_TAKEN = "gpu_taken"  # a resume waited too long: someone else rented its GPU while it was parked
+
+
+class ParkReason(StrEnum):
+    """Why an instance is parked: it resumes on our command (stopped) or by itself when its bid wins (outbid)."""
+
+    STOPPED = "stopped"  # a StopInstance with reason `park`: kept to be resumed
+    OUTBID = "outbid"  # an interruptible instance paused by a higher bid; vast resumes it when its bid wins again
+
+
+def committed_usd_per_h(
+    state: InstanceState, park_reason: ParkReason | None, price_usd_per_h: float, storage_usd_per_h: float | None
+) -> float:
+    """What an instance holds the budget to: its storage alone while we keep it parked, else its full price.
+
+    An outbid instance keeps its bid committed: vast resumes it without asking, so its price may come back at any
+    moment. An unknown storage price counts the full price, never less.
+    """
+    if state is InstanceState.PARKED and park_reason is ParkReason.STOPPED and storage_usd_per_h is not None:
+        return min(storage_usd_per_h, price_usd_per_h)
+    return price_usd_per_h
 
 
 class InstanceObserved(Event):
@@ -47,6 +70,8 @@ class InstanceObserved(Event):
     gpu_model: str | None = Field(default=None, max_length=64)
     num_gpus: int = Field(default=1, ge=1)
     price_usd_per_h: float = Field(ge=0)
+    storage_usd_per_h: float | None = Field(default=None, ge=0, description="the disk's share of the price")
+    park_reason: ParkReason | None = Field(default=None, description="set while the state is parked")
     host_id: int | None = None
     machine_id: int | None = None
     offer_id: int | None = None
@@ -63,6 +88,7 @@ class InstanceTransitioned(Event):
     from_state: InstanceState | None
     to_state: InstanceState
     failure_reason: FailureReason | None = None
+    park_reason: ParkReason | None = None
     gpu_model: str | None = None
     price_usd_per_h: float = Field(ge=0)
     host_id: int | None = None
@@ -76,10 +102,12 @@ class InstanceLine(ContractModel):
     instance_id: int
     state: InstanceState
     failure_reason: FailureReason | None = None
+    park_reason: ParkReason | None = None
     vast_status: str | None = None
     gpu_model: str | None = None
     num_gpus: int = 1
-    price_usd_per_h: float = Field(ge=0)
+    price_usd_per_h: float = Field(ge=0, description="its full price: what it costs running, or once resumed")
+    storage_usd_per_h: float | None = Field(default=None, ge=0)
     host_id: int | None = None
     machine_id: int | None = None
     created_at: UtcDatetime
@@ -89,6 +117,10 @@ class InstanceLine(ContractModel):
     throughput_tasks_per_h: float | None = Field(default=None, ge=0)
     bench_verdict: str | None = None
     line: str
+
+    @property
+    def committed_usd_per_h(self) -> float:
+        return committed_usd_per_h(self.state, self.park_reason, self.price_usd_per_h, self.storage_usd_per_h)
 
 
 class FleetSnapshotRequest(Event):
@@ -100,6 +132,6 @@ class FleetSnapshot(Event):
 
     instances: list[InstanceLine]
     counts_by_state: dict[InstanceState, int]
-    spend_usd_per_h: float = Field(ge=0)
+    spend_usd_per_h: float = Field(ge=0, description="what the instances commit: a parked one its storage only")
     producing_instances: int = Field(ge=0)
     arriving_instances: int = Field(ge=0, description="requested, loading, running, registered or benchmarked")

@@ -1,4 +1,5 @@
-"""The transition table, and the property that whatever arrives, in whatever order, no instance moves backwards."""
+"""The transition table, and the property that whatever arrives, in whatever order, no instance moves backwards
+except around the one loop a kept disk allows (parked → resuming → back to work)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.fleet.core import FleetCore
-from services.fleet.lifecycle import ORDER, TRANSITIONS, allowed, trigger_for
+from services.fleet.lifecycle import ORDER, RESUME_EDGES, TRANSITIONS, allowed, trigger_for
 from shared.contract import (
     BenchResult,
     DrainInstance,
     FailureReason,
     InstanceObserved,
     InstanceState,
+    ParkReason,
     QueueDepth,
     QueueSnapshot,
     RemovalReason,
@@ -27,12 +29,33 @@ S = InstanceState
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 
 
-def test_every_state_has_a_row_and_every_edge_climbs() -> None:
+def test_every_state_has_a_row_and_every_edge_climbs_but_the_resume_loop() -> None:
     assert set(TRANSITIONS) == set(InstanceState)
     for from_state, targets in TRANSITIONS.items():
         for to_state in targets:
-            assert ORDER[to_state] > ORDER[from_state], (from_state, to_state)
+            climbs = ORDER[to_state] > ORDER[from_state]
+            assert climbs or (from_state, to_state) in RESUME_EDGES, (from_state, to_state)
+    # every edge back down leaves resuming: nothing else returns, and failed or gone never come back
+    assert {from_state for from_state, _ in RESUME_EDGES} == {S.RESUMING}
+    assert all(allowed(a, b) for a, b in RESUME_EDGES)
     assert TRANSITIONS[S.GONE] == frozenset()
+    assert TRANSITIONS[S.FAILED] == frozenset({S.GONE})
+
+
+def test_the_parking_loop_is_allowed_step_by_step() -> None:
+    path = [S.PRODUCING, S.PARKED, S.RESUMING, S.PRODUCING, S.DRAINING, S.PARKED, S.RESUMING, S.FAILED, S.GONE]
+    for a, b in itertools.pairwise(path):
+        assert allowed(a, b), (a, b)
+    assert not allowed(S.PARKED, S.PRODUCING)  # back to work only through resuming
+    assert not allowed(S.FAILED, S.PARKED)
+
+
+def test_an_outbid_pause_wakes_the_decider_now_and_our_own_park_does_not() -> None:
+    outbid = trigger_for(S.PRODUCING, S.PARKED, None, ParkReason.OUTBID)
+    assert outbid == ("p0", TriggerReason.INSTANCE_FAILED)
+    assert trigger_for(S.DRAINING, S.PARKED, None, ParkReason.STOPPED) == ("p1", TriggerReason.INSTANCE_TRANSITION)
+    assert trigger_for(S.RESUMING, S.FAILED, FailureReason.GPU_TAKEN) == ("p0", TriggerReason.INSTANCE_FAILED)
+    assert trigger_for(S.PARKED, S.GONE, None) == ("p1", TriggerReason.INSTANCE_TRANSITION)
 
 
 def test_the_happy_path_is_allowed_step_by_step() -> None:
@@ -52,7 +75,7 @@ def test_triggers_wake_the_decider_now_only_when_capacity_appears_or_vanishes_un
     assert trigger_for(S.BENCHMARKED, S.PRODUCING, None) == ("p1", TriggerReason.INSTANCE_TRANSITION)
 
 
-observed_states = st.sampled_from([S.REQUESTED, S.LOADING, S.RUNNING, S.FAILED, S.GONE])
+observed_states = st.sampled_from([S.REQUESTED, S.LOADING, S.RUNNING, S.PARKED, S.RESUMING, S.FAILED, S.GONE])
 inputs = st.lists(
     st.one_of(
         st.tuples(st.just("observed"), st.integers(1, 3), observed_states),
@@ -138,8 +161,14 @@ def test_no_instance_ever_moves_backwards_and_counts_stay_true(
 
     for record in core.instances.values():
         applied = [entry for entry in record.history if entry.applied]
-        ranks = [ORDER[entry.to_state] for entry in applied]
-        assert ranks == sorted(set(ranks)), record.history
+        for entry in applied[1:]:
+            assert entry.from_state is not None
+            climbs = ORDER[entry.to_state] > ORDER[entry.from_state]
+            assert climbs or (entry.from_state, entry.to_state) in RESUME_EDGES, record.history
+        # failed and gone are final: once entered, nothing but gone follows
+        final = [n for n, entry in enumerate(applied) if entry.to_state in (S.FAILED, S.GONE)]
+        if final:
+            assert all(entry.to_state in (S.FAILED, S.GONE) for entry in applied[final[0] :]), record.history
         times = [entry.at_s for entry in applied]
         assert times == sorted(times)
         assert applied[-1].to_state == record.state

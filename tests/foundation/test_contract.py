@@ -95,6 +95,20 @@ EXAMPLES: list[c.Event] = [
         instance_id=1,
         reason=c.RemovalReason.IDLE,
     ),
+    c.StopInstance(
+        **ENVELOPE,
+        idempotency_key="park-00001",
+        requested_by="policy",
+        instance_id=2,
+        reason=c.RemovalReason.PARK,
+    ),
+    c.ResumeInstance(
+        **ENVELOPE,
+        idempotency_key="resume-00001",
+        requested_by="policy",
+        instance_id=2,
+        reason=c.LaunchReason.SUSTAINED_DEMAND,
+    ),
     c.DestroyInstance(
         **ENVELOPE,
         idempotency_key="kill-00001",
@@ -194,6 +208,33 @@ def test_wrong_type_in_a_domain_field_names_field_and_value() -> None:
     with pytest.raises(pydantic.ValidationError) as error:
         c.TaskEvent.model_validate_json(json.dumps(payload))
     assert "duration_s" in str(error.value) and "four minutes" in str(error.value)
+
+
+def test_a_resume_needs_its_reason_from_the_launch_reasons() -> None:
+    payload = json.loads(next(e for e in EXAMPLES if isinstance(e, c.ResumeInstance)).model_dump_json())
+    del payload["reason"]
+    with pytest.raises(pydantic.ValidationError, match="reason"):
+        c.ResumeInstance.model_validate(payload)
+    payload["reason"] = "because"
+    with pytest.raises(pydantic.ValidationError, match="reason"):
+        c.ResumeInstance.model_validate(payload)
+
+
+def test_a_parked_line_commits_its_storage_and_an_outbid_one_its_price() -> None:
+    common = {
+        "instance_id": 7,
+        "state": c.InstanceState.PARKED,
+        "price_usd_per_h": 0.5,
+        "storage_usd_per_h": 0.02,
+        "created_at": ENVELOPE["occurred_at"],
+        "state_since": ENVELOPE["occurred_at"],
+        "line": "#7",
+    }
+    assert c.InstanceLine(**common, park_reason=c.ParkReason.STOPPED).committed_usd_per_h == 0.02
+    # vast resumes an outbid bid without asking: its price may come back at any moment
+    assert c.InstanceLine(**common, park_reason=c.ParkReason.OUTBID).committed_usd_per_h == 0.5
+    unknown_storage = {**common, "storage_usd_per_h": None}
+    assert c.InstanceLine(**unknown_storage, park_reason=c.ParkReason.STOPPED).committed_usd_per_h == 0.5
 
 
 def test_launch_priority_is_a_required_enum() -> None:
