@@ -165,15 +165,31 @@ def prose_after_calls(messages: list[dict[str, Any]]) -> Reply:
     return Reply(content="All done, the recommended call was made.")
 
 
-def finish(messages: list[dict[str, Any]]) -> Reply:
+def finish(messages: list[dict[str, Any]], shift: int = 0) -> Reply:
     """Carry out the recommendation and answer the operator, then give the final answer as a `finish` call."""
     observation, after = last_observation(messages)
-    if assistant_turns(after) == 0:
+    if assistant_turns(after) - shift <= 0:
         calls = [call(name, args) for name, args in observation.actions] + _replies(observation)
         if calls:
             return Reply(tool_calls=calls)
     decision = "done" if observation.actions else "hold"
     return Reply(tool_calls=[call("finish", {"decision": decision, "reason": observation.recommendation[:200]})])
+
+
+def finish_first(messages: list[dict[str, Any]]) -> Reply:
+    """Say "done" before doing anything; told what is not made yet, carry it out and finish."""
+    observation, after = last_observation(messages)
+    if assistant_turns(after) == 0 and observation.actions:
+        return Reply(tool_calls=[call("finish", {"decision": "done", "reason": "the policy's numbers"})])
+    return finish(messages, shift=1 if observation.actions else 0)
+
+
+def answer_first(messages: list[dict[str, Any]]) -> Reply:
+    """Write the final answer naming the recommended calls without making them; reminded, make them."""
+    observation, after = last_observation(messages)
+    if assistant_turns(after) == 0 and observation.actions:
+        return final_answer(observation, ", ".join(name for name, _ in observation.actions))
+    return follow(messages, shift=1 if observation.actions else 0)
 
 
 def unknown_tool(messages: list[dict[str, Any]]) -> Reply:
@@ -276,6 +292,8 @@ BEHAVIOURS: dict[str, Callable[[list[dict[str, Any]]], Reply]] = {
     "repeat_changed": repeat_changed,
     "prose_after_calls": prose_after_calls,
     "finish": finish,
+    "finish_first": finish_first,
+    "answer_first": answer_first,
     "unknown_tool": unknown_tool,
     "missing_argument": missing_argument,
     "loop": loop,

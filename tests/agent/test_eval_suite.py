@@ -5,10 +5,18 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
+from services.decider.agent import prompt
+from services.decider.agent.agent import AgentRun, OllamaAgent
 from services.decider.agent.config import AgentConfig
-from services.decider.agent.eval.runner import EvalTarget, evaluate
-from services.decider.agent.eval.scenarios import SCENARIOS, by_name
+from services.decider.agent.context import ToolRequest
+from services.decider.agent.dryrun import DryRunPorts
+from services.decider.agent.eval.runner import EvalTarget, eval_settings, evaluate, run_inputs
+from services.decider.agent.eval.scenarios import NOW, SCENARIOS, by_name
 from services.decider.agent.eval.suite import run_suite
+from services.decider.agent.store import InMemoryAgentStore, LoadedState
+from shared.clock import SimulatedClock
 from sim.ollama.server import OllamaStandIn
 
 
@@ -117,3 +125,57 @@ async def test_compact_prose_instead_of_an_answer_after_the_calls_closes_the_run
     assert launched.status == "ok" and launched.rounds == 2 and summary.agreed == 2
     # with no call made, prose is not taken for an answer: the model is reminded, then the run falls back
     assert held.status == "degraded" and held.calls == ()
+
+
+async def test_compact_finish_done_before_the_recommended_calls_is_refused_and_the_calls_follow() -> None:
+    async with OllamaStandIn(behaviour="finish_first") as standin:
+        target = EvalTarget(host=standin.url, model=standin.state.model, label="finish first")
+        [record], summary = await evaluate(by_name(["rising_sustained"]), target, AgentConfig(prompt_style="compact"))
+        requests = await standin.received(full=True)
+
+    assert [(c.name, c.outcome) for c in record.calls] == [
+        ("finish", "refused"),
+        ("launch_instances", "ok"),
+        ("finish", "ok"),
+    ]
+    refusal = [m["content"] for m in requests[1]["messages"] if m["role"] == "tool"][-1]
+    assert refusal.startswith("refused: finish says done, but the recommended launch_instances is not made yet.")
+    assert record.status == "ok" and summary.agreed == 1
+
+
+async def test_compact_an_answer_before_the_recommended_calls_gets_one_reminder() -> None:
+    async with OllamaStandIn(behaviour="answer_first") as standin:
+        target = EvalTarget(host=standin.url, model=standin.state.model, label="answer first")
+        [record], summary = await evaluate(by_name(["stuck_loading"]), target, AgentConfig(prompt_style="compact"))
+        requests = await standin.received(full=True)
+
+    reminder = requests[1]["messages"][-1]["content"]
+    assert reminder.startswith(
+        "Not done yet: the recommended launch_instances, launch_instances, destroy_instance is not made."
+    )
+    assert [c.outcome for c in record.calls] == ["ok", "ok", "ok"]
+    assert record.status == "ok" and record.rounds == 3 and summary.agreed == 1
+
+
+async def test_a_reply_without_text_sends_the_policys_reasoning_with_the_numbers() -> None:
+    async with OllamaStandIn(behaviour="follow") as standin:
+        target = EvalTarget(host=standin.url, model=standin.state.model, label="reply")
+        settings = eval_settings(standin.url, standin.state.model)
+        scenario = by_name(["operator_asks_cost"])[0]
+        inputs = run_inputs(scenario)
+        ports = DryRunPorts.for_inputs(settings, inputs)
+        agent = OllamaAgent(
+            settings=settings,
+            clock=SimulatedClock(NOW),
+            store=InMemoryAgentStore(),
+            registry=CollectorRegistry(),
+            config=AgentConfig(prompt_style="compact"),
+        )
+        run = AgentRun(agent, inputs, ports, LoadedState())
+        result = await run._call_tool(ToolRequest(name="reply_to_operator", arguments={}))
+        await agent.aclose()
+
+    assert result.outcome == "ok" and target.label == "reply"
+    [reply] = ports.replies
+    assert reply.text.startswith(f"Policy: {inputs.recommendation}")
+    assert reply.text.endswith(prompt.numbers_footer(inputs))

@@ -205,6 +205,7 @@ class AgentRun:
         self.max_prompt_tokens = 0
         self.last_failure = ""
         self.finished: tools.FinishArgs | None = None
+        self.reminded = False  # told once that its answer came before the recommended calls
         self.repeated: str | None = None  # a call the model made again after its result: the end of the run
 
     @staticmethod
@@ -323,6 +324,12 @@ class AgentRun:
                 continue
             answer = prompt.parse_answer(content)
             self.current.append(Turn(role="assistant", kind="answer", content=content, run_id=self.inputs.run_id))
+            if answer is not None and self.compact and not self.reminded and (pending := self.pending_calls()):
+                # a 0.5B model wrote "DECISION: launch 20" as its answer and called nothing: once, it is told
+                self.reminded = True
+                reminder = prompt.pending_reminder(pending)
+                self.current.append(Turn(role="user", kind="nudge", content=reminder, run_id=self.inputs.run_id))
+                continue
             if answer is not None:
                 return answer, None, rounds
             failures += 1
@@ -512,9 +519,21 @@ class AgentRun:
         if isinstance(args, tools.ReplyArgs):
             return await self._reply(args)
         if isinstance(args, tools.FinishArgs):
-            self.finished = args
-            return tools.ok_result(name, f"final answer taken: {args.decision}")
+            return self._finish(args)
         raise AssertionError(f"no handler for tool {name}")  # ARGUMENT_MODELS and this dispatch must agree
+
+    def _finish(self, args: tools.FinishArgs) -> tools.ToolResult:
+        pending = self.pending_calls()
+        if args.decision == "done" and pending:
+            # "done" with nothing done contradicts itself: a 0.5B model answered a launch it never made
+            return tools.ToolResult(
+                f"refused: finish says done, but the recommended {', '.join(pending)} is not made yet. "
+                'Make it now, or call finish with decision "hold" to hold on purpose.',
+                tools.gist(tools.FINISH, "refused: calls not made"),
+                "refused",
+            )
+        self.finished = args
+        return tools.ok_result(tools.FINISH, f"final answer taken: {args.decision}")
 
     async def _act(self, name: str, args: tools.ToolArgs) -> tools.ToolResult:
         if self.inputs.stale:
@@ -548,7 +567,7 @@ class AgentRun:
                 f"error: unknown conversation_id {conversation[:80]!r} (waiting: {known}).",
                 "invalid",
             )
-        await self._send_reply(conversation, args.text)
+        await self._send_reply(conversation, args.text.strip() or f"Policy: {self.inputs.recommendation}")
         return tools.ok_result("reply_to_operator", f"reply sent to conversation {conversation}", "reply sent")
 
     async def _send_reply(self, conversation: str, text: str) -> None:

@@ -359,6 +359,13 @@ def next_step(pending_calls: list[str], reply_due: bool) -> str:
     return 'Next: every recommended call is made. Do not call it again. Call finish now with decision "done".'
 
 
+def pending_reminder(pending_calls: list[str]) -> str:
+    return (
+        f"Not done yet: the recommended {', '.join(pending_calls)} is not made. Make it now as a tool call with the "
+        'arguments listed, or call finish with decision "hold" to hold on purpose.'
+    )
+
+
 def closing_line(inputs: RunInputs) -> str:
     """The compact prompt's last line names the next step. Told "answer with OBSERVATION, ASSESSMENT and
     DECISION", a 0.5B model wrote "DECISION: launch 7" as text and called no tool."""

@@ -82,7 +82,9 @@ class ScheduleArgs(ToolArgs):
 
 
 class ReplyArgs(ToolArgs):
-    text: str = Field(min_length=1, max_length=4000)
+    # optional: a 0.5B model called reply_to_operator({}); the reply then gives the policy's reasoning, and every
+    # reply ends with the fleet and demand numbers anyway
+    text: str = Field(default="", max_length=4000)
     conversation_id: str | None = Field(default=None, max_length=128)
 
 
@@ -165,9 +167,12 @@ def _all_schemas(conversation_ids: list[str] | None) -> list[dict[str, Any]]:
         "reason": _enum(REMOVAL_REASONS, "why it goes"),
     }
     reply_properties: dict[str, Any] = {
-        "text": {"type": "string", "description": "the answer, citing the fleet and demand numbers"}
+        "text": {
+            "type": "string",
+            "description": "the answer, citing the fleet and demand numbers (left out: the policy's reasoning)",
+        }
     }
-    reply_required = ["text"]
+    reply_required: list[str] = []
     if conversation_ids and len(conversation_ids) > 1:
         reply_properties["conversation_id"] = _enum(conversation_ids, "which operator conversation this answers")
         reply_required.append("conversation_id")
