@@ -158,8 +158,11 @@ def to_openai_request(body: dict[str, Any], upstream_model: str) -> dict[str, An
     return request
 
 
-def _json_values(text: str) -> list[Any] | None:
-    """The JSON values `text` consists of (one, a list, or several in a row), or None if it is anything else."""
+def _json_values(text: str, *, cut: bool = False) -> list[Any] | None:
+    """The JSON values `text` consists of (one, a list, or several in a row), or None if it is anything else.
+
+    cut: the text stopped at the token limit, so an unfinished value at the end is dropped (a 0.5B model wrote
+    the same calls over and over until the limit) as long as complete ones came before it."""
     decoder = json.JSONDecoder()
     values: list[Any] = []
     position = 0
@@ -171,12 +174,43 @@ def _json_values(text: str) -> list[Any] | None:
         try:
             value, position = decoder.raw_decode(text, position)
         except ValueError:
+            if cut and values and text[position] in "{[":
+                break
             return None
         values.append(value)
     return values or None
 
 
-def recognise_tool_calls(content: str, offered: frozenset[str]) -> list[ToolCall]:
+_CLOSER = {"}": "{", "]": "["}
+
+
+def without_stray_closers(text: str) -> str:
+    """`text` less any closing bracket that closes nothing open (outside strings): a 0.5B model wrote
+    `{"name": "finish", "arguments": {...}]}`."""
+    kept: list[str] = []
+    opened: list[str] = []
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            opened.append(char)
+        elif char in _CLOSER:
+            if not opened or opened[-1] != _CLOSER[char]:
+                continue
+            opened.pop()
+        kept.append(char)
+    return "".join(kept)
+
+
+def recognise_tool_calls(content: str, offered: frozenset[str], *, cut: bool = False) -> list[ToolCall]:
     """Tool calls written as JSON text: `{"name": <offered tool>, "arguments": {...}}`, bare or ```json-fenced.
 
     Every object must name an offered tool, or none counts: a half-recognised answer would run some calls and
@@ -189,7 +223,7 @@ def recognise_tool_calls(content: str, offered: frozenset[str]) -> list[ToolCall
     text = _TOOL_CALL_TAG.sub("", text).strip()
     if not offered or not text.startswith(("{", "[")):
         return []
-    values = _json_values(text)
+    values = _json_values(text, cut=cut) or _json_values(without_stray_closers(text), cut=cut)
     if values is None:
         return []
     objects: list[Any] = []
@@ -241,7 +275,8 @@ def from_openai_response(response: dict[str, Any], offered: frozenset[str]) -> C
         raise ValueError("the upstream completion has no choices")
     message = choices[0].get("message") or {}
     content = message.get("content") or ""
-    calls = _upstream_tool_calls(message) or recognise_tool_calls(content, offered)
+    cut = choices[0].get("finish_reason") == "length"
+    calls = _upstream_tool_calls(message) or recognise_tool_calls(content, offered, cut=cut)
     usage = response.get("usage") or {}
     timings = response.get("timings") or {}
     return ChatResult(
@@ -330,7 +365,7 @@ class StreamAssembler:
         calls = [ToolCall(s["name"], _arguments_object(s["arguments"])) for _, s in sorted(self.upstream_calls.items())]
         content = self.held
         if not calls and content:
-            calls = recognise_tool_calls(content, self.offered)
+            calls = recognise_tool_calls(content, self.offered, cut=self.finish_reason == "length")
             if calls:
                 content = ""
         return ChatResult(

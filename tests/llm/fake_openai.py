@@ -29,6 +29,7 @@ class Script:
     received: list[dict[str, Any]] = field(default_factory=list)
     prompt_tokens: int = 321
     fail_status: int | None = None
+    finish_reason: str = "stop"  # "length": the reply stopped at the token limit
 
     def next_reply(self) -> str:
         return self.replies.pop(0) if self.replies else "OBSERVATION: x\nASSESSMENT: y\nDECISION: hold"
@@ -56,7 +57,7 @@ def build_app(script: Script) -> Starlette:
                     "id": "chatcmpl-1",
                     "object": "chat.completion",
                     "model": body.get("model"),
-                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                    "choices": [{"index": 0, "message": message, "finish_reason": script.finish_reason}],
                     "usage": _usage(script, content),
                     "timings": timings,
                 }
@@ -67,7 +68,8 @@ def build_app(script: Script) -> Starlette:
                 delta = {"content": content[start : start + PIECE_CHARS]}
                 chunk = {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
                 yield f"data: {json.dumps(chunk)}\n\n"
-            yield f"data: {json.dumps({'choices': [{'index': 0, 'delta': {}, 'finish_reason': 'stop'}]})}\n\n"
+            last = {"choices": [{"index": 0, "delta": {}, "finish_reason": script.finish_reason}]}
+            yield f"data: {json.dumps(last)}\n\n"
             usage = {"choices": [], "usage": _usage(script, content), "timings": timings}
             yield f"data: {json.dumps(usage)}\n\n"
             yield "data: [DONE]\n\n"

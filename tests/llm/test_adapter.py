@@ -54,6 +54,19 @@ async def chat(served: Served, *, stream: bool, tools: list[dict[str, Any]] | No
     return chunks
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_calls_repeated_until_the_token_limit_keep_the_complete_ones(served: Served, stream: bool) -> None:
+    call = f'{{"name": "launch_instances", "arguments": {ARGS}}}'
+    served.script.replies = [f"{call}\n{call}\n{call[:25]}"]
+    served.script.finish_reason = "length"
+    response = await chat(served, stream=stream, tools=[LAUNCH])
+
+    last = response[-1] if stream else response
+    calls = [c for chunk in (response if stream else [response]) for c in chunk.message.tool_calls or []]
+    assert [c.function.name for c in calls] == ["launch_instances", "launch_instances"]
+    assert last.done_reason == "length"
+
+
 async def test_a_bare_json_object_naming_an_offered_tool_becomes_a_tool_call(served: Served) -> None:
     served.script.replies = [f'{{"name": "launch_instances", "arguments": {ARGS}}}']
     response = await chat(served, stream=False, tools=[LAUNCH])

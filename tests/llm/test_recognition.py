@@ -60,6 +60,19 @@ def test_anything_else_stays_text(content: str) -> None:
     assert recognise_tool_calls(content, OFFERED) == []
 
 
+def test_a_stray_closing_bracket_is_dropped_outside_strings() -> None:
+    content = '{"name": "reply_to_operator", "arguments": {"text": "a ] and a \\" and }"}]}'
+    assert recognise_tool_calls(content, OFFERED) == [ToolCall("reply_to_operator", {"text": 'a ] and a " and }'})]
+
+
+def test_calls_cut_by_the_token_limit_keep_the_complete_ones() -> None:
+    call = '{"name": "launch_instances", "arguments": {"count": 1}}'
+    looped = f"{call}\n{call}\n{call[:30]}"
+    assert recognise_tool_calls(looped, OFFERED, cut=True) == [ToolCall("launch_instances", {"count": 1})] * 2
+    assert recognise_tool_calls(looped, OFFERED) == []  # not cut: the model stopped on that, it is not a call
+    assert recognise_tool_calls(call[:30], OFFERED, cut=True) == []  # nothing complete
+
+
 def test_nothing_is_a_tool_call_when_no_tool_was_offered() -> None:
     assert recognise_tool_calls('{"name": "launch_instances", "arguments": {}}', frozenset()) == []
 
