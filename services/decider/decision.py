@@ -14,6 +14,7 @@ from shared.contract import (
     FleetSnapshot,
     GuardrailVerdict,
     LaunchInstances,
+    ResumeInstance,
     RunOutcome,
     StopInstance,
 )
@@ -35,9 +36,19 @@ def idempotency_key(run_id: str, index: int) -> str:
 
 
 def policy_actions(recommendation: Recommendation, run_id: str, now: datetime, source: str) -> list[Action]:
-    """The recommendation as contract commands (launches first: capacity before removals)."""
+    """The recommendation as contract commands (resumes and launches first: capacity before removals)."""
     actions: list[Action] = []
     common = {"occurred_at": now, "source": source, "requested_by": "policy"}
+    # parked machines first: the launches were reduced by as many as are resumed
+    for resume in recommendation.resumes:
+        actions.append(
+            ResumeInstance(
+                idempotency_key=idempotency_key(run_id, len(actions)),
+                instance_id=resume.instance_id,
+                reason=resume.reason,
+                **common,
+            )
+        )
     for plan in recommendation.launches:
         actions.append(
             LaunchInstances(

@@ -472,7 +472,9 @@ class Engine:
         machine.removal_reason = removal.reason
         if machine.state is MachineState.LOADING and removal.reason == RemovalReason.STUCK_LOADING.value:
             self.market.failed(machine.offer, IncidentKind.STUCK_LOADING, machine.instance_id, self.now_s)
-        parking = removal.verb == "stop"  # vast's stop keeps the machine: parked once its tasks are done
+        # vast's stop keeps the machine, and a drain for parking ends in one (the decider stops it once drained):
+        # parked once its tasks are done
+        parking = removal.verb == "stop" or removal.reason == RemovalReason.PARK.value
         if machine.state is MachineState.PRODUCING:
             # no new task; the in-flight ones finish (billed) before the machine is given back or parked
             machine.parking = parking
@@ -482,6 +484,8 @@ class Engine:
             machine.state is MachineState.PARKED and parking
         ):
             return
+        elif machine.state is MachineState.RESUMING and parking:
+            self._park(machine)  # the start is called off before its worker came back
         else:
             self._set_state(machine, MachineState.GONE)
             self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "gone"))
@@ -520,6 +524,7 @@ class Engine:
             task_s=self.world.task_s,
             started_by_gpu_model=dict(self._started_by_model),
             busy_s_by_gpu_model=dict(self._busy_s_by_model),
+            disk_usd_per_h=self.storage_usd_per_h,
         )
 
     def _account_machine_tasks(self) -> None:

@@ -40,9 +40,20 @@ def _predictive(guardrails: GuardrailConfig) -> WorldPolicy:
     return PredictiveAdapter(guardrails)
 
 
+def _predictive_parking(guardrails: GuardrailConfig) -> WorldPolicy:
+    # the same, with vast's stop and start as a lever: producers no longer needed are parked and resumed first
+    from services.decider.policy import PolicyConfig
+    from sim.world.policies.predictive import PredictiveAdapter
+
+    adapter = PredictiveAdapter(guardrails, PolicyConfig(park=True))
+    adapter.name = "predictive-park"
+    return adapter
+
+
 # each policy from the guardrails every run meets (the baselines meet them in the engine)
 POLICY_FACTORIES: dict[str, Callable[[GuardrailConfig], WorldPolicy]] = {
     "predictive": _predictive,
+    "predictive-park": _predictive_parking,
     "reactive": lambda guardrails: ReactivePolicy(),
     "target-tracking": lambda guardrails: TargetTrackingPolicy(),
     "aws-predictive": lambda guardrails: AwsPredictivePolicy(),

@@ -427,6 +427,7 @@ class WorldView:
     # cumulative, per GPU model: tasks started, and the machine-seconds they took (what completions would show)
     started_by_gpu_model: Mapping[str, float]
     busy_s_by_gpu_model: Mapping[str, float]
+    disk_usd_per_h: float = 0.0  # what each instance's disk costs (vast's rows carry it as `storage_cost`)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import pytest
 
 from sim.vast.scenario import Scenario
 from sim.world.engine import Engine
+from sim.world.evaluate import POLICY_FACTORIES, default_guardrails
 from sim.world.model import Launch, MachineState, Remove, Resume, WorldConfig
 from sim.world.trace import Trace
 from tests.world.conftest import quiet_scenario
@@ -96,3 +97,21 @@ def test_a_taken_gpu_freed_later_delays_the_resume() -> None:
     assert result.resumes_gpu_taken == 1
     assert states[back_at - 60] is MachineState.RESUMING
     assert states[back_at + 60] is MachineState.PRODUCING
+
+
+def test_the_predictive_policy_parks_at_night_and_resumes_in_the_morning() -> None:
+    """The decider's own policy, cores and guardrails in the world: a working day, a quiet night, a second day."""
+    day = [20] * 8 * 60  # 1200 tasks/h: ten machines
+    night = [1] * 8 * 60
+    trace = Trace.of(day + night + day, "two-days")
+    scenario = quiet_scenario(
+        market=[{"gpu_model": "RTX 4090", "count": 40, "price_usd_per_h": {"min": 0.5, "max": 0.5}}]
+    )
+    world = WorldConfig()
+    guardrails = default_guardrails(world, scenario, trace)
+    policy = POLICY_FACTORIES["predictive-park"](guardrails)
+    result = Engine(trace, policy, scenario, 0, world, guardrails=guardrails).run()
+    assert result.parks >= 5  # the night's surplus kept, not given back
+    assert result.resumes >= 5  # and started again for the second day
+    assert result.resumes_gpu_taken == 0  # the quiet scenario never rents a stopped GPU to someone else
+    assert result.storage_cost_usd > 0

@@ -27,6 +27,14 @@ class RemovalPlan:
 
 
 @dataclass(frozen=True)
+class ResumePlan:
+    """Start a parked machine again instead of launching a new one: minutes instead of hours to producing."""
+
+    instance_id: int
+    reason: LaunchReason
+
+
+@dataclass(frozen=True)
 class PolicyFigures:
     """The numbers behind a recommendation, for the audit record, the agent and the world simulator."""
 
@@ -53,10 +61,11 @@ class Recommendation:
     removals: tuple[RemovalPlan, ...] = ()
     explanation: str = ""
     figures: PolicyFigures = field(default_factory=PolicyFigures)
+    resumes: tuple[ResumePlan, ...] = ()
 
     @property
     def is_hold(self) -> bool:
-        return not self.launches and not self.removals
+        return not self.launches and not self.removals and not self.resumes
 
     @property
     def launch_count(self) -> int:

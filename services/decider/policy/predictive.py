@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from services.decider.policy.base import LaunchPlan, PolicyFigures, Recommendation, RemovalPlan
+from services.decider.policy.base import LaunchPlan, PolicyFigures, Recommendation, RemovalPlan, ResumePlan
 from services.decider.policy.forecast import (
     ARRIVING_STATES,
     arrival_forecast_per_h,
@@ -36,6 +36,7 @@ from shared.contract import (
     InstanceState,
     LaunchPriority,
     LaunchReason,
+    ParkReason,
     RemovalReason,
 )
 
@@ -137,6 +138,15 @@ class PolicyConfig:
     preferred_gpu_models: tuple[str, ...] = ()
     # ask for the fleet's measured cheapest models (per dollar per task) when no preference is configured
     rank_fleet_gpu_models: bool = False
+    # parking (vast's stop keeps the disk and its image): a producer the demand no longer needs is stopped instead
+    # of drained and destroyed, and parked machines are resumed before anything new is launched. Its disk costs
+    # ~0.01 $/h (50 GB at vast's 0.15 $/GB-month) against the 1-2 h startup a new machine bills at its full price,
+    # so a parked machine pays if it is wanted again within days; after `park_max_s` it is given back (the chance
+    # that its GPU is still free fades while it waits). Off until measured on the world's families.
+    park: bool = False
+    park_max_s: float = 24 * 3600.0
+    # a resumed machine produces again after vast's restart (minutes) and its worker's registration
+    resume_s: float = 900.0
 
 
 DEFAULT_CONFIG = PolicyConfig()
@@ -148,6 +158,8 @@ class _Fleet:
     arriving: list[InstanceLine] = field(default_factory=list)
     draining: list[InstanceLine] = field(default_factory=list)
     failed: list[InstanceLine] = field(default_factory=list)
+    parked: list[InstanceLine] = field(default_factory=list)  # by our stop, ours to resume (not outbid ones)
+    resuming: list[InstanceLine] = field(default_factory=list)
 
 
 def _split(snapshot: FleetSnapshot) -> _Fleet:
@@ -161,6 +173,10 @@ def _split(snapshot: FleetSnapshot) -> _Fleet:
             fleet.draining.append(line)
         elif line.state is InstanceState.FAILED:
             fleet.failed.append(line)
+        elif line.state is InstanceState.PARKED and line.park_reason is ParkReason.STOPPED:
+            fleet.parked.append(line)
+        elif line.state is InstanceState.RESUMING:
+            fleet.resuming.append(line)
     return fleet
 
 
@@ -227,8 +243,11 @@ def recommend(
         rate_up = arrival_forecast_per_h(signal, horizon_mid_s, config.trend_cap_factor, slope_per_h2=slope_per_h2)
         keep_rate = keep_arrival_rate_per_h(signal, startup_s, declining, config.trend_window_s)
     rate_keep = max(rate_up, keep_rate)
-    offsets = ready_offsets_s(fleet.arriving, now, startup_s) + [startup_s] * unobserved_launches
-    arriving = len(fleet.arriving) + unobserved_launches
+    resuming_offsets = [max(0.0, config.resume_s - (now - line.state_since).total_seconds()) for line in fleet.resuming]
+    offsets = (
+        sorted(ready_offsets_s(fleet.arriving, now, startup_s) + resuming_offsets) + [startup_s] * unobserved_launches
+    )
+    arriving = len(fleet.arriving) + len(fleet.resuming) + unobserved_launches
     capacity = healthy + arriving
     drain_h = config.backlog_drain_target_s / 3600
 
@@ -297,6 +316,10 @@ def recommend(
     )  # fmt: skip
 
     removals = _failed_and_drained(fleet, now, config, stalled_state)
+    # parked too long: its GPU is likely someone else's by now, and the disk is billed for nothing
+    expired = [line for line in fleet.parked if (now - line.state_since).total_seconds() >= config.park_max_s]
+    removals += [RemovalPlan("destroy", line.instance_id, RemovalReason.IDLE) for line in expired]
+    fleet.parked = [line for line in fleet.parked if line not in expired]
     launches: list[LaunchPlan] = []
     rate_deficit = target - capacity
     # lost capacity the forecast needs is replaced at once
@@ -308,6 +331,21 @@ def recommend(
         growth = max(0, max(surge_machines, 1) - replacements)
     else:
         growth = 0
+    # parked machines come back first: minutes to producing instead of hours, and no new startup to pay. They
+    # cover what the startup horizon needs before anything new is launched, but each is started only when the
+    # next `resume_s` needs it (resumed at a new machine's lead time, it would idle at full price for an hour)
+    wanted = replacements + growth
+    if fleet.parked and wanted > 0:
+        landing_soon = sum(1 for offset in offsets if offset <= config.resume_s)
+        needed_soon = ceil_machines(rate_now / thr + pending / (thr * drain_h), config.round_slack_machines)
+        resume_now = min(wanted, max(replacements, needed_soon - healthy - landing_soon))
+        resumes = _resumes(fleet, resume_now, LaunchReason.REPLACEMENT if replacements else None)
+        covered = min(wanted, len(fleet.parked))
+        from_growth = min(growth, covered)
+        growth -= from_growth
+        replacements -= covered - from_growth
+    else:
+        resumes = []
     replacements = min(replacements, config.max_launches_per_decision)
     growth = min(growth, config.max_launches_per_decision - replacements)
     if replacements or growth:
@@ -351,7 +389,7 @@ def recommend(
         )
         return max(for_queue, keep - healthy)
 
-    if not launches and rate_deficit <= 0 and not stalled_state:
+    if not launches and not resumes and rate_deficit <= 0 and not stalled_state:
         margin = config.falling_margin_fraction if declining else config.scale_down_margin_fraction
         removals += _scale_down(
             fleet,
@@ -366,8 +404,16 @@ def recommend(
             arriving_needed=arriving_needed(),
         )
 
-    explanation = _explain(launches, removals, numbers, stalled_state)
-    return Recommendation(tuple(launches), tuple(removals), explanation, figures)
+    explanation = _explain(launches, removals, numbers, stalled_state, resumes)
+    return Recommendation(tuple(launches), tuple(removals), explanation, figures, tuple(resumes))
+
+
+def _resumes(fleet: _Fleet, wanted: int, replacement_reason: LaunchReason | None) -> list[ResumePlan]:
+    """Parked machines to start again for `wanted` launches: the most recently parked first (the longer a machine
+    waits, the likelier another renter holds its GPU)."""
+    latest_first = sorted(fleet.parked, key=lambda line: line.state_since, reverse=True)
+    reason = replacement_reason or LaunchReason.SUSTAINED_DEMAND
+    return [ResumePlan(line.instance_id, reason) for line in latest_first[: max(0, wanted)]]
 
 
 def _failed_and_drained(fleet: _Fleet, now: datetime, config: PolicyConfig, stalled_state: bool) -> list[RemovalPlan]:
@@ -383,7 +429,12 @@ def _failed_and_drained(fleet: _Fleet, now: datetime, config: PolicyConfig, stal
         draining_s = (now - line.state_since).total_seconds()
         finished = draining_s >= config.drain_grace_s and _silent_for_s(line, now) >= config.drain_grace_s
         if finished or draining_s >= config.max_drain_s:
-            removals.append(RemovalPlan("destroy", line.instance_id, RemovalReason.IDLE))
+            # parked (vast's stop keeps its disk and image) when parking, else given back
+            removals.append(
+                RemovalPlan("stop", line.instance_id, RemovalReason.PARK)
+                if config.park
+                else RemovalPlan("destroy", line.instance_id, RemovalReason.IDLE)
+            )
     return removals
 
 
@@ -410,10 +461,18 @@ def _scale_down(
     # while a ramp's slope gate opens and closes between runs, giving them back launched them again in turns
     # (diurnal 323 → 3,165 $)
     billed = ARRIVING_STATES if config.loading_billed else BILLED_ARRIVING_STATES
-    latest_first = sorted(fleet.arriving, key=lambda line: line.created_at, reverse=True)
-    spare = min(capacity - math.ceil(keep * config.arriving_keep_factor), len(fleet.arriving) - arriving_needed)
-    given_back = [RemovalPlan("destroy", line.instance_id, RemovalReason.OVER_PROVISIONED)
-                  for line in latest_first[: max(0, spare)] if line.state in billed]  # fmt: skip
+    # a resumed machine counts as on the way until its worker completes a task; one the demand does not need is
+    # parked again (its disk kept), the latest resumed first
+    on_the_way = fleet.arriving + fleet.resuming
+    latest_first = sorted(on_the_way, key=lambda line: max(line.created_at, line.state_since), reverse=True)
+    spare = min(capacity - math.ceil(keep * config.arriving_keep_factor), len(on_the_way) - arriving_needed)
+    given_back = [
+        RemovalPlan("stop", line.instance_id, RemovalReason.PARK)
+        if line.state is InstanceState.RESUMING
+        else RemovalPlan("destroy", line.instance_id, RemovalReason.OVER_PROVISIONED)
+        for line in latest_first[: max(0, spare)]
+        if line.state in billed or line.state is InstanceState.RESUMING
+    ]
     surplus -= len(given_back)
     if surplus <= 0:
         return given_back
@@ -432,11 +491,21 @@ def _scale_down(
     # never the last producers while tasks wait or arrive
     removable = min(surplus, len(idle), len(fleet.producing) - 1 if demand_present else len(idle))
     reason = RemovalReason.OVER_PROVISIONED if demand_present or keep > 0 else RemovalReason.IDLE
+    if config.park:
+        # drained to be parked: once its tasks are done it is stopped, not destroyed (see _failed_and_drained)
+        reason = RemovalReason.PARK
     return given_back + [RemovalPlan("drain", line.instance_id, reason) for line in idle[: max(0, removable)]]
 
 
-def _explain(launches: list[LaunchPlan], removals: list[RemovalPlan], numbers: str, stalled_state: bool) -> str:
-    parts = [f"launch {plan.count} ({plan.reason.value}, {plan.launch_priority})" for plan in launches]
+def _explain(
+    launches: list[LaunchPlan],
+    removals: list[RemovalPlan],
+    numbers: str,
+    stalled_state: bool,
+    resumes: list[ResumePlan] | None = None,
+) -> str:
+    parts = [f"resume {len(resumes)} parked ({resumes[0].reason.value})"] if resumes else []
+    parts += [f"launch {plan.count} ({plan.reason.value}, {plan.launch_priority})" for plan in launches]
     for verb in ("drain", "destroy", "stop"):
         reasons = sorted({plan.reason.value for plan in removals if plan.verb == verb})
         if reasons:

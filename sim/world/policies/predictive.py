@@ -49,15 +49,17 @@ from shared.contract import (
     InstanceObserved,
     InstanceState,
     LaunchInstances,
+    ParkReason,
     QueueDepth,
     QueueSnapshot,
+    ResumeInstance,
     StopInstance,
     TaskEvent,
     TriggerRef,
 )
 from shared.settings import Settings
 from sim.vast.scenario import Scenario
-from sim.world.model import Action, Launch, MachineState, Remove, WorldConfig, WorldView
+from sim.world.model import Action, Launch, MachineState, Remove, Resume, WorldConfig, WorldView
 from sim.world.trace import Trace
 
 # guardrails scaled to a trace allow this many times the catalog machines its busiest hour needs
@@ -354,6 +356,10 @@ class PredictiveAdapter:
         if kind == "gone":
             del self.reported[instance_id]
             return self._tell(instance_id, reported, (InstanceState.GONE, None), at_s, None, now)
+        if kind in ("parked", "resuming"):
+            # what the provisioner reports of our stop for parking and of our start (services/provisioner/reconcile)
+            waking = InstanceState.PARKED if kind == "parked" else InstanceState.RESUMING
+            return self._tell(instance_id, reported, (waking, None), at_s, "stopped", now, view.disk_usd_per_h)
         actual = VAST_STATUS_OF.get(kind)
         if actual is None:
             return []  # producing: vast still says running; fleet learns it from the worker's tasks
@@ -370,6 +376,7 @@ class PredictiveAdapter:
         at_s: float,
         actual: str | None,
         now: datetime,
+        disk_usd_per_h: float | None = None,
     ) -> list[TriggerRef]:
         reported.state = state[0]
         observed = InstanceObserved(
@@ -378,8 +385,10 @@ class PredictiveAdapter:
             instance_id=instance_id,
             state=state[0],
             failure_reason=state[1],
+            park_reason=ParkReason.STOPPED if state[0] is InstanceState.PARKED else None,
             gpu_model=reported.gpu_model or None,
             price_usd_per_h=reported.price_usd_per_h,
+            storage_usd_per_h=disk_usd_per_h,
             vast_actual_status=actual,
         )
         return self._refs(self.fleet.observe_instance(observed, now))
@@ -468,6 +477,9 @@ class PredictiveAdapter:
             if isinstance(granted, LaunchInstances):
                 cap = worst_price_usd_per_h(granted, self.guardrails)
                 actions.append(Launch(granted.count, tuple(granted.gpu_models), granted.reason.value, cap))
+            elif isinstance(granted, ResumeInstance):
+                self.removals["resume"] += 1
+                actions.append(Resume(granted.instance_id, granted.reason.value))
             elif isinstance(granted, DrainInstance):
                 self.removals[f"drain:{granted.reason.value}"] += 1
                 drains.append(granted)

@@ -1,0 +1,95 @@
+"""Parking in the predictive policy: a producer the demand no longer needs is drained and stopped with its disk
+kept, parked machines are resumed before anything new is launched, and given back after `park_max_s`."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from services.decider.decision import policy_actions
+from services.decider.policy import PolicyConfig, recommend
+from shared.contract import (
+    DemandSignal,
+    InstanceLine,
+    InstanceState,
+    LaunchReason,
+    ParkReason,
+    RemovalReason,
+    ResumeInstance,
+)
+from tests.decider.factories import HOUR_S, line, producing, signal, snapshot, window
+
+NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+PARKING = PolicyConfig(park=True)
+
+
+def parked(instance_id: int, parked_for_s: float) -> InstanceLine:
+    stopped = line(instance_id, InstanceState.PARKED, NOW, state_for_s=parked_for_s, last_task_ago_s=parked_for_s)
+    return stopped.model_copy(update={"park_reason": ParkReason.STOPPED})
+
+
+def test_surplus_producers_are_drained_to_be_parked_and_stopped_once_drained() -> None:
+    busy = [line(100 + i, InstanceState.PRODUCING, NOW, last_task_ago_s=10 + 10 * i) for i in range(10)]
+    quiet = signal(NOW, rate_per_h=240, pending=0, windows=[window(300, 240), window(7200, 240)])
+    rec = recommend(quiet, snapshot(NOW, busy), NOW, PARKING)
+    assert [(plan.verb, plan.reason) for plan in rec.removals] == [("drain", RemovalReason.PARK)] * 7
+    drained = line(300, InstanceState.DRAINING, NOW, state_for_s=900, last_task_ago_s=800)
+    rec = recommend(signal(NOW, rate_per_h=120), snapshot(NOW, [*producing(1, NOW), drained]), NOW, PARKING)
+    assert [(plan.verb, plan.instance_id, plan.reason) for plan in rec.removals] == [("stop", 300, RemovalReason.PARK)]
+    # without parking (the default) the same drained machine is given back
+    rec = recommend(signal(NOW, rate_per_h=120), snapshot(NOW, [*producing(1, NOW), drained]), NOW)
+    assert [(plan.verb, plan.instance_id) for plan in rec.removals] == [("destroy", 300)]
+
+
+def rising(rate_per_h: float, pending: int = 0) -> DemandSignal:
+    """Arrivals above the 4 producers' capacity for an hour: sustained demand, planned from its rate."""
+    return signal(
+        NOW,
+        rate_per_h=rate_per_h,
+        pending=pending,
+        producing_workers=4,
+        above_capacity_for_s=HOUR_S,
+        windows=[window(300, rate_per_h), window(3600, rate_per_h)],
+    )
+
+
+def launches_without_parking(demand: DemandSignal) -> int:
+    return recommend(demand, snapshot(NOW, producing(4, NOW)), NOW, PARKING).launch_count
+
+
+def test_parked_machines_cover_the_forecast_and_are_resumed_when_the_next_minutes_need_them() -> None:
+    demand = rising(600)
+    wanted = launches_without_parking(demand)
+    pool = [parked(700 + i, parked_for_s=(i + 1) * HOUR_S) for i in range(wanted + 2)]
+    rec = recommend(demand, snapshot(NOW, [*producing(4, NOW), *pool]), NOW, PARKING)
+    assert rec.launch_count == 0  # the parked machines cover what new ones would have
+    # what the next minutes need (600/h ÷ 120/h = 5 machines, 4 producing): one now, the rest when needed
+    assert [plan.instance_id for plan in rec.resumes] == [700]  # the most recently parked first
+    assert rec.resumes[0].reason is LaunchReason.SUSTAINED_DEMAND
+    actions = policy_actions(rec, "decider-run-1", NOW, "decider")
+    assert [a.instance_id for a in actions if isinstance(a, ResumeInstance)] == [700]
+
+
+def test_more_demand_than_parked_machines_launches_the_rest() -> None:
+    demand = rising(1920, pending=100)
+    wanted = launches_without_parking(demand)
+    pool = [parked(700, HOUR_S), parked(701, 2 * HOUR_S)]
+    rec = recommend(demand, snapshot(NOW, [*producing(4, NOW), *pool]), NOW, PARKING)
+    assert [plan.instance_id for plan in rec.resumes] == [700, 701]  # both needed at once
+    assert rec.launch_count == wanted - 2
+
+
+def test_a_machine_parked_too_long_is_given_back_and_not_resumed() -> None:
+    demand = rising(960)
+    stale = parked(700, parked_for_s=PARKING.park_max_s + 60)
+    rec = recommend(demand, snapshot(NOW, [*producing(4, NOW), stale]), NOW, PARKING)
+    assert [(plan.verb, plan.instance_id, plan.reason) for plan in rec.removals] == [
+        ("destroy", 700, RemovalReason.IDLE)
+    ]
+    assert rec.resumes == () and rec.launch_count == launches_without_parking(demand)
+
+
+def test_an_outbid_machine_is_not_ours_to_resume() -> None:
+    demand = rising(960)
+    outbid = parked(700, HOUR_S).model_copy(update={"park_reason": ParkReason.OUTBID})
+    rec = recommend(demand, snapshot(NOW, [*producing(4, NOW), outbid]), NOW, PARKING)
+    assert rec.resumes == () and rec.launch_count == launches_without_parking(demand)
