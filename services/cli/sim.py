@@ -120,7 +120,9 @@ def sim_traces(
 def sim_evaluate(
     trace: str = typer.Option(..., help="CSV trace with header minute,arrivals (see sim/traces/)"),
     policy: str = typer.Option(
-        ..., help="predictive; reactive, target-tracking, aws-predictive, demand-based; clairvoyant (the bound)"
+        ...,
+        help="predictive (predictive-park: with vast's stop and start); reactive, target-tracking, aws-predictive,"
+        " demand-based; clairvoyant (the bound), clairvoyant-run",
     ),
     scenario: str = typer.Option(None, help="a scenario file (.yaml/.yml/.json), the one sim vast serves"),
     seed: int = typer.Option(None, help="overrides the scenario's seed (market prices and every machine's fate)"),
