@@ -11,6 +11,7 @@ import bisect
 import heapq
 import itertools
 import math
+import random
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ from services.decider.guardrails import (
 )
 from services.provisioner.host_history import IncidentKind
 from shared.contract import LaunchInstances, LaunchReason, RemovalReason
-from sim.vast.economics import storage_usd_per_h
+from sim.vast.economics import BidLevels, outbid, storage_usd_per_h
 from sim.vast.scenario import Fate, Scenario
 from sim.world.fluid import FluidQueue, ServicePiece
 from sim.world.model import (
@@ -54,7 +55,9 @@ from sim.world.trace import Trace
 
 INF = math.inf
 # event kinds, in the order they are handled when they fall on the same moment
-MINUTE, RUNNING, READY, EXIT, OFFLINE, GONE, PARK, DECIDE, SAMPLE, END = range(10)
+MINUTE, RUNNING, READY, EXIT, OFFLINE, GONE, PARK, BIDS, DECIDE, SAMPLE, END = range(11)
+BID_TICK_S = 60.0  # how often other renters' bids move and interruptible machines are paused or resumed
+OUTBID_PAUSES = frozenset({MachineState.LOADING, MachineState.PRODUCING, MachineState.DRAINING, MachineState.RESUMING})
 TARGET_SAMPLES = 1500
 GUARDRAIL_EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # the guardrails' clock: simulated seconds from here
 LAUNCH_COMMAND_MAX = 100  # shared.contract.LaunchInstances.count's upper bound
@@ -116,6 +119,7 @@ class RunResult:
     parks: int = 0
     resumes: int = 0
     resumes_gpu_taken: int = 0  # resumes that found their GPU rented by someone else
+    outbid_pauses: int = 0  # interruptible machines paused by a higher bid
 
     @property
     def objective_usd(self) -> float:
@@ -173,7 +177,11 @@ class Engine:
         self.draws = LaunchDraws(self.scenario, self.seed)
         self.resume_draws = ResumeDraws(self.scenario, self.seed)
         self.storage_usd_per_h = storage_usd_per_h(self.scenario.billing.storage_usd_per_gb_month, self.world.disk_gb)
-        self.parks = self.resumes = self.resumes_gpu_taken = 0
+        self.parks = self.resumes = self.resumes_gpu_taken = self.outbid_pauses = 0
+        # other renters' bids per GPU model: the vast simulator's walk, on its own stream of the seed
+        self.bid_levels = BidLevels(self.scenario.bids, random.Random(self.seed * 7919 + 41))
+        self.bid_machines: dict[int, Machine] = {}
+        self._bids_ticking = False
         self.queue = FluidQueue(WaitStats(self.objective.grace_s))
         self.machines: dict[int, Machine] = {}
         self.producing_order: list[Machine] = []  # the job system fills these first to last
@@ -273,6 +281,8 @@ class Engine:
             self._push(self.now_s + self.sample_s, SAMPLE, 0)
         elif kind == END:
             self._end()
+        elif kind == BIDS:
+            self._on_bids()
         else:
             machine = self.machines.get(arg)
             if machine is not None:
@@ -312,13 +322,13 @@ class Engine:
             offers += self.market.rent((), launch.max_price_usd_per_h, count=room - len(offers), now_s=self.now_s)
         if len(offers) < room:
             refused["market"] = room - len(offers)
-        for offer in offers:
-            self._create(offer)
+        for n, offer in enumerate(offers):
+            self._create(offer, launch.bid_markup if n < launch.interruptible else None)
         for limit, count in refused.items():
             self.launches_refused += count
             self._launch_refusals.append((self.now_s, limit, count))
 
-    def _create(self, offer: Offer) -> None:
+    def _create(self, offer: Offer, bid_markup: float | None = None) -> None:
         draw = self.draws[self._launch_index]
         self._launch_index += 1
         self.launches += 1
@@ -336,6 +346,9 @@ class Engine:
             if fate is Fate.SLOW:
                 rate *= draw.slow_factor
         machine = Machine(next(self._ids), offer, fate, rate, now, Schedule(running_s, ready_s, exit_s, offline_s))
+        if bid_markup is not None:
+            min_bid = offer.price_usd_per_h * self.scenario.bids.min_bid_share
+            machine.bid_usd_per_h = min(offer.price_usd_per_h, min_bid * (1 + max(0.0, bid_markup)))
         self._add_machine(machine)
         self._fleet_events.append(FleetEvent(now, machine.instance_id, "created"))
         if self.world.billed_from == "created":
@@ -343,6 +356,14 @@ class Engine:
         for at_s, kind in ((running_s, RUNNING), (ready_s, READY), (exit_s, EXIT), (offline_s, OFFLINE)):
             if at_s < INF:
                 self._push(at_s, kind, machine.instance_id)
+        if machine.bid_usd_per_h is not None:
+            self.bid_levels.add_model(offer.gpu_model)
+            self.bid_machines[machine.instance_id] = machine
+            if self._losing(machine):
+                self._pause(machine)  # vast creates a losing bid paused
+            if not self._bids_ticking:
+                self._bids_ticking = True
+                self._push(self.now_s + BID_TICK_S, BIDS, 0)
 
     def _add_machine(self, machine: Machine) -> None:
         machine.state_since_s = self.now_s
@@ -378,7 +399,9 @@ class Engine:
         machine.state_since_s = self.now_s
         if state is MachineState.GONE:
             self.non_gone -= 1
-            if was is not MachineState.PARKED:  # a parked machine's GPU left the commitment when it parked
+            self.bid_machines.pop(machine.instance_id, None)
+            # a machine we parked left the commitment then; an outbid one keeps its bid committed until now
+            if was is not MachineState.PARKED or machine.outbid:
                 self.committed_usd_per_h = max(0.0, self.committed_usd_per_h - machine.price_usd_per_h)
             self._set_billed(machine, False)
             self.market.release(machine.offer)
@@ -453,6 +476,51 @@ class Engine:
                 return  # waits in scheduling until a policy gives up on it
         wait_s = draw.free_after_s or 0.0
         machine.resume_running_s = self.now_s + wait_s + self.scenario.startup.restart_s
+        machine.resume_ready_s = machine.resume_running_s + self.world.registration_s
+        self._push(machine.resume_running_s, RUNNING, machine.instance_id)
+        self._push(machine.resume_ready_s, READY, machine.instance_id)
+
+    # --- interruptible machines: other renters' bids -------------------------------------------------------
+
+    def _losing(self, machine: Machine) -> bool:
+        assert machine.bid_usd_per_h is not None
+        share = self.bid_levels.share(machine.gpu_model)
+        return outbid(machine.bid_usd_per_h, machine.offer.price_usd_per_h, share)
+
+    def _on_bids(self) -> None:
+        self.bid_levels.tick(BID_TICK_S / 3600.0)
+        for machine in list(self.bid_machines.values()):
+            losing = self._losing(machine)
+            if losing and not machine.outbid and machine.state in OUTBID_PAUSES:
+                self._pause(machine)
+            elif not losing and machine.outbid and machine.state is MachineState.PARKED:
+                self._unpause(machine)
+        if self.bid_machines:
+            self._push(self.now_s + BID_TICK_S, BIDS, 0)
+        else:
+            self._bids_ticking = False
+
+    def _pause(self, machine: Machine) -> None:
+        """Outbid: vast pauses the machine (its disk kept, its GPU no longer billed, its bid still committed)."""
+        if machine.state is MachineState.DRAINING:
+            self._set_state(machine, MachineState.GONE)  # it was being given back anyway
+            self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "gone"))
+            return
+        if machine.state is MachineState.LOADING:
+            machine.loading_left_s = max(0.0, machine.schedule.running_at_s - self.now_s)
+        machine.outbid, machine.outbid_at_s = True, self.now_s
+        self._set_billed(machine, False)
+        self._set_state(machine, MachineState.PARKED)
+        self.outbid_pauses += 1
+        self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "outbid"))
+
+    def _unpause(self, machine: Machine) -> None:
+        """Its bid is the highest again: vast starts it (same machine and disk, so no GPU can be taken)."""
+        loading_left_s, machine.loading_left_s = machine.loading_left_s, 0.0
+        machine.outbid = False
+        self._set_state(machine, MachineState.RESUMING)
+        self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "resuming"))
+        machine.resume_running_s = self.now_s + max(self.scenario.startup.restart_s, loading_left_s)
         machine.resume_ready_s = machine.resume_running_s + self.world.registration_s
         self._push(machine.resume_running_s, RUNNING, machine.instance_id)
         self._push(machine.resume_ready_s, READY, machine.instance_id)
@@ -669,4 +737,5 @@ class Engine:
             parks=self.parks,
             resumes=self.resumes,
             resumes_gpu_taken=self.resumes_gpu_taken,
+            outbid_pauses=self.outbid_pauses,
         )

@@ -350,6 +350,10 @@ class Machine:
     last_task_s: float | None = None
     removal_reason: str = ""
     parking: bool = False  # draining to be parked, not given back
+    bid_usd_per_h: float | None = None  # an interruptible machine's bid: what it is billed while it runs
+    outbid: bool = False  # paused by a higher bid (parked by vast, not by a policy)
+    outbid_at_s: float = INF
+    loading_left_s: float = 0.0  # of its startup, when a bid was paused while loading
     # the current resume's moments (events of an earlier resume or of its creation do not match them)
     resume_running_s: float = INF
     resume_ready_s: float = INF
@@ -360,7 +364,7 @@ class Machine:
 
     @property
     def price_usd_per_h(self) -> float:
-        return self.offer.price_usd_per_h
+        return self.bid_usd_per_h if self.bid_usd_per_h is not None else self.offer.price_usd_per_h
 
     @property
     def reference_tasks_per_h(self) -> float:
@@ -403,7 +407,7 @@ class FleetEvent:
 
     at_s: float
     instance_id: int
-    kind: Literal["created", "running", "producing", "exited", "offline", "gone", "parked", "resuming"]
+    kind: Literal["created", "running", "producing", "exited", "offline", "gone", "parked", "resuming", "outbid"]
 
 
 @dataclass(frozen=True)
@@ -436,6 +440,10 @@ class Launch:
     gpu_models: tuple[str, ...] = ()
     reason: str = ""
     max_price_usd_per_h: float | None = None
+    # how many of `count` are interruptible, each bidding its offer's min_bid × (1 + bid_markup), never more
+    # than the on-demand price: paused while another renter bids more, resumed when it is the highest again
+    interruptible: int = 0
+    bid_markup: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -356,10 +356,14 @@ class PredictiveAdapter:
         if kind == "gone":
             del self.reported[instance_id]
             return self._tell(instance_id, reported, (InstanceState.GONE, None), at_s, None, now)
-        if kind in ("parked", "resuming"):
-            # what the provisioner reports of our stop for parking and of our start (services/provisioner/reconcile)
-            waking = InstanceState.PARKED if kind == "parked" else InstanceState.RESUMING
-            return self._tell(instance_id, reported, (waking, None), at_s, "stopped", now, view.disk_usd_per_h)
+        if kind in ("parked", "outbid", "resuming"):
+            # what the provisioner reports of our stop for parking, of an outbid pause and of a start
+            # (services/provisioner/reconcile.lifecycle_of)
+            waking = InstanceState.RESUMING if kind == "resuming" else InstanceState.PARKED
+            park_reason = {"parked": ParkReason.STOPPED, "outbid": ParkReason.OUTBID}.get(kind)
+            return self._tell(
+                instance_id, reported, (waking, None), at_s, "stopped", now, view.disk_usd_per_h, park_reason
+            )
         actual = VAST_STATUS_OF.get(kind)
         if actual is None:
             return []  # producing: vast still says running; fleet learns it from the worker's tasks
@@ -377,6 +381,7 @@ class PredictiveAdapter:
         actual: str | None,
         now: datetime,
         disk_usd_per_h: float | None = None,
+        park_reason: ParkReason | None = None,
     ) -> list[TriggerRef]:
         reported.state = state[0]
         observed = InstanceObserved(
@@ -385,7 +390,7 @@ class PredictiveAdapter:
             instance_id=instance_id,
             state=state[0],
             failure_reason=state[1],
-            park_reason=ParkReason.STOPPED if state[0] is InstanceState.PARKED else None,
+            park_reason=park_reason,
             gpu_model=reported.gpu_model or None,
             price_usd_per_h=reported.price_usd_per_h,
             storage_usd_per_h=disk_usd_per_h,
