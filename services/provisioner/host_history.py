@@ -21,6 +21,7 @@ HALF_LIFE_S = 2 * 86_400.0
 # Beyond ten half-lives an incident weighs < 0.1%: forget it, so the record stays small.
 FORGET_AFTER_S = 10 * HALF_LIFE_S
 MAX_INCIDENTS = 2_000
+MAX_STARTUPS = 5_000
 # A machine's trouble says something about its host (network, disks, operator), but less than about itself.
 HOST_SHARE = 0.5
 
@@ -91,6 +92,16 @@ class ThroughputMeasure(BaseModel):
     ratio_to_reference: float = Field(gt=0)
 
 
+class StartupMeasure(BaseModel):
+    """How long one of our launches took from create to vast's `running` on this machine."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    at: datetime
+    seconds: float = Field(gt=0)
+    host_id: int | None = None
+
+
 class HostHistory(BaseModel):
     """Serializable as one JSON document (kept in Redis)."""
 
@@ -98,6 +109,9 @@ class HostHistory(BaseModel):
 
     incidents: list[Incident] = Field(default_factory=list)
     measured: dict[int, ThroughputMeasure] = Field(default_factory=dict, description="machine_id → last bench")
+    startups: dict[int, StartupMeasure] = Field(
+        default_factory=dict, description="machine_id → its last create → running"
+    )
 
     def record(self, incident: Incident) -> None:
         """Once per instance and kind: a failure seen by every reconciliation is still one failure."""
@@ -111,6 +125,21 @@ class HostHistory(BaseModel):
 
     def record_measure(self, machine_id: int, ratio_to_reference: float, at: datetime) -> None:
         self.measured[machine_id] = ThroughputMeasure(at=at, ratio_to_reference=ratio_to_reference)
+
+    def record_startup(self, machine_id: int, host_id: int | None, seconds: float, at: datetime) -> None:
+        self.startups[machine_id] = StartupMeasure(at=at, seconds=seconds, host_id=host_id)
+        if len(self.startups) > MAX_STARTUPS:  # the oldest go first
+            for oldest in sorted(self.startups, key=lambda m: self.startups[m].at)[: len(self.startups) - MAX_STARTUPS]:
+                del self.startups[oldest]
+
+    def observed_startup_s(self, host_id: int | None, machine_id: int | None) -> float | None:
+        """This machine's last startup, else its host's machines' mean (one network, one disk, one operator)."""
+        if machine_id is not None and machine_id in self.startups:
+            return self.startups[machine_id].seconds
+        if host_id is None:
+            return None
+        on_host = [m.seconds for m in self.startups.values() if m.host_id == host_id]
+        return sum(on_host) / len(on_host) if on_host else None
 
     def forget_old(self, now: datetime) -> None:
         self.incidents = [i for i in self.incidents if (now - i.at).total_seconds() < FORGET_AFTER_S]

@@ -12,13 +12,22 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from services.provisioner import budget
 from services.provisioner.budget import BudgetLimits, Commitment, Refusal
 from services.provisioner.host_history import REMOVAL_INCIDENTS, HostHistory, Incident, IncidentKind, bench_ratio
 from services.provisioner.metrics import ProvisionerMetrics
-from services.provisioner.ranking import OfferConstraints, RankedOffer, ThroughputKnowledge, rank, search_query
+from services.provisioner.ranking import (
+    URGENT_HORIZON_H,
+    OfferConstraints,
+    RankedOffer,
+    StartupModel,
+    ThroughputKnowledge,
+    rank,
+    search_query,
+)
 from services.provisioner.reconcile import (
     KnownInstance,
     from_vast,
@@ -63,6 +72,11 @@ from shared.settings import Settings
 
 SOURCE = "provisioner"
 FLEET_LEASE = "fleet"
+# a launch seen in one of these and then in one of the next has just started: its startup is learned
+STARTING = frozenset({InstanceState.REQUESTED, InstanceState.LOADING})
+STARTED = frozenset(
+    {InstanceState.RUNNING, InstanceState.REGISTERED, InstanceState.BENCHMARKED, InstanceState.PRODUCING}
+)
 GONE_KEPT_S = 86_400.0  # a gone instance is remembered a day, so a late stop/destroy for it is answered sensibly
 
 Heartbeat = Callable[[], Awaitable[None]]
@@ -207,12 +221,13 @@ class Provisioner:
             unknown_price_usd_per_h=self.unknown_price_usd_per_h,
             unreadable_ids=listed.unreadable_ids,
         )
+        started = self._learn_startups(outcome.known, now)
         self.known = outcome.known
         for incident in outcome.incidents:
             self.history.record(incident)
         await self.store.save_instances(list(outcome.known.values()))
         await self._forget_long_gone()
-        if outcome.incidents:
+        if outcome.incidents or started:
             await self.store.save_history(self.history)
         self._unpublished.update(instance.instance_id for instance in outcome.to_publish)
         for instance in [*outcome.to_publish, *self._still_unpublished(outcome.to_publish)]:
@@ -230,6 +245,25 @@ class Provisioner:
         self.metrics.reconciliations.labels("ok").inc()
         self.fleet_known = True
         self._update_gauges()
+
+    def _learn_startups(self, updated: dict[int, KnownInstance], now: datetime) -> int:
+        """Each of our launches seen running for the first time: how long its machine took, for the ranking."""
+        learned = 0
+        for instance_id, instance in updated.items():
+            before = self.known.get(instance_id)
+            if (
+                before is None
+                or before.state not in STARTING
+                or instance.state not in STARTED
+                or instance.adopted
+                or instance.machine_id is None
+            ):
+                continue
+            seconds = (now - instance.created_at).total_seconds()
+            if seconds > 0:
+                self.history.record_startup(instance.machine_id, instance.host_id, seconds, now)
+                learned += 1
+        return learned
 
     async def _say_key_refused(self, error: VastAuthError) -> None:
         """For `fleetpilot status`: the key was refused (a log line alone is missed); never fatal to the caller."""
@@ -332,7 +366,7 @@ class Provisioner:
             )
         try:
             await self._keep_alive(heartbeat)
-            ranked = await self._ranked_offers(constraints, self.history)
+            ranked = await self._ranked_offers(constraints, self.history, urgent=command.launch_priority == "emergency")
         except VastAuthError as error:
             return self._result(command, "launch", "failed", RefusalRule.AUTH, str(error))
         except VastError as error:
@@ -361,10 +395,22 @@ class Provisioner:
             commitment = commitment.plus(self.limits.reserved_usd_per_h(instance.price_usd_per_h))
         return self._result(command, "launch", "done", None, f"launched {len(created)}", sorted(done_ids + created))
 
-    async def _ranked_offers(self, constraints: OfferConstraints, history: HostHistory) -> list[RankedOffer]:
+    async def _ranked_offers(
+        self, constraints: OfferConstraints, history: HostHistory, *, urgent: bool = False
+    ) -> list[RankedOffer]:
+        """An emergency launch (nobody serving queued tasks) weighs each host's expected startup against price."""
         query = search_query(constraints, limit=self.config.search_limit, disk_gb=self.config.disk_gb)
         offers = await self.client.search_offers(query)
-        return rank(offers, constraints, self.knowledge, history, self.clock.now())
+        startup = StartupModel(image_gb=self.config.image_gb, typical_startup_s=self.config.typical_startup_s)
+        return rank(
+            offers,
+            constraints,
+            self.knowledge,
+            history,
+            self.clock.now(),
+            urgent_horizon_h=URGENT_HORIZON_H if urgent else None,
+            startup=startup,
+        )
 
     async def _launch_one(
         self,

@@ -3,6 +3,10 @@
 expected $/task = price ÷ (expected tasks/h × reliability × history factor), where expected tasks/h comes from
 this machine's bench ratio, else the fleet's observed throughput for the GPU model, else the reference table;
 and the history factor 1/(1 + penalty) discounts machines and hosts that failed us before.
+
+An urgent launch weighs the startup too: over a horizon of H hours a machine bills its startup s and produces
+for H, so its $/task is price × (s + H) ÷ (tasks/h × success × H); s is what this machine (or its host) took
+before, else the typical startup plus the image pull over the offer's `inet_down`.
 """
 
 from __future__ import annotations
@@ -68,12 +72,36 @@ class ThroughputKnowledge:
         return model.reference_tasks_per_h if model else None
 
 
+# an urgent launch is ranked over about one startup's worth of production (a judgement, not fitted): long enough
+# for price to matter, short enough that a host known to start in 30 min beats a cheaper one that takes 2 h
+URGENT_HORIZON_H = 2.0
+# a link vast does not list is taken as a slow one, so an unknown host never looks faster than a known one
+UNKNOWN_LINK_MBPS = 100.0
+MEGABITS_PER_GB = 8000.0
+
+
+@dataclass(frozen=True)
+class StartupModel:
+    """Create → running for an offer: what it (or its host) took before, else the typical startup and its pull."""
+
+    image_gb: float = 10.0
+    typical_startup_s: float = 5400.0  # besides the image pull: container start, weights, warm-up (vast: 1-2 h)
+
+    def predicted_s(self, offer: VastOffer, history: HostHistory) -> float:
+        observed = history.observed_startup_s(offer.host_id, offer.machine_id)
+        if observed is not None:
+            return observed
+        link = offer.inet_down if offer.inet_down is not None and offer.inet_down > 0 else UNKNOWN_LINK_MBPS
+        return self.typical_startup_s + self.image_gb * MEGABITS_PER_GB / link
+
+
 @dataclass(frozen=True)
 class RankedOffer:
     offer: VastOffer
     expected_tasks_per_h: float
     success_factor: float  # reliability × history factor, in (0, 1]
     expected_usd_per_task: float
+    predicted_startup_s: float = 0.0
 
     @property
     def price_usd_per_h(self) -> float:
@@ -125,8 +153,12 @@ def rank(
     knowledge: ThroughputKnowledge,
     history: HostHistory,
     now: datetime,
+    *,
+    urgent_horizon_h: float | None = None,
+    startup: StartupModel = StartupModel(),
 ) -> list[RankedOffer]:
-    """Acceptable offers, cheapest expected cost per task first. Offers of unknown throughput are left out."""
+    """Acceptable offers, cheapest expected cost per task first (over `urgent_horizon_h` with the startup paid,
+    when given). Offers of unknown throughput are left out."""
     ranked = []
     penalties = history.penalties(now)
     for offer in offers:
@@ -138,12 +170,17 @@ def rank(
         tasks_per_h = per_gpu * offer.num_gpus
         history_factor = 1.0 / (1.0 + penalties.of(offer.host_id, offer.machine_id))
         success = max(offer.reliability_score, 1e-3) * history_factor
+        usd_per_task = offer.dph_total / (tasks_per_h * success)
+        startup_s = startup.predicted_s(offer, history)
+        if urgent_horizon_h is not None:
+            usd_per_task *= (startup_s / 3600 + urgent_horizon_h) / urgent_horizon_h
         ranked.append(
             RankedOffer(
                 offer=offer,
                 expected_tasks_per_h=tasks_per_h,
                 success_factor=success,
-                expected_usd_per_task=offer.dph_total / (tasks_per_h * success),
+                expected_usd_per_task=usd_per_task,
+                predicted_startup_s=startup_s,
             )
         )
     ranked.sort(key=lambda r: (r.expected_usd_per_task, r.offer.dph_total, r.offer.id))

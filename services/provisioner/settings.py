@@ -54,6 +54,14 @@ class ProvisionerSettings(BaseSettings):
     # what runs on a rented machine
     image: str = Field(default=DEFAULT_IMAGE, min_length=1, max_length=1024, description="docker image to run")
     disk_gb: float = Field(default=50.0, gt=0, description="disk allocated to each instance")
+    image_gb: float = Field(
+        default=10.0, ge=0, description="the image's download size: its pull over each offer's link counts in ranking"
+    )
+    typical_startup_s: float = Field(
+        default=5400.0,
+        gt=0,
+        description="create → running besides the pull, for hosts with no startup on record (vast: 1-2 h)",
+    )
     bench_url: str | None = Field(
         default=None,
         description="where rented machines reach bench's HTTP intake (public), e.g. https://bench.example.com",
