@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,9 +25,13 @@ from shared.contract import (
     DestroyInstance,
     DrainInstance,
     FailureReason,
+    InstanceLine,
     InstanceState,
     LaunchInstances,
+    LaunchReason,
+    ParkReason,
     RemovalReason,
+    ResumeInstance,
     StopInstance,
 )
 from shared.settings import Settings
@@ -301,3 +306,69 @@ def test_a_launch_the_budget_refused_is_granted_by_a_later_run_once_it_fits_and_
     # the policy is stateless: the next run asks again for what it still needs, and two machines later it fits
     verdict, _ = check(launch(1), ledger(fleet[:36]), NOW + timedelta(minutes=5), CONFIG)
     assert verdict.verdict == "allowed" and verdict.rule is None
+
+
+def parked(instance_id: int, reason: ParkReason = ParkReason.STOPPED, price: float = 0.5) -> InstanceLine:
+    return line(instance_id, InstanceState.PARKED, NOW, price_usd_per_h=price, last_task_ago_s=None).model_copy(
+        update={"park_reason": reason, "storage_usd_per_h": 0.02}
+    )
+
+
+def fleet_ledger(instances: list[InstanceLine]) -> FleetLedger:
+    """As fleet publishes it: spend is what each line commits (a parked one its storage)."""
+    view = snapshot(NOW, instances)
+    view = view.model_copy(update={"spend_usd_per_h": sum(i.committed_usd_per_h for i in instances)})
+    return ledger_from(view, signal(NOW, pending=10, rate_per_h=100.0), [], NOW, stale=False)
+
+
+def resume_action(instance_id: int) -> ResumeInstance:
+    return ResumeInstance(
+        occurred_at=NOW, source="decider", idempotency_key=key(), requested_by="policy", instance_id=instance_id,
+        reason=LaunchReason.SUSTAINED_DEMAND,
+    )  # fmt: skip
+
+
+def test_parked_storage_counts_in_the_budget_and_a_resume_counts_its_full_price() -> None:
+    # $19.00/h producing + two parked at $0.02/h storage: $19.04 of $20
+    book = fleet_ledger([*producing(38, NOW, price_usd_per_h=0.5), parked(900), parked(901)])
+    assert book.committed_usd_per_h == pytest.approx(19.04)
+    assert book.instance_count == 40  # parked machines still count as instances
+    verdict, after = check(resume_action(900), book, NOW, CONFIG)
+    assert verdict.verdict == "allowed", verdict.explanation
+    assert after.committed_usd_per_h == pytest.approx(19.52)  # less its storage, plus its $0.50
+    assert "resume #900" in verdict.explanation and "$0.50/h" in verdict.explanation
+    verdict, _ = check(resume_action(901), after, NOW, CONFIG)  # $19.52 - $0.02 + $0.50: $20.00 fits exactly
+    assert verdict.verdict == "allowed"
+    pricier = fleet_ledger([*producing(38, NOW, price_usd_per_h=0.5), parked(900, price=1.1)])
+    verdict, same = check(resume_action(900), pricier, NOW, CONFIG)
+    assert (verdict.verdict, verdict.rule) == ("refused", GuardrailRule.BUDGET)
+    assert same == pricier
+    # a launch sees the same room: the parked machines' storage is spent
+    verdict, _ = check(launch(2), book, NOW, CONFIG)
+    assert verdict.verdict == "refused" and verdict.rule == GuardrailRule.MAX_INSTANCES
+
+
+def test_only_a_machine_we_parked_is_resumed_and_only_once_per_run() -> None:
+    book = fleet_ledger([*producing(2, NOW), parked(900), parked(901, ParkReason.OUTBID)])
+    verdict, _ = check(resume_action(901), book, NOW, CONFIG)
+    assert (verdict.verdict, verdict.rule) == ("refused", GuardrailRule.NOT_PARKED)
+    assert "outbid" in verdict.explanation
+    verdict, _ = check(resume_action(100), book, NOW, CONFIG)  # producing
+    assert (verdict.verdict, verdict.rule) == ("refused", GuardrailRule.NOT_PARKED)
+    verdict, after = check(resume_action(900), book, NOW, CONFIG)
+    assert verdict.verdict == "allowed"
+    verdict, _ = check(resume_action(900), after, NOW, CONFIG)
+    assert (verdict.verdict, verdict.rule) == ("refused", GuardrailRule.ALREADY_REMOVED)
+
+
+def test_a_park_is_named_in_the_audit_and_a_parked_machine_may_be_destroyed() -> None:
+    book = fleet_ledger([*producing(2, NOW), line(300, InstanceState.DRAINING, NOW), parked(900)])
+    verdict, _ = check(removal(StopInstance, 300, RemovalReason.PARK), book, NOW, CONFIG)
+    assert verdict.verdict == "allowed"
+    assert verdict.explanation.startswith("park #300 (draining)") and "disk kept" in verdict.explanation
+    verdict, _ = check(removal(DestroyInstance, 900, RemovalReason.IDLE), book, NOW, CONFIG)
+    assert verdict.verdict == "allowed"  # demand did not come back: its storage is freed too
+    # a park is a scale-down: never while the workers are stalled
+    stalled = replace(book, workers_stalled=True)
+    verdict, _ = check(removal(StopInstance, 300, RemovalReason.PARK), stalled, NOW, CONFIG)
+    assert verdict.rule == GuardrailRule.WORKERS_STALLED

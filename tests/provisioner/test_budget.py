@@ -13,6 +13,7 @@ from services.provisioner.budget import (
     fits,
     pick_next,
     plan_launch,
+    resume_refusal,
 )
 from services.provisioner.ranking import RankedOffer
 from services.provisioner.vast_models import VastOffer
@@ -135,3 +136,14 @@ def test_no_sequence_of_commands_and_market_states_exceeds_the_budget(
         committed = commitment_of(fleet)
         assert committed.instances <= max_instances
         assert committed.usd_per_h <= budget_usd_per_h + 1e-6
+
+
+def test_a_resume_is_budgeted_at_its_full_price_less_the_storage_it_commits() -> None:
+    # 1.5 committed, of which the parked machine's 0.02 storage: resuming it at 0.5 makes 1.98
+    assert resume_refusal(LIMITS, Commitment(1.5, 3), 0.02, 0.5) is None
+    refusal = resume_refusal(LIMITS, Commitment(1.6, 3), 0.02, 0.5)
+    assert isinstance(refusal, Refusal) and refusal.rule is RefusalRule.BUDGET_USD_PER_H
+    assert "$0.50/h" in refusal.detail and "$2.00/h" in refusal.detail
+    # the price margin applies as to a launch
+    margin = BudgetLimits(**{**LIMITS.__dict__, "price_margin": 0.1})
+    assert resume_refusal(margin, Commitment(1.5, 3), 0.02, 0.5) is not None

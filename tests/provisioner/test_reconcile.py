@@ -16,7 +16,7 @@ from services.provisioner.reconcile import (
     vast_status_label,
 )
 from services.provisioner.vast_models import VastInstance
-from shared.contract import FailureReason, InstanceState
+from shared.contract import FailureReason, InstanceState, ParkReason, RemovalReason
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 PRICE_CAP = 2.0  # what an instance listed without a price is counted at
@@ -156,3 +156,68 @@ def test_nulls_vast_sends_are_read_and_an_unknown_price_is_never_zero() -> None:
     # a known instance listed with a null price keeps the price it had
     before = {7: known(7, launch_label("k", 0), InstanceState.LOADING)}
     assert reconcile(before, [row_read], NOW, gone_after_missing_lists=2).known[7].price_usd_per_h == 0.5
+
+
+STORAGE_USD_PER_H = 0.003 * 20 / 730
+FULL_PRICE = 0.5 + STORAGE_USD_PER_H  # vast's dph_total: the GPU and the disk
+
+
+def stopped_row(
+    instance_id: int, *, intended: str = "stopped", msg: str = "Instance stopped", is_bid: bool = False
+) -> VastInstance:
+    """A row as the simulator lists a stopped instance: storage $0.003/GB/month on 20 GB, GPU $0.5/h."""
+    return VastInstance(
+        id=instance_id, label=launch_label("k", 0), actual_status="stopped", intended_status=intended,
+        cur_state="stopped", next_state=intended, status_msg=msg, dph_base=0.5, dph_total=FULL_PRICE,
+        storage_cost=0.003, disk_space=20, is_bid=is_bid, host_id=5, machine_id=50, gpu_name="RTX 4090",
+    )  # fmt: skip
+
+
+def one(current: KnownInstance, listed: VastInstance) -> KnownInstance:
+    return reconcile({current.instance_id: current}, [listed], NOW, gone_after_missing_lists=2).known[
+        current.instance_id
+    ]
+
+
+def test_our_parking_stop_reads_parked_and_commits_its_storage_never_gone() -> None:
+    ours = known(7, launch_label("k", 0), InstanceState.PARKED).model_copy(
+        update={"stop_reason": RemovalReason.PARK, "park_reason": ParkReason.STOPPED}
+    )
+    after = one(ours, stopped_row(7))
+    assert (after.state, after.park_reason) == (InstanceState.PARKED, ParkReason.STOPPED)
+    assert after.storage_usd_per_h == pytest.approx(0.06 / 730)
+    assert after.committed_usd_per_h == pytest.approx(0.06 / 730)
+    # any other stop winds it down, as before: draining until destroyed, its full price still counted
+    idle = ours.model_copy(update={"stop_reason": RemovalReason.IDLE, "state": InstanceState.DRAINING})
+    wound_down = one(idle, stopped_row(7))
+    assert (wound_down.state, wound_down.committed_usd_per_h) == (InstanceState.DRAINING, FULL_PRICE)
+
+
+def test_a_start_waiting_in_scheduling_reads_resuming_and_running_again_reads_running() -> None:
+    resumed = known(7, launch_label("k", 0), InstanceState.RESUMING)
+    waiting = stopped_row(7, intended="running", msg="Scheduling: waiting for the machine's GPU")
+    assert one(resumed, waiting).state is InstanceState.RESUMING
+    assert one(resumed, waiting).committed_usd_per_h == FULL_PRICE  # the full price, the moment it was started
+    assert one(resumed, row(7, launch_label("k", 0), "loading")).state is InstanceState.RESUMING
+    assert one(resumed, row(7, launch_label("k", 0), "running")).state is InstanceState.RUNNING
+
+
+def test_an_outbid_bid_reads_parked_outbid_and_keeps_its_bid_committed() -> None:
+    bid = known(8, launch_label("k", 0), InstanceState.RUNNING).model_copy(update={"is_bid": True})
+    outbid = one(bid, stopped_row(8, msg="Outbid: paused", is_bid=True))
+    assert (outbid.state, outbid.park_reason) == (InstanceState.PARKED, ParkReason.OUTBID)
+    assert outbid.committed_usd_per_h == FULL_PRICE  # vast resumes it by itself: its bid may come back any moment
+    assert one(outbid, row(8, launch_label("k", 0), "running")).state is InstanceState.RUNNING
+    # an on-demand machine stopped by someone else is wound down as before, not taken for outbid
+    plain = known(9, launch_label("k", 0), InstanceState.RUNNING)
+    assert one(plain, stopped_row(9)).state is InstanceState.DRAINING
+    # adopted (a restart lost what we knew): a stopped bid is an outbid one
+    adopted = reconcile({}, [stopped_row(10, is_bid=True)], NOW, gone_after_missing_lists=2).adopted
+    assert [(i.state, i.park_reason) for i in adopted] == [(InstanceState.PARKED, ParkReason.OUTBID)]
+
+
+def test_storage_is_read_from_the_row_or_unknown() -> None:
+    assert stopped_row(1).storage_usd_per_h == pytest.approx(0.06 / 730)
+    total_only = VastInstance(id=1, dph_base=0.5, dph_total=0.52)
+    assert total_only.storage_usd_per_h == pytest.approx(0.02)
+    assert VastInstance(id=1, dph_total=0.52).storage_usd_per_h is None
