@@ -10,7 +10,8 @@ from shared.contract.base import ContractModel, Event, UtcDatetime
 
 
 class InstanceState(StrEnum):
-    """The lifecycle; transitions only go forward (the table lives in services/fleet)."""
+    """The lifecycle; transitions only go forward, except a parked machine's way back to work (the table lives in
+    services/fleet)."""
 
     REQUESTED = "requested"
     LOADING = "loading"
@@ -59,7 +60,7 @@ class InstanceObserved(Event):
     """The provisioner's view of one vast.ai instance, with vast's raw status attached.
 
     Published on `<prefix>.provision.instance.<state>`; `state` is the provisioner's mapping of vast's
-    `actual_status` onto the lifecycle (requested, loading, running, failed, gone).
+    `actual_status` onto the lifecycle (requested, loading, running, draining, parked, resuming, failed, gone).
     """
 
     instance_id: int
