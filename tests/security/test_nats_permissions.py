@@ -21,7 +21,7 @@ from services.cli.main import app as cli_app
 from shared.bus import event_headers
 from shared.contract import DeadLetter, DrainInstance, Event, LaunchInstances, OperatorMessage, TaskEvent
 from shared.streams import COMMANDS, DEMAND, DLQ, OPERATOR
-from shared.subjects import Subjects
+from shared.subjects import PROVISION_VERBS, Subjects
 from sim.infra import free_port, nats_server_binary
 from tests.helpers import eventually
 from tests.security.conftest import AUTH_CONF, USERS, SecuredNats, ServiceProcess, password_variable
@@ -164,6 +164,15 @@ async def test_demand_cannot_publish_a_provision_command_but_the_decider_can(sec
     decider = await secured_nats.connect("decider")
     await js_publish(decider, subject, launch_command("from-decider-1"), COMMANDS.name(SUBJECTS))
     assert await stream_messages(secured_nats, COMMANDS.name(SUBJECTS)) == 1
+
+
+async def test_the_decider_may_publish_every_provision_command(secured_nats: SecuredNats) -> None:
+    decider = await secured_nats.connect("decider")
+    for verb in PROVISION_VERBS:  # a verb added to the contract and forgotten here is refused in production
+        await js_publish(
+            decider, SUBJECTS.provision_command(verb), launch_command(f"decider-{verb}-1"), COMMANDS.name(SUBJECTS)
+        )
+    assert await stream_messages(secured_nats, COMMANDS.name(SUBJECTS)) == len(PROVISION_VERBS)
 
 
 async def test_operator_messages_are_accepted_only_from_operator_credentials(secured_nats: SecuredNats) -> None:
