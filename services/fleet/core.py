@@ -462,9 +462,9 @@ class FleetCore:
         record.price_usd_per_h = observed.price_usd_per_h
         if observed.storage_usd_per_h is not None:
             record.storage_usd_per_h = observed.storage_usd_per_h
-        if observed.state == S.PARKED:
-            # outbid is the reason only while we did not park it ourselves: a parked machine stays ours to resume
-            record.park_reason = observed.park_reason or record.park_reason or ParkReason.STOPPED
+        if observed.state == S.PARKED and (record.state == S.PARKED or allowed(record.state, S.PARKED)):
+            # the provisioner names the reason; an older one without it only parked on our own stop
+            record.park_reason = observed.park_reason or ParkReason.STOPPED
         record.num_gpus = observed.num_gpus
         record.gpu_model = observed.gpu_model or record.gpu_model
         record.host_id = observed.host_id if observed.host_id is not None else record.host_id

@@ -135,3 +135,13 @@ def test_a_parked_machine_and_its_reason_survive_a_restart() -> None:
         ParkReason.STOPPED,
         STORAGE_USD_PER_H,
     )
+
+
+def test_a_late_parked_report_for_a_failed_machine_changes_nothing_it_shows() -> None:
+    core = FleetCore()
+    core.observe_instance(observed(S.FAILED, T0, failure_reason=FailureReason.DEAD), T0)
+    later = T0 + timedelta(minutes=5)
+    core.observe_instance(observed(S.PARKED, later, vast_actual_status="stopped", park_reason=ParkReason.OUTBID), later)
+    record = core.instances[ID]
+    assert (record.state, record.park_reason) == (S.FAILED, None)
+    assert "outbid" not in core.snapshot(later).instances[0].line
