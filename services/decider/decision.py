@@ -57,6 +57,8 @@ def policy_actions(recommendation: Recommendation, run_id: str, now: datetime, s
                 gpu_models=list(plan.gpu_models),
                 launch_priority=plan.launch_priority,
                 reason=plan.reason,
+                interruptible=plan.interruptible,
+                bid_markup=plan.bid_markup,
                 **common,
             )
         )

@@ -272,9 +272,21 @@ def _check_launch(
     )
     if allowed == 0:
         return _verdict(action, False, binding, f"launch {action.count} refused by {binding.value}: {figures}"), ledger
-    granted = action if allowed == action.count else action.model_copy(update={"count": allowed})
+    # never the last producers interruptible while tasks wait or arrive: up to the floor of producers kept while
+    # queued, machines are launched on-demand (an outbid pause must not leave queued work with nobody)
+    cover = max(0, config.min_producers_while_queued - ledger.producing) if ledger.demand_present else 0
+    interruptible = min(action.interruptible, max(0, allowed - cover))
+    granted = action
+    if allowed < action.count or interruptible < action.interruptible:
+        granted = action.model_copy(update={"count": allowed, "interruptible": interruptible})
     rule = binding if allowed < action.count else None
     text = f"launch {allowed}" + (f" of {action.count} (trimmed by {binding.value})" if rule else "") + f": {figures}"
+    if action.interruptible:
+        text += f"; {interruptible} interruptible" + (
+            f" ({action.interruptible} asked: {cover} on-demand first, {ledger.producing} producing)"
+            if interruptible < action.interruptible
+            else ""
+        )
     updated = replace(
         ledger,
         committed_usd_per_h=ledger.committed_usd_per_h + allowed * price,

@@ -39,6 +39,7 @@ from services.provisioner.settings import ProvisionerSettings
 from services.provisioner.store import ProvisionerStore
 from services.provisioner.vast_client import (
     AmbiguousCreate,
+    BidTooLow,
     InstanceNotFound,
     OfferGone,
     VastAuthError,
@@ -433,11 +434,19 @@ class Provisioner:
             # the budget again, for this one rent, just before it happens (never trust the plan alone)
             if not budget.fits(self.limits, commitment, choice.price_usd_per_h):
                 return None
+            bid = self._bid_for(command, index, choice)
             await self._keep_alive(heartbeat)
             try:
-                instance_id = await self.client.create_instance(choice.offer.id, self._create_request(command, label))
+                instance_id = await self.client.create_instance(
+                    choice.offer.id, self._create_request(command, label), bid_usd_per_h=bid
+                )
             except OfferGone:
                 log.info("offer %s was taken before we rented it; trying the next best", choice.offer.id)
+                candidates.remove(choice)
+                offers_tried += 1
+                continue
+            except BidTooLow as error:  # its min_bid rose since the search: the next offer, with its own floor
+                log.info("bid %s on offer %s refused (%s); trying the next best", bid, choice.offer.id, error)
                 candidates.remove(choice)
                 offers_tried += 1
                 continue
@@ -465,7 +474,8 @@ class Provisioner:
                 offer_id=choice.offer.id,
                 gpu_model=choice.offer.gpu_name,
                 num_gpus=choice.offer.num_gpus,
-                price_usd_per_h=choice.offer.dph_total,
+                price_usd_per_h=bid if bid is not None else choice.offer.dph_total,
+                is_bid=bid is not None,
                 host_id=choice.offer.host_id,
                 machine_id=choice.offer.machine_id,
                 state=InstanceState.REQUESTED,
@@ -476,6 +486,16 @@ class Provisioner:
             self.metrics.instances_launched.labels("created").inc()
             return instance
         return None
+
+    @staticmethod
+    def _bid_for(command: LaunchInstances, index: int, choice: RankedOffer) -> float | None:
+        """The first `interruptible` slots of a launch bid the offer's min_bid × (1 + markup), never above its
+        on-demand price; an offer that lists no min_bid is rented on-demand (a bid of unknown floor would be
+        refused or silently too high)."""
+        min_bid = choice.offer.min_bid
+        if index >= command.interruptible or min_bid is None or min_bid <= 0:
+            return None
+        return round(min(choice.offer.dph_total, min_bid * (1 + command.bid_markup)), 6)
 
     async def _find_by_label(self, label: str) -> VastInstance | None:
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from shared.contract.base import Event
 
@@ -37,6 +37,8 @@ class RemovalReason(StrEnum):
     # a stop that keeps the disk to resume the machine later: demand is expected back within the horizon where
     # storage costs less than a new machine's startup; every other reason means "not needed again"
     PARK = "park"
+    # an interruptible instance paused by a higher bid for too long: the demand it was for is served otherwise
+    OUTBID = "outbid"
 
 
 class ProvisionCommand(Event):
@@ -57,6 +59,17 @@ class LaunchInstances(ProvisionCommand):
     launch_priority: LaunchPriority
     reason: LaunchReason
     max_price_usd_per_h: float | None = Field(default=None, gt=0)
+    # interruptible (bid) instances cost vast's min_bid and up, often half the on-demand price, and are paused
+    # while another renter bids more; each is created with an explicit price (vast rents a create without one
+    # on-demand, whatever the search asked for)
+    interruptible: int = Field(default=0, ge=0, le=100, description="how many of `count` are interruptible")
+    bid_markup: float = Field(default=0.1, ge=0, le=1, description="each bid: the offer's min_bid × (1 + this)")
+
+    @model_validator(mode="after")
+    def _interruptible_within_count(self) -> LaunchInstances:
+        if self.interruptible > self.count:
+            raise ValueError(f"interruptible: at most count ({self.count}), got {self.interruptible}")
+        return self
 
 
 class StopInstance(ProvisionCommand):

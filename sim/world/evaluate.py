@@ -40,20 +40,26 @@ def _predictive(guardrails: GuardrailConfig) -> WorldPolicy:
     return PredictiveAdapter(guardrails)
 
 
-def _predictive_parking(guardrails: GuardrailConfig) -> WorldPolicy:
-    # the same, with vast's stop and start as a lever: producers no longer needed are parked and resumed first
-    from services.decider.policy import PolicyConfig
-    from sim.world.policies.predictive import PredictiveAdapter
+def _predictive_with(name: str, **levers: Any) -> Callable[[GuardrailConfig], WorldPolicy]:
+    """FleetPilot's policy with vast's other levers: parking (stop and start) and interruptible bids."""
 
-    adapter = PredictiveAdapter(guardrails, PolicyConfig(park=True))
-    adapter.name = "predictive-park"
-    return adapter
+    def factory(guardrails: GuardrailConfig) -> WorldPolicy:
+        from services.decider.policy import PolicyConfig
+        from sim.world.policies.predictive import PredictiveAdapter
+
+        adapter = PredictiveAdapter(guardrails, PolicyConfig(**levers))
+        adapter.name = name
+        return adapter
+
+    return factory
 
 
 # each policy from the guardrails every run meets (the baselines meet them in the engine)
 POLICY_FACTORIES: dict[str, Callable[[GuardrailConfig], WorldPolicy]] = {
     "predictive": _predictive,
-    "predictive-park": _predictive_parking,
+    "predictive-park": _predictive_with("predictive-park", park=True),
+    "predictive-bids": _predictive_with("predictive-bids", bid_share=0.5),
+    "predictive-levers": _predictive_with("predictive-levers", park=True, bid_share=0.5),
     "reactive": lambda guardrails: ReactivePolicy(),
     "target-tracking": lambda guardrails: TargetTrackingPolicy(),
     "aws-predictive": lambda guardrails: AwsPredictivePolicy(),

@@ -1,4 +1,4 @@
-"""Parking in the predictive policy: a producer the demand no longer needs is drained and stopped with its disk
+"""Parking and bids in the predictive policy: a producer the demand no longer needs is drained and stopped with its disk
 kept, parked machines are resumed before anything new is launched, and given back after `park_max_s`."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from services.decider.decision import policy_actions
 from services.decider.policy import PolicyConfig, recommend
 from shared.contract import (
     DemandSignal,
+    FailureReason,
     InstanceLine,
     InstanceState,
+    LaunchInstances,
     LaunchReason,
     ParkReason,
     RemovalReason,
@@ -93,3 +95,35 @@ def test_an_outbid_machine_is_not_ours_to_resume() -> None:
     outbid = parked(700, HOUR_S).model_copy(update={"park_reason": ParkReason.OUTBID})
     rec = recommend(demand, snapshot(NOW, [*producing(4, NOW), outbid]), NOW, PARKING)
     assert rec.resumes == () and rec.launch_count == launches_without_parking(demand)
+
+
+BIDDING = PolicyConfig(bid_share=0.5)
+
+
+def test_part_of_a_sustained_rise_is_launched_interruptible() -> None:
+    demand = rising(1920)
+    rec = recommend(demand, snapshot(NOW, producing(4, NOW)), NOW, BIDDING)
+    [plan] = rec.launches
+    assert plan.interruptible == plan.count // 2 and plan.bid_markup == BIDDING.bid_markup
+    assert f"{plan.interruptible} interruptible" in rec.explanation
+    [command] = policy_actions(rec, "decider-run-2", NOW, "decider")
+    assert isinstance(command, LaunchInstances) and command.interruptible == plan.interruptible
+
+
+def test_no_bid_while_the_market_outbids_us_and_a_long_pause_is_given_back() -> None:
+    demand = rising(1920)
+    paused = parked(800, 10 * 60).model_copy(update={"park_reason": ParkReason.OUTBID})
+    rec = recommend(demand, snapshot(NOW, [*producing(4, NOW), paused]), NOW, BIDDING)
+    assert rec.launches and all(plan.interruptible == 0 for plan in rec.launches)
+    assert rec.removals == ()  # ten minutes: vast may resume it
+    long_paused = parked(800, BIDDING.outbid_give_up_s + 60).model_copy(update={"park_reason": ParkReason.OUTBID})
+    rec = recommend(demand, snapshot(NOW, [*producing(4, NOW), long_paused]), NOW, BIDDING)
+    assert [(plan.verb, plan.reason) for plan in rec.removals] == [("destroy", RemovalReason.OUTBID)]
+
+
+def test_an_emergency_or_a_replacement_is_never_interruptible() -> None:
+    nobody = signal(NOW, pending=40, rate_per_h=600)
+    assert all(plan.interruptible == 0 for plan in recommend(nobody, snapshot(NOW, []), NOW, BIDDING).launches)
+    dead = line(900, InstanceState.FAILED, NOW, failure_reason=FailureReason.DEAD)
+    rec = recommend(rising(960), snapshot(NOW, [*producing(4, NOW), dead]), NOW, BIDDING)
+    assert all(plan.interruptible == 0 for plan in rec.replacements)

@@ -17,6 +17,8 @@ class LaunchPlan:
     launch_priority: LaunchPriority
     reason: LaunchReason
     gpu_models: tuple[str, ...] = ()  # preferred first; empty means any allowed model
+    interruptible: int = 0  # of `count`, bid instances (cheaper, paused while outbid)
+    bid_markup: float = 0.1  # each bid: the offer's min_bid × (1 + this)
 
 
 @dataclass(frozen=True)

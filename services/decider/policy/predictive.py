@@ -147,6 +147,15 @@ class PolicyConfig:
     park_max_s: float = 24 * 3600.0
     # a resumed machine produces again after vast's restart (minutes) and its worker's registration
     resume_s: float = 900.0
+    # interruptible machines (vast's bids, often half the on-demand price, paused while outbid): this share of the
+    # machines launched for demand that can wait (the forecast, a sustained rise; never replacements, never an
+    # emergency), each bidding min_bid × (1 + bid_markup); the guardrails keep the last producers on-demand.
+    # Off until measured on the world's families.
+    bid_share: float = 0.0
+    bid_markup: float = 0.1
+    # an interruptible machine paused by a higher bid this long is given back (its capacity is replaced like any
+    # lost machine's); while any is paused, new launches are on-demand: the market is outbidding us now
+    outbid_give_up_s: float = 1800.0
 
 
 DEFAULT_CONFIG = PolicyConfig()
@@ -159,6 +168,7 @@ class _Fleet:
     draining: list[InstanceLine] = field(default_factory=list)
     failed: list[InstanceLine] = field(default_factory=list)
     parked: list[InstanceLine] = field(default_factory=list)  # by our stop, ours to resume (not outbid ones)
+    outbid: list[InstanceLine] = field(default_factory=list)  # interruptible, paused by a higher bid
     resuming: list[InstanceLine] = field(default_factory=list)
 
 
@@ -175,6 +185,8 @@ def _split(snapshot: FleetSnapshot) -> _Fleet:
             fleet.failed.append(line)
         elif line.state is InstanceState.PARKED and line.park_reason is ParkReason.STOPPED:
             fleet.parked.append(line)
+        elif line.state is InstanceState.PARKED and line.park_reason is ParkReason.OUTBID:
+            fleet.outbid.append(line)
         elif line.state is InstanceState.RESUMING:
             fleet.resuming.append(line)
     return fleet
@@ -320,6 +332,8 @@ def recommend(
     expired = [line for line in fleet.parked if (now - line.state_since).total_seconds() >= config.park_max_s]
     removals += [RemovalPlan("destroy", line.instance_id, RemovalReason.IDLE) for line in expired]
     fleet.parked = [line for line in fleet.parked if line not in expired]
+    removals += [RemovalPlan("destroy", line.instance_id, RemovalReason.OUTBID) for line in fleet.outbid
+                 if (now - line.state_since).total_seconds() >= config.outbid_give_up_s]  # fmt: skip
     launches: list[LaunchPlan] = []
     rate_deficit = target - capacity
     # lost capacity the forecast needs is replaced at once
@@ -366,7 +380,10 @@ def recommend(
                 reason = LaunchReason.BACKLOG
             else:
                 reason = LaunchReason.MINIMUM_FLEET
-            launches.append(LaunchPlan(growth, priority, reason, gpu_models))
+            can_wait = priority == "normal" and reason in (LaunchReason.FORECAST, LaunchReason.SUSTAINED_DEMAND)
+            outbid_now = bool(fleet.outbid)
+            bids = math.floor(growth * config.bid_share) if can_wait and healthy > 0 and not outbid_now else 0
+            launches.append(LaunchPlan(growth, priority, reason, gpu_models, bids, config.bid_markup))
 
     def arriving_needed() -> int:
         """Machines on the way that the demand still needs: all while arrivals rise (the forecast alone swings
@@ -505,7 +522,12 @@ def _explain(
     resumes: list[ResumePlan] | None = None,
 ) -> str:
     parts = [f"resume {len(resumes)} parked ({resumes[0].reason.value})"] if resumes else []
-    parts += [f"launch {plan.count} ({plan.reason.value}, {plan.launch_priority})" for plan in launches]
+    parts += [
+        f"launch {plan.count} ({plan.reason.value}, {plan.launch_priority}"
+        + (f", {plan.interruptible} interruptible" if plan.interruptible else "")
+        + ")"
+        for plan in launches
+    ]
     for verb in ("drain", "destroy", "stop"):
         reasons = sorted({plan.reason.value for plan in removals if plan.verb == verb})
         if reasons:

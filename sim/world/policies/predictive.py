@@ -481,7 +481,16 @@ class PredictiveAdapter:
             granted = verdict.action
             if isinstance(granted, LaunchInstances):
                 cap = worst_price_usd_per_h(granted, self.guardrails)
-                actions.append(Launch(granted.count, tuple(granted.gpu_models), granted.reason.value, cap))
+                actions.append(
+                    Launch(
+                        granted.count,
+                        tuple(granted.gpu_models),
+                        granted.reason.value,
+                        cap,
+                        interruptible=granted.interruptible,
+                        bid_markup=granted.bid_markup,
+                    )
+                )
             elif isinstance(granted, ResumeInstance):
                 self.removals["resume"] += 1
                 actions.append(Resume(granted.instance_id, granted.reason.value))
