@@ -161,8 +161,8 @@ def to_openai_request(body: dict[str, Any], upstream_model: str) -> dict[str, An
 def _json_values(text: str, *, cut: bool = False) -> list[Any] | None:
     """The JSON values `text` consists of (one, a list, or several in a row), or None if it is anything else.
 
-    cut: the text stopped at the token limit, so an unfinished value at the end is dropped (a 0.5B model wrote
-    the same calls over and over until the limit) as long as complete ones came before it."""
+    After complete values, text that is not JSON is left out; so is an unfinished value when `cut` (the text
+    stopped at the token limit: a 0.5B model wrote the same calls over and over until the limit)."""
     decoder = json.JSONDecoder()
     values: list[Any] = []
     position = 0
@@ -174,19 +174,28 @@ def _json_values(text: str, *, cut: bool = False) -> list[Any] | None:
         try:
             value, position = decoder.raw_decode(text, position)
         except ValueError:
-            if cut and values and text[position] in "{[":
-                break
+            prose = text[position] not in "{["
+            if values and (cut or prose) and not (prose and '"name"' in text[position:]):
+                break  # a call cut by the limit, or prose after the calls (a 0.5B model echoed the prompt)
             return None
         values.append(value)
     return values or None
 
 
 _CLOSER = {"}": "{", "]": "["}
+_OPENER = {"{": "}", "[": "]"}
 
 
-def without_stray_closers(text: str) -> str:
-    """`text` less any closing bracket that closes nothing open (outside strings): a 0.5B model wrote
-    `{"name": "finish", "arguments": {...}]}`."""
+@dataclass(frozen=True)
+class _Brackets:
+    kept: str  # the text less closing brackets that close nothing open
+    still_open: str  # the brackets left open at the end, innermost last
+    in_string: bool
+    escaped: bool
+
+
+def _brackets(text: str) -> _Brackets:
+    """One pass over JSON-like text, outside strings: which closers close nothing, which openers stay open."""
     kept: list[str] = []
     opened: list[str] = []
     in_string = escaped = False
@@ -200,14 +209,30 @@ def without_stray_closers(text: str) -> str:
                 in_string = False
         elif char == '"':
             in_string = True
-        elif char in "{[":
+        elif char in _OPENER:
             opened.append(char)
         elif char in _CLOSER:
             if not opened or opened[-1] != _CLOSER[char]:
                 continue
             opened.pop()
         kept.append(char)
-    return "".join(kept)
+    return _Brackets("".join(kept), "".join(opened), in_string, escaped)
+
+
+def without_stray_closers(text: str) -> str:
+    """`text` less any closing bracket that closes nothing open (outside strings): a 0.5B model wrote
+    `{"name": "finish", "arguments": {...}]}`."""
+    return _brackets(text).kept
+
+
+def closed_at_cut(text: str) -> str:
+    """A single call cut by the token limit inside a string value, closed where it stopped (a 0.5B model's
+    reply to the operator ran on until the limit). Cut anywhere else it is left as it is, and stays text."""
+    state = _brackets(text)
+    if not state.in_string:
+        return text
+    body = text[:-1] if state.escaped else text
+    return body + '"' + "".join(_OPENER[b] for b in reversed(state.still_open))
 
 
 def recognise_tool_calls(content: str, offered: frozenset[str], *, cut: bool = False) -> list[ToolCall]:
@@ -224,6 +249,8 @@ def recognise_tool_calls(content: str, offered: frozenset[str], *, cut: bool = F
     if not offered or not text.startswith(("{", "[")):
         return []
     values = _json_values(text, cut=cut) or _json_values(without_stray_closers(text), cut=cut)
+    if values is None and cut:
+        values = _json_values(closed_at_cut(text))
     if values is None:
         return []
     objects: list[Any] = []

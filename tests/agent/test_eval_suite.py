@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -157,12 +159,12 @@ async def test_compact_an_answer_before_the_recommended_calls_gets_one_reminder(
     assert record.status == "ok" and record.rounds == 3 and summary.agreed == 1
 
 
-async def test_a_reply_without_text_sends_the_policys_reasoning_with_the_numbers() -> None:
-    async with OllamaStandIn(behaviour="follow") as standin:
-        target = EvalTarget(host=standin.url, model=standin.state.model, label="reply")
+@contextlib.asynccontextmanager
+async def compact_run(scenario_name: str) -> AsyncIterator[tuple[AgentRun, DryRunPorts]]:
+    """One compact-style run of a scenario's inputs on the stand-in, for calling tools on it directly."""
+    async with OllamaStandIn() as standin:
         settings = eval_settings(standin.url, standin.state.model)
-        scenario = by_name(["operator_asks_cost"])[0]
-        inputs = run_inputs(scenario)
+        inputs = run_inputs(by_name([scenario_name])[0])
         ports = DryRunPorts.for_inputs(settings, inputs)
         agent = OllamaAgent(
             settings=settings,
@@ -171,11 +173,33 @@ async def test_a_reply_without_text_sends_the_policys_reasoning_with_the_numbers
             registry=CollectorRegistry(),
             config=AgentConfig(prompt_style="compact"),
         )
-        run = AgentRun(agent, inputs, ports, LoadedState())
-        result = await run._call_tool(ToolRequest(name="reply_to_operator", arguments={}))
-        await agent.aclose()
+        try:
+            yield AgentRun(agent, inputs, ports, LoadedState()), ports
+        finally:
+            await agent.aclose()
 
-    assert result.outcome == "ok" and target.label == "reply"
+
+async def test_a_reply_without_text_sends_the_policys_reasoning_with_the_numbers() -> None:
+    async with compact_run("operator_asks_cost") as (run, ports):
+        result = await run._call_tool(ToolRequest(name="reply_to_operator", arguments={}))
+
+    assert result.outcome == "ok"
     [reply] = ports.replies
-    assert reply.text.startswith(f"Policy: {inputs.recommendation}")
-    assert reply.text.endswith(prompt.numbers_footer(inputs))
+    assert reply.text.startswith(f"Policy: {run.inputs.recommendation}")
+    assert reply.text.endswith(prompt.numbers_footer(run.inputs))
+
+
+async def test_a_bare_finish_is_read_from_what_was_to_do_and_what_was_done() -> None:
+    bare = ToolRequest(name="finish", arguments={})
+    async with compact_run("served_steady") as (held, _):
+        assert (await held._call_tool(bare)).outcome == "ok"
+    assert held.finished is not None and held.finished.decision == "hold"
+
+    async with compact_run("rising_sustained") as (launching, _):
+        early = await launching._call_tool(bare)  # a launch is recommended and not made: not a hold
+        assert early.outcome == "refused" and launching.finished is None
+        assert "the recommended launch_instances is not made yet" in early.text
+        name, arguments = launching.recommended[0]
+        assert (await launching._call_tool(ToolRequest(name=name, arguments=arguments))).outcome == "ok"
+        assert (await launching._call_tool(ToolRequest(name="finish", arguments={"reason": "x"}))).outcome == "ok"
+    assert launching.finished is not None and launching.finished.decision == "done"

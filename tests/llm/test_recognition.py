@@ -73,6 +73,24 @@ def test_calls_cut_by_the_token_limit_keep_the_complete_ones() -> None:
     assert recognise_tool_calls(call[:30], OFFERED, cut=True) == []  # nothing complete
 
 
+def test_prose_after_complete_calls_is_left_out_unless_it_holds_more_calls() -> None:
+    call = '{"name": "launch_instances", "arguments": {"count": 1}}'
+    echoed = f"{call}\nOPEN PLAN ITEMS: none"
+    assert recognise_tool_calls(echoed, OFFERED) == [ToolCall("launch_instances", {"count": 1})]
+    assert recognise_tool_calls(f"{call} and then {call}", OFFERED) == []  # half of it would be lost
+
+
+def test_a_single_call_cut_inside_a_string_is_closed_where_it_stopped() -> None:
+    cut = '{"name": "reply_to_operator", "arguments": {"text": "two machines, because arrivals 400/h exc'
+    assert recognise_tool_calls(cut, OFFERED, cut=True) == [
+        ToolCall("reply_to_operator", {"text": "two machines, because arrivals 400/h exc"})
+    ]
+    assert recognise_tool_calls(cut, OFFERED) == []  # not cut by the limit: the model stopped there
+    # cut between a key and its value: nothing to close it into
+    key_cut = '{"name": "launch_instances", "arguments": {"count": 3, "launch_pri'
+    assert recognise_tool_calls(key_cut, OFFERED, cut=True) == []
+
+
 def test_nothing_is_a_tool_call_when_no_tool_was_offered() -> None:
     assert recognise_tool_calls('{"name": "launch_instances", "arguments": {}}', frozenset()) == []
 

@@ -524,6 +524,10 @@ class AgentRun:
 
     def _finish(self, args: tools.FinishArgs) -> tools.ToolResult:
         pending = self.pending_calls()
+        if args.decision is None:
+            # read as "done" whenever there was something to do: a bare finish() never holds back a recommendation
+            acted = any(entry.name in tools.ACTION_TOOLS and entry.outcome == "ok" for entry in self.tool_log)
+            args = args.model_copy(update={"decision": "done" if acted or pending else "hold"})
         if args.decision == "done" and pending:
             # "done" with nothing done contradicts itself: a 0.5B model answered a launch it never made
             return tools.ToolResult(
