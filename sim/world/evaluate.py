@@ -165,6 +165,11 @@ def _from_run(run: RunResult, objective: ObjectiveConfig) -> Evaluation:
             "tasks_unserved": round(run.tasks_unserved),
             "launches_refused": run.launches_refused,
             "producing_machine_hours": round(run.producing_machine_hours, 3),
+            "storage_cost_usd": round(run.storage_cost_usd, 3),
+            "parks": run.parks,
+            "resumes": run.resumes,
+            "resumes_gpu_taken": run.resumes_gpu_taken,
+            "outbid_pauses": run.outbid_pauses,
             "end_h": round(run.end_s / 3600, 3),
             "decisions": run.decisions,
             # the whole call per world tick; a policy with its own report replaces the policy_ms figures
