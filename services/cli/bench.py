@@ -25,7 +25,7 @@ from services.cli.errors import writable_file
 from shared.bus import event_headers, nats_connect_options
 from shared.contract import BenchResult
 from shared.settings import Settings
-from shared.streams import BENCH, ensure_streams
+from shared.streams import BENCH, missing_streams
 
 bench_app = typer.Typer(help="Benchmarks: the GPU suite on this machine, serving sweeps against an endpoint.")
 console = Console()
@@ -33,18 +33,35 @@ SOURCE = "cli"
 RESULTS_DIR = Path("bench-results")
 
 
+class StreamsMissing(Exception):
+    """The result's stream does not exist: creating it is the admin step's (`fleetpilot streams ensure`)."""
+
+
 async def publish_result(result: BenchResult) -> None:
-    """Onto `<prefix>.bench.result` in JetStream, as the bench service would."""
+    """Onto `<prefix>.bench.result` in JetStream, as the bench service would. Like every service it only binds:
+    on a locked-down NATS an operator's user may not create streams."""
     settings = Settings()
     client = await nats.connect(**nats_connect_options(settings), connect_timeout=5, max_reconnect_attempts=1)
     try:
         js = client.jetstream()
-        await ensure_streams(js, settings.subjects)
+        if BENCH.name(settings.subjects) in await missing_streams(js, settings.subjects):
+            raise StreamsMissing(
+                f"JetStream stream {BENCH.name(settings.subjects)} does not exist: run `fleetpilot streams ensure`"
+                " with the NATS admin user first"
+            )
         payload = result.model_dump_json().encode()
         stream = BENCH.name(settings.subjects)
         await js.publish(settings.subjects.bench_result, payload, headers=event_headers(result), stream=stream)
     finally:
         await client.close()
+
+
+def publish_or_exit(result: BenchResult) -> None:
+    try:
+        asyncio.run(publish_result(result))
+    except StreamsMissing as error:
+        typer.echo(f"error: --publish: {error}", err=True)
+        raise typer.Exit(2) from None
 
 
 def reference_summary(reference: GpuReference | None) -> dict[str, Any] | None:
@@ -97,7 +114,7 @@ def bench_gpu(
     judgement = judge_gpu(report, reference, BenchSettings().thresholds())
     result = gpu_result(report, judgement, occurred_at=datetime.now(UTC), source=SOURCE)
     if publish:
-        asyncio.run(publish_result(result))
+        publish_or_exit(result)
     if as_json:
         document = {
             "report": report.model_dump(mode="json", by_alias=True),
@@ -203,7 +220,7 @@ def bench_serving(
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(run.model_dump_json(by_alias=True, indent=2))
     if publish:
-        asyncio.run(publish_result(result))
+        publish_or_exit(result)
     if as_json:
         document = {"run": run.model_dump(mode="json", by_alias=True), "result": result.model_dump(mode="json")}
         typer.echo(json.dumps({**document, "file": str(target)}, indent=2))

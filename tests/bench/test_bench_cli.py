@@ -36,6 +36,11 @@ def test_bench_gpu_json_prints_a_cpu_result_with_its_verdict() -> None:
 def test_bench_gpu_publishes_its_result_when_asked(nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLEETPILOT_NATS_URL", nats_server.url)
     monkeypatch.setenv("FLEETPILOT_SUBJECT_PREFIX", "fpcli")
+    # like a service it only binds: without the admin step's streams it says what to run, and publishes nothing
+    missing = runner.invoke(app, ["bench", "gpu", "--json", "--min-time-s", "0.02", "--publish"])
+    assert missing.exit_code == 2
+    assert "error: --publish: JetStream stream" in missing.stderr and "fleetpilot streams ensure" in missing.stderr
+    assert runner.invoke(app, ["streams", "ensure"]).exit_code == 0  # the admin step
     outcome = runner.invoke(app, ["bench", "gpu", "--json", "--min-time-s", "0.02", "--publish"])
     assert outcome.exit_code == 0, outcome.output
     printed = BenchResult.model_validate(json.loads(outcome.stdout)["result"])
