@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 OBSERVATION_MARK = "POLICY RECOMMENDATION"
-_ACTION = re.compile(r"^\s*- (launch_instances|drain_instance|destroy_instance) (\{.*\})", re.MULTILINE)
+_FLEET_TOOLS = "launch_instances|drain_instance|destroy_instance|park_instance|resume_instance"
+_ACTION = re.compile(rf"^\s*- ({_FLEET_TOOLS}) (\{{.*\}})", re.MULTILINE)
 # the compact prompt lists them as call objects: - {"name": "launch_instances", "arguments": {...}}
-_ACTION_OBJECT = re.compile(
-    r'^\s*- (\{"name": "(?:launch_instances|drain_instance|destroy_instance)".*\})$', re.MULTILINE
-)
+_ACTION_OBJECT = re.compile(rf'^\s*- (\{{"name": "(?:{_FLEET_TOOLS})".*\}})$', re.MULTILINE)
 _OPERATOR_HEADER = re.compile(r"^\s*\[operator (.+?), conversation (.+?), message (\S+?)\]$")
 _RUN = re.compile(r"^RUN (\S+) at", re.MULTILINE)
 _LAUNCH_WORDS = re.compile(r"launch\D{0,20}(\d+)", re.IGNORECASE)

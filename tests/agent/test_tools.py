@@ -11,7 +11,7 @@ from services.decider.agent import tools
 from tests.agent.builders import NOW
 
 FULL = tools.tool_schemas()
-# every tool there is: the full style's nine and finish, which only the compact style offers
+# every tool there is: the full style's eleven and finish, which only the compact style offers
 SCHEMAS = FULL + [s for s in tools.tool_schemas(compact=True) if s["function"]["name"] == tools.FINISH]
 VALID: dict[str, dict[str, Any]] = {
     "launch_instances": {
@@ -22,6 +22,8 @@ VALID: dict[str, dict[str, Any]] = {
     },
     "drain_instance": {"instance_id": 1001, "reason": "idle"},
     "destroy_instance": {"instance_id": 1001, "reason": "dead"},
+    "park_instance": {"instance_id": 1001},
+    "resume_instance": {"instance_id": 1001, "reason": "forecast"},
     "get_offers": {},
     "request_benchmark": {"instance_id": 1001, "kind": "gpu"},
     "remember": {"category": "failure", "text": "host 5001 fails benchmarks"},
@@ -50,6 +52,7 @@ def test_every_tool_has_a_schema_and_a_validating_model() -> None:
         ("launch_instances", "reason", tools.LAUNCH_REASONS),
         ("drain_instance", "reason", tools.REMOVAL_REASONS),
         ("destroy_instance", "reason", tools.REMOVAL_REASONS),
+        ("resume_instance", "reason", tools.LAUNCH_REASONS),
         ("request_benchmark", "kind", ["gpu", "serving"]),
         ("remember", "category", ["decision", "fact", "failure", "preference"]),
     ],
@@ -119,6 +122,25 @@ def test_action_calls_become_agent_commands_with_fresh_keys() -> None:
     assert isinstance(removal, tools.RemovalArgs)
     destroy = tools.removal_command("destroy_instance", removal, now=NOW, idempotency_key="ag-abcdefabcdef")
     assert type(destroy).__name__ == "DestroyInstance" and destroy.requested_by == "agent"
+
+
+def test_park_resume_and_bids_become_the_commands_the_policy_would_send() -> None:
+    park = tools.parse_arguments("park_instance", VALID["park_instance"], SCHEMAS)
+    assert isinstance(park, tools.ParkArgs)
+    stop = tools.park_command(park, now=NOW, idempotency_key="ag-park012345")
+    assert type(stop).__name__ == "StopInstance" and stop.reason.value == "park" and stop.requested_by == "agent"
+    resume = tools.parse_arguments("resume_instance", VALID["resume_instance"], SCHEMAS)
+    assert isinstance(resume, tools.ResumeArgs)
+    command = tools.resume_command(resume, now=NOW, idempotency_key="ag-resume0123")
+    assert type(command).__name__ == "ResumeInstance" and command.instance_id == 1001
+    bids = tools.parse_arguments("launch_instances", {**VALID["launch_instances"], "interruptible": 1}, SCHEMAS)
+    assert isinstance(bids, tools.LaunchArgs)
+    assert tools.launch_command(bids, now=NOW, idempotency_key="ag-bids012345").interruptible == 1
+    # left out: on-demand; more bids than machines: refused with the reason, nothing executed
+    plain = tools.parse_arguments("launch_instances", VALID["launch_instances"], SCHEMAS)
+    assert isinstance(plain, tools.LaunchArgs) and plain.interruptible == 0
+    too_many = tools.parse_arguments("launch_instances", {**VALID["launch_instances"], "interruptible": 3}, SCHEMAS)
+    assert isinstance(too_many, tools.ToolResult) and "interruptible must be at most count" in too_many.text
 
 
 def test_the_full_style_does_not_offer_finish() -> None:

@@ -1,4 +1,4 @@
-"""The event loop: billing from creation (the disk in every state), machines' fates, draining, the instance cap, determinism."""
+"""The event loop: billing from creation (the disk in every state), fates, draining, the instance cap, determinism."""
 
 from __future__ import annotations
 

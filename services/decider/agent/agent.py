@@ -551,6 +551,10 @@ class AgentRun:
         if isinstance(args, tools.LaunchArgs):
             command = tools.launch_command(args, now=now, idempotency_key=key)
             verdict = await self.ports.act(command)
+        elif isinstance(args, tools.ParkArgs):
+            verdict = await self.ports.act(tools.park_command(args, now=now, idempotency_key=key))
+        elif isinstance(args, tools.ResumeArgs):
+            verdict = await self.ports.act(tools.resume_command(args, now=now, idempotency_key=key))
         else:
             assert isinstance(args, tools.RemovalArgs)
             verdict = await self.ports.act(tools.removal_command(name, args, now=now, idempotency_key=key))

@@ -21,6 +21,8 @@ from shared.contract import (
     InstanceState,
     LaunchInstances,
     OperatorMessage,
+    RemovalReason,
+    ResumeInstance,
     StopInstance,
     TriggerRef,
 )
@@ -49,8 +51,9 @@ HOW_TO = """\
 == HOW TO USE THE TOOLS ==
 - The observation lists every machine (summarised beyond a count) with its state, price and throughput: do not
   call tools to look at the fleet.
-- launch_instances, drain_instance and destroy_instance change the fleet. Each passes hard guardrails. A refusal
-  comes back as the tool result with its reason: accept it and do not repeat the call.
+- launch_instances, drain_instance, destroy_instance, park_instance and resume_instance change the fleet. Each
+  passes hard guardrails. A refusal comes back as the tool result with its reason: accept it and do not repeat
+  the call. A parked machine keeps its disk and resumes in minutes: resume one before launching a new one.
 - get_offers only when choosing GPU models or prices; its output is capped.
 - request_benchmark when a machine's throughput looks wrong for its GPU model.
 - remember keeps one short note for later runs; update_plan keeps a multi-step plan (send the whole list).
@@ -205,7 +208,9 @@ _STATE_ORDER = {
     InstanceState.RUNNING: 1,
     InstanceState.REGISTERED: 1,
     InstanceState.BENCHMARKED: 1,
+    InstanceState.RESUMING: 1,
     InstanceState.DRAINING: 2,
+    InstanceState.PARKED: 2,
     InstanceState.PRODUCING: 3,
     InstanceState.GONE: 4,
 }
@@ -264,7 +269,13 @@ def action_call(action: Action) -> tuple[str, dict[str, object]]:
             "launch_priority": action.launch_priority,
             "reason": action.reason.value,
         }
+        if action.interruptible:
+            args["interruptible"] = action.interruptible
         return "launch_instances", args
+    if isinstance(action, ResumeInstance):
+        return "resume_instance", {"instance_id": action.instance_id, "reason": action.reason.value}
+    if isinstance(action, StopInstance) and action.reason is RemovalReason.PARK:
+        return "park_instance", {"instance_id": action.instance_id}
     tool = "destroy_instance" if isinstance(action, DestroyInstance) else "drain_instance"
     assert isinstance(action, DrainInstance | DestroyInstance | StopInstance)
     return tool, {"instance_id": action.instance_id, "reason": action.reason.value}
@@ -277,7 +288,8 @@ def action_line(action: Action, *, as_call_object: bool = False) -> str:
     (shown `launch_instances {...}`, a 0.5B model copied it into prose and called nothing)."""
     tool, args = action_call(action)
     line = json.dumps({"name": tool, "arguments": args}) if as_call_object else f"{tool} {json.dumps(args)}"
-    return line + ("  (the policy would stop it)" if isinstance(action, StopInstance) else "")
+    stopped = isinstance(action, StopInstance) and action.reason is not RemovalReason.PARK
+    return line + ("  (the policy would stop it)" if stopped else "")
 
 
 def _trigger_text(trigger: TriggerRef) -> str:

@@ -7,12 +7,12 @@ A call with an unknown name or invalid arguments is answered with a precise erro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from services.decider.agent.memory import MemoryCategory, PlanPriority, PlanStatus
 from shared.contract import (
@@ -23,6 +23,8 @@ from shared.contract import (
     LaunchReason,
     OfferList,
     RemovalReason,
+    ResumeInstance,
+    StopInstance,
 )
 
 SOURCE = "decider"
@@ -43,6 +45,23 @@ class LaunchArgs(ToolArgs):
     count: int = Field(ge=1, le=LAUNCH_COUNT_MAX)
     gpu_models: list[str] = Field(max_length=8)
     launch_priority: Literal["normal", "emergency"]
+    reason: LaunchReason
+    # left out (as small models leave optional fields out): every machine on-demand, the safe side
+    interruptible: int = Field(default=0, ge=0, le=LAUNCH_COUNT_MAX)
+
+    @model_validator(mode="after")
+    def _interruptible_within_count(self) -> LaunchArgs:
+        if self.interruptible > self.count:
+            raise ValueError(f"interruptible must be at most count ({self.count})")
+        return self
+
+
+class ParkArgs(ToolArgs):
+    instance_id: int
+
+
+class ResumeArgs(ToolArgs):
+    instance_id: int
     reason: LaunchReason
 
 
@@ -102,6 +121,8 @@ ARGUMENT_MODELS: dict[str, type[ToolArgs]] = {
     "launch_instances": LaunchArgs,
     "drain_instance": RemovalArgs,
     "destroy_instance": RemovalArgs,
+    "park_instance": ParkArgs,
+    "resume_instance": ResumeArgs,
     "get_offers": GetOffersArgs,
     "request_benchmark": BenchmarkArgs,
     "remember": RememberArgs,
@@ -110,7 +131,9 @@ ARGUMENT_MODELS: dict[str, type[ToolArgs]] = {
     "reply_to_operator": ReplyArgs,
     "finish": FinishArgs,
 }
-ACTION_TOOLS = frozenset({"launch_instances", "drain_instance", "destroy_instance"})
+ACTION_TOOLS = frozenset({"launch_instances", "drain_instance", "destroy_instance", "park_instance", "resume_instance"})
+# offered in the compact style when no recommendation names the tools; park and resume only when recommended
+EVERYDAY_ACTION_TOOLS = frozenset({"launch_instances", "drain_instance", "destroy_instance"})
 FINISH = "finish"
 TOOL_NAMES = tuple(ARGUMENT_MODELS)
 
@@ -134,7 +157,15 @@ _STRING_LIST = {"type": "array", "items": {"type": "string"}}
 
 
 # what a small model may be offered (prompt_style "compact"): the fleet-changing tools, a reply, the final answer
-COMPACT_TOOLS = ("launch_instances", "drain_instance", "destroy_instance", "reply_to_operator", FINISH)
+COMPACT_TOOLS = (
+    "launch_instances",
+    "drain_instance",
+    "destroy_instance",
+    "park_instance",
+    "resume_instance",
+    "reply_to_operator",
+    FINISH,
+)
 
 
 def tool_schemas(
@@ -153,7 +184,7 @@ def tool_schemas(
     schemas = _all_schemas(conversation_ids)
     if not compact:
         return [schema for schema in schemas if schema["function"]["name"] != FINISH]
-    fleet_tools = ACTION_TOOLS if action_tools is None else frozenset(action_tools)
+    fleet_tools = EVERYDAY_ACTION_TOOLS if action_tools is None else frozenset(action_tools)
     wanted = [
         name
         for name in COMPACT_TOOLS
@@ -188,6 +219,10 @@ def _all_schemas(conversation_ids: list[str] | None) -> list[dict[str, Any]]:
                     ["normal", "emergency"], "emergency only when workers are stalled with tasks queued"
                 ),
                 "reason": _enum(LAUNCH_REASONS, "why"),
+                "interruptible": {
+                    "type": "integer",
+                    "description": "how many of count are interruptible bids (cheaper, paused while outbid); 0 = none",
+                },
             },
             ["count", "gpu_models", "launch_priority", "reason"],
         ),
@@ -201,6 +236,21 @@ def _all_schemas(conversation_ids: list[str] | None) -> list[dict[str, Any]]:
             "destroy_instance",
             "Give a machine back at once (loses its running tasks). Guardrails apply.",
             removal,
+            ["instance_id", "reason"],
+        ),
+        _function(
+            "park_instance",
+            "Stop a drained machine but keep its disk (storage billed only) to resume it in minutes later.",
+            {"instance_id": {"type": "integer", "description": "the instance id, as in the fleet lines (#id)"}},
+            ["instance_id"],
+        ),
+        _function(
+            "resume_instance",
+            "Start a parked machine again: it produces in minutes, unless its GPU was rented meanwhile.",
+            {
+                "instance_id": {"type": "integer", "description": "the parked instance's id (#id)"},
+                "reason": _enum(LAUNCH_REASONS, "why it is needed again"),
+            },
             ["instance_id", "reason"],
         ),
         _function(
@@ -360,22 +410,39 @@ def launch_command(args: LaunchArgs, *, now: datetime, idempotency_key: str) -> 
         gpu_models=args.gpu_models,
         launch_priority=args.launch_priority,
         reason=args.reason,
+        interruptible=args.interruptible,
     )
+
+
+def park_command(args: ParkArgs, *, now: datetime, idempotency_key: str) -> StopInstance:
+    return _instance_command(StopInstance, args.instance_id, RemovalReason.PARK, now, idempotency_key)
+
+
+def resume_command(args: ResumeArgs, *, now: datetime, idempotency_key: str) -> ResumeInstance:
+    return _instance_command(ResumeInstance, args.instance_id, args.reason, now, idempotency_key)
 
 
 def removal_command(
     tool: str, args: RemovalArgs, *, now: datetime, idempotency_key: str
 ) -> DrainInstance | DestroyInstance:
-    command: Callable[..., DrainInstance | DestroyInstance] = (
-        DrainInstance if tool == "drain_instance" else DestroyInstance
-    )
+    if tool == "drain_instance":
+        return _instance_command(DrainInstance, args.instance_id, args.reason, now, idempotency_key)
+    return _instance_command(DestroyInstance, args.instance_id, args.reason, now, idempotency_key)
+
+
+InstanceCommand = TypeVar("InstanceCommand", StopInstance, ResumeInstance, DrainInstance, DestroyInstance)
+
+
+def _instance_command(
+    command: type[InstanceCommand], instance_id: int, reason: Any, now: datetime, idempotency_key: str
+) -> InstanceCommand:
     return command(
         occurred_at=now,
         source=SOURCE,
         idempotency_key=idempotency_key,
         requested_by="agent",
-        instance_id=args.instance_id,
-        reason=args.reason,
+        instance_id=instance_id,
+        reason=reason,
     )
 
 
