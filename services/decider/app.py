@@ -66,7 +66,12 @@ def wire(
     metrics = DeciderMetrics(ctx.metrics.registry)
     single_flight = RedisSingleFlight(ctx.settings.redis_url, ctx.subjects.prefix, config.replica_id, config.lock_ttl_s)
     decider = Decider(
-        ctx, config, metrics, single_flight, PredictivePolicy(), advisor or load_advisor(config.advisor, ctx)
+        ctx,
+        config,
+        metrics,
+        single_flight,
+        PredictivePolicy(config.policy_config()),
+        advisor or load_advisor(config.advisor, ctx),
     )
     replica = f"decider-{config.replica_id}"
 

@@ -8,6 +8,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.decider.guardrails import GuardrailConfig
+from services.decider.policy import PolicyConfig
 from services.decider.triggering import TriggerConfig
 from shared.settings import Settings
 
@@ -59,6 +60,14 @@ class DeciderSettings(BaseSettings):
         default=1, ge=0, description="guardrail: producers never removed below this while tasks wait"
     )
 
+    # vast's other levers for the policy (sim/world/README.md measures them); off until turned on
+    park: bool = Field(
+        default=False, description="stop surplus producers with their disk kept and resume them before launching"
+    )
+    bid_share: float = Field(
+        default=0.0, ge=0, le=1, description="share of forecast or sustained growth launched as interruptible bids"
+    )
+
     # the advisor (LLM agent): "package.module:factory", factory(ctx) -> Advisor; empty runs the policy alone
     advisor: str = Field(
         default="", description="package.module:factory of the advisor (the LLM agent); empty: the policy alone"
@@ -66,6 +75,9 @@ class DeciderSettings(BaseSettings):
     advisor_timeout_s: float = Field(
         default=600.0, gt=0, description="the advisor's whole run is cut off after this; the policy then decides"
     )
+
+    def policy_config(self) -> PolicyConfig:
+        return PolicyConfig(park=self.park, bid_share=self.bid_share)
 
     def trigger_config(self) -> TriggerConfig:
         return TriggerConfig(

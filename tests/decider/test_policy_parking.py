@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
+from services.decider.config import DeciderSettings
 from services.decider.decision import policy_actions
 from services.decider.policy import PolicyConfig, recommend
 from shared.contract import (
@@ -127,3 +130,11 @@ def test_an_emergency_or_a_replacement_is_never_interruptible() -> None:
     dead = line(900, InstanceState.FAILED, NOW, failure_reason=FailureReason.DEAD)
     rec = recommend(rising(960), snapshot(NOW, [*producing(4, NOW), dead]), NOW, BIDDING)
     assert all(plan.interruptible == 0 for plan in rec.replacements)
+
+
+def test_the_decider_turns_the_levers_on_from_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLEETPILOT_DECIDER_PARK", "true")
+    monkeypatch.setenv("FLEETPILOT_DECIDER_BID_SHARE", "0.5")
+    config = DeciderSettings().policy_config()
+    assert config.park and config.bid_share == 0.5
+    assert not PolicyConfig().park and PolicyConfig().bid_share == 0.0  # off unless asked for
