@@ -18,7 +18,7 @@ from functools import cached_property
 from typing import Any
 
 from services.provisioner.host_history import HostHistory
-from services.provisioner.vast_models import VastOffer
+from services.provisioner.vast_models import VastOffer, pull_s
 from shared import gpu_models
 
 
@@ -77,7 +77,6 @@ class ThroughputKnowledge:
 URGENT_HORIZON_H = 2.0
 # a link vast does not list is taken as a slow one, so an unknown host never looks faster than a known one
 UNKNOWN_LINK_MBPS = 100.0
-MEGABITS_PER_GB = 8000.0
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,7 @@ class StartupModel:
         if observed is not None:
             return observed
         link = offer.inet_down if offer.inet_down is not None and offer.inet_down > 0 else UNKNOWN_LINK_MBPS
-        return self.typical_startup_s + self.image_gb * MEGABITS_PER_GB / link
+        return self.typical_startup_s + pull_s(self.image_gb, link)
 
 
 @dataclass(frozen=True)

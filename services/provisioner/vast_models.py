@@ -38,6 +38,21 @@ def _flag_or_none(value: Any) -> bool | None:
 
 
 HOURS_PER_MONTH = 730.0  # vast prices storage per GB per month; its billing pages use 730 h a month
+MEGABITS_PER_GB = 8000.0  # vast's `inet_down` is in Mb/s, images in GB
+SLOWEST_LINK_MBPS = 1.0  # a listed link of 0 Mb/s would make a pull infinite; vast lists none that slow
+
+
+def storage_usd_per_h(storage_usd_per_gb_month: float, disk_gb: float) -> float:
+    """What an instance's disk costs an hour (vast quotes $/GB/month), in every state but gone (and offline)."""
+    return storage_usd_per_gb_month * disk_gb / HOURS_PER_MONTH
+
+
+def pull_s(gb: float, inet_down_mbps: float) -> float:
+    """Seconds to download `gb` at a machine's listed `inet_down` (the best a pull can do)."""
+    if gb <= 0:
+        return 0.0
+    return gb * MEGABITS_PER_GB / max(inet_down_mbps, SLOWEST_LINK_MBPS)
+
 
 # fields added for bids, bandwidth and startup: an odd value there reads as unknown, never makes a row unreadable
 LenientFloat = Annotated[float | None, BeforeValidator(_number_or_none)]
@@ -115,7 +130,7 @@ class VastInstance(BaseModel):
         """What its disk costs while it is stopped: `storage_cost` × `disk_space` (vast quotes $/GB/month), else
         `dph_total` − `dph_base` (the total is GPU plus storage); None when neither can be read."""
         if self.storage_cost is not None and self.disk_space is not None:
-            return max(0.0, self.storage_cost * self.disk_space / HOURS_PER_MONTH)
+            return max(0.0, storage_usd_per_h(self.storage_cost, self.disk_space))
         if self.dph_total is not None and self.dph_base is not None and self.dph_total >= self.dph_base:
             return self.dph_total - self.dph_base
         return None

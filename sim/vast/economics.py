@@ -11,16 +11,11 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from sim.vast.scenario import BidMarket, StartupSpec
+# the rules the provisioner itself prices and ranks with: the simulators apply the very same
+from services.provisioner.vast_models import pull_s, storage_usd_per_h
+from sim.vast.scenario import BidMarket, StartupSpec, StopStart
 
-HOURS_PER_MONTH = 730.0  # vast prices storage per GB-month
-MEGABITS_PER_GB = 8000.0  # vast's `inet_down` is in Mb/s, images in GB
-SLOWEST_LINK_MBPS = 1.0  # a listed link of 0 Mb/s would make a pull infinite; vast lists none that slow
-
-
-def storage_usd_per_h(storage_usd_per_gb_month: float, disk_gb: float) -> float:
-    """What an instance's disk costs an hour, in every state but gone (and offline)."""
-    return storage_usd_per_gb_month * disk_gb / HOURS_PER_MONTH
+__all__ = ["BidLevels", "gpu_taken_chance", "outbid", "pull_s", "pulled_gb", "storage_usd_per_h"]
 
 
 def pulled_gb(startup: StartupSpec, *, cached: bool) -> float:
@@ -28,11 +23,9 @@ def pulled_gb(startup: StartupSpec, *, cached: bool) -> float:
     return startup.image_gb * (startup.cached_pull_share if cached else 1.0)
 
 
-def pull_s(gb: float, inet_down_mbps: float) -> float:
-    """Seconds to download `gb` at the machine's listed `inet_down` (the best a pull can do)."""
-    if gb <= 0:
-        return 0.0
-    return gb * MEGABITS_PER_GB / max(inet_down_mbps, SLOWEST_LINK_MBPS)
+def gpu_taken_chance(rules: StopStart, stopped_s: float) -> float:
+    """The chance that another renter took a stopped instance's GPU in `stopped_s`: 1 − exp(−rate × hours)."""
+    return 1.0 - math.exp(-rules.gpu_taken_per_stopped_h * stopped_s / 3600.0)
 
 
 def outbid(bid_usd_per_h: float, on_demand_usd_per_h: float, competing_share: float) -> bool:

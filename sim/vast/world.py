@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared import gpu_models
-from sim.vast.economics import BidLevels, outbid, pull_s, pulled_gb
+from sim.vast.economics import BidLevels, gpu_taken_chance, outbid, pull_s, pulled_gb
 from sim.vast.economics import storage_usd_per_h as storage_cost_usd_per_h
 from sim.vast.query import Query, QueryError, parse_filters, parse_order
 from sim.vast.scenario import Fate, MarketSegment, OfferSpec, Scenario
@@ -554,8 +554,8 @@ class VastWorld:
         """When a start gets its GPU: now, or later when someone rented it while the instance was stopped."""
         spec = self.scenario.stop_start
         rng = self._stop_start_rng
-        stopped_h = (now - instance.stopped_at).total_seconds() / 3600.0 if instance.stopped_at else 0.0
-        taken = rng.random() < 1.0 - math.exp(-spec.gpu_taken_per_stopped_h * stopped_h)
+        stopped_s = (now - instance.stopped_at).total_seconds() if instance.stopped_at else 0.0
+        taken = rng.random() < gpu_taken_chance(spec, stopped_s)
         free_after = spec.gpu_free_after_s
         wait_s = rng.uniform(free_after.min, free_after.max) if free_after is not None else None
         if not taken:

@@ -19,6 +19,7 @@ from services.provisioner.host_history import HostHistory, Incident, IncidentKin
 from services.provisioner.ranking import OfferConstraints, ThroughputKnowledge, rank
 from services.provisioner.vast_models import VastOffer
 from shared import gpu_models
+from sim.vast.economics import gpu_taken_chance
 from sim.vast.scenario import Fate, Scenario
 
 # DESIGN.md: a proving task takes ~4 min of one machine; pipelined, a reference machine finishes one every ~30 s
@@ -312,7 +313,7 @@ class ResumeDraws:
             self._u = np.vstack([self._u, self._rng.random((LAUNCH_DRAWS_BLOCK, 2))])
         u_taken, u_free = (float(x) for x in self._u[index])
         rules = self.scenario.stop_start
-        taken = u_taken < 1.0 - math.exp(-rules.gpu_taken_per_stopped_h * parked_s / 3600.0)
+        taken = u_taken < gpu_taken_chance(rules, parked_s)
         if not taken:
             return ResumeDraw(False, None)
         free = rules.gpu_free_after_s
