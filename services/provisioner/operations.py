@@ -67,6 +67,7 @@ from shared.contract import (
     ResumeInstance,
     StopInstance,
     VastAccountObserved,
+    bid_usd_per_h,
 )
 from shared.contract.account import FOREIGN_INSTANCES_KEPT
 from shared.settings import Settings
@@ -495,7 +496,7 @@ class Provisioner:
         min_bid = choice.offer.min_bid
         if index >= command.interruptible or min_bid is None or min_bid <= 0:
             return None
-        return round(min(choice.offer.dph_total, min_bid * (1 + command.bid_markup)), 6)
+        return round(bid_usd_per_h(min_bid, choice.offer.dph_total, command.bid_markup), 6)
 
     async def _find_by_label(self, label: str) -> VastInstance | None:
         try:

@@ -24,6 +24,7 @@ from shared.contract.commands import (
     RemovalReason,
     ResumeInstance,
     StopInstance,
+    bid_usd_per_h,
 )
 from shared.contract.deadletter import DeadLetter, DeadLetterReason
 from shared.contract.demand import (
@@ -110,6 +111,7 @@ __all__ = [
     "UtcDatetime",
     "VastAccountObserved",
     "WindowStats",
+    "bid_usd_per_h",
     "committed_usd_per_h",
     "new_event_id",
 ]

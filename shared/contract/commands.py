@@ -72,6 +72,11 @@ class LaunchInstances(ProvisionCommand):
         return self
 
 
+def bid_usd_per_h(min_bid_usd_per_h: float, on_demand_usd_per_h: float, bid_markup: float) -> float:
+    """An interruptible slot's bid: the machine's min_bid × (1 + markup), never above its on-demand price."""
+    return min(on_demand_usd_per_h, min_bid_usd_per_h * (1 + max(0.0, bid_markup)))
+
+
 class StopInstance(ProvisionCommand):
     instance_id: int
     reason: RemovalReason

@@ -27,7 +27,7 @@ from services.decider.guardrails import (
     worst_price_usd_per_h,
 )
 from services.provisioner.host_history import IncidentKind
-from shared.contract import LaunchInstances, LaunchReason, RemovalReason
+from shared.contract import LaunchInstances, LaunchReason, RemovalReason, bid_usd_per_h
 from sim.vast.economics import BidLevels, outbid, storage_usd_per_h
 from sim.vast.scenario import Fate, Scenario
 from sim.world.fluid import FluidQueue, ServicePiece
@@ -348,7 +348,7 @@ class Engine:
         machine = Machine(next(self._ids), offer, fate, rate, now, Schedule(running_s, ready_s, exit_s, offline_s))
         if bid_markup is not None:
             min_bid = offer.price_usd_per_h * self.scenario.bids.min_bid_share
-            machine.bid_usd_per_h = min(offer.price_usd_per_h, min_bid * (1 + max(0.0, bid_markup)))
+            machine.bid_usd_per_h = bid_usd_per_h(min_bid, offer.price_usd_per_h, bid_markup)
         self._add_machine(machine)
         self._fleet_events.append(FleetEvent(now, machine.instance_id, "created"))
         if self.world.billed_from == "created":
