@@ -468,17 +468,11 @@ class Engine:
         draw = self.resume_draws.draw(self.resumes, self.now_s - machine.state_since_s)
         self.resumes += 1
         self.committed_usd_per_h += machine.price_usd_per_h
-        self._set_state(machine, MachineState.RESUMING)
-        self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "resuming"))
         if draw.gpu_taken:
             self.resumes_gpu_taken += 1
-            if draw.free_after_s is None:
-                return  # waits in scheduling until a policy gives up on it
-        wait_s = draw.free_after_s or 0.0
-        machine.resume_running_s = self.now_s + wait_s + self.scenario.startup.restart_s
-        machine.resume_ready_s = machine.resume_running_s + self.world.registration_s
-        self._push(machine.resume_running_s, RUNNING, machine.instance_id)
-        self._push(machine.resume_ready_s, READY, machine.instance_id)
+        # a GPU taken for good: it waits in scheduling until a policy gives up on it
+        running_in_s = INF if draw.gpu_taken and draw.free_after_s is None else (draw.free_after_s or 0.0)
+        self._start_again(machine, running_in_s + self.scenario.startup.restart_s)
 
     # --- interruptible machines: other renters' bids -------------------------------------------------------
 
@@ -508,7 +502,7 @@ class Engine:
             return
         if machine.state is MachineState.LOADING:
             machine.loading_left_s = max(0.0, machine.schedule.running_at_s - self.now_s)
-        machine.outbid, machine.outbid_at_s = True, self.now_s
+        machine.outbid = True
         self._set_billed(machine, False)
         self._set_state(machine, MachineState.PARKED)
         self.outbid_pauses += 1
@@ -518,9 +512,13 @@ class Engine:
         """Its bid is the highest again: vast starts it (same machine and disk, so no GPU can be taken)."""
         loading_left_s, machine.loading_left_s = machine.loading_left_s, 0.0
         machine.outbid = False
+        self._start_again(machine, max(self.scenario.startup.restart_s, loading_left_s))
+
+    def _start_again(self, machine: Machine, running_in_s: float) -> None:
+        """Resuming: running (GPU billed) after `running_in_s` (inf: never), producing once its worker registers."""
         self._set_state(machine, MachineState.RESUMING)
         self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "resuming"))
-        machine.resume_running_s = self.now_s + max(self.scenario.startup.restart_s, loading_left_s)
+        machine.resume_running_s = self.now_s + running_in_s
         machine.resume_ready_s = machine.resume_running_s + self.world.registration_s
         self._push(machine.resume_running_s, RUNNING, machine.instance_id)
         self._push(machine.resume_ready_s, READY, machine.instance_id)

@@ -20,7 +20,7 @@ from services.provisioner.ranking import OfferConstraints, ThroughputKnowledge, 
 from services.provisioner.vast_models import VastOffer
 from shared import gpu_models
 from sim.vast.economics import gpu_taken_chance
-from sim.vast.scenario import Fate, Scenario
+from sim.vast.scenario import Fate, FloatRange, Scenario
 
 # DESIGN.md: a proving task takes ~4 min of one machine; pipelined, a reference machine finishes one every ~30 s
 TASK_S = 240.0
@@ -259,16 +259,31 @@ class LaunchDraw:
     slow_factor: float
 
 
+class _Uniforms:
+    """Row `index` of a seeded stream of uniforms, drawn a block at a time: the k-th row is the same whatever
+    else was asked for, so every policy's k-th launch (or resume) gets the same luck."""
+
+    def __init__(self, seed: int, stream: int, width: int) -> None:
+        self._rng = np.random.default_rng([seed, stream])
+        self._u: np.ndarray = np.empty((0, width))
+
+    def __getitem__(self, index: int) -> list[float]:
+        while index >= len(self._u):
+            self._u = np.vstack([self._u, self._rng.random((LAUNCH_DRAWS_BLOCK, self._u.shape[1]))])
+        return [float(x) for x in self._u[index]]
+
+
+def _within(bounds: FloatRange, u: float) -> float:
+    return bounds.min + (bounds.max - bounds.min) * u
+
+
 class LaunchDraws:
     def __init__(self, scenario: Scenario, seed: int) -> None:
         self.scenario = scenario
-        self._rng = np.random.default_rng([seed, 29])
-        self._u: np.ndarray = np.empty((0, 4))
+        self._u = _Uniforms(seed, 29, 4)
 
     def __getitem__(self, index: int) -> LaunchDraw:
-        while index >= len(self._u):
-            self._u = np.vstack([self._u, self._rng.random((LAUNCH_DRAWS_BLOCK, 4))])
-        u_fate, u_startup, u_offline, u_slow = (float(x) for x in self._u[index])
+        u_fate, u_startup, u_offline, u_slow = self._u[index]
         shares = self.scenario.fates
         fate = Fate.HEALTHY
         edge = 0.0
@@ -282,14 +297,11 @@ class LaunchDraws:
             if u_fate < edge:
                 fate = candidate
                 break
-        startup = self.scenario.startup.startup_s
-        offline = shares.offline_after_s
-        slow = shares.slow_factor
         return LaunchDraw(
             fate=fate,
-            startup_s=startup.min + (startup.max - startup.min) * u_startup,
-            offline_after_s=offline.min + (offline.max - offline.min) * u_offline,
-            slow_factor=slow.min + (slow.max - slow.min) * u_slow,
+            startup_s=_within(self.scenario.startup.startup_s, u_startup),
+            offline_after_s=_within(shares.offline_after_s, u_offline),
+            slow_factor=_within(shares.slow_factor, u_slow),
         )
 
 
@@ -305,19 +317,16 @@ class ResumeDraw:
 class ResumeDraws:
     def __init__(self, scenario: Scenario, seed: int) -> None:
         self.scenario = scenario
-        self._rng = np.random.default_rng([seed, 37])
-        self._u: np.ndarray = np.empty((0, 2))
+        self._u = _Uniforms(seed, 37, 2)
 
     def draw(self, index: int, parked_s: float) -> ResumeDraw:
-        while index >= len(self._u):
-            self._u = np.vstack([self._u, self._rng.random((LAUNCH_DRAWS_BLOCK, 2))])
-        u_taken, u_free = (float(x) for x in self._u[index])
+        u_taken, u_free = self._u[index]
         rules = self.scenario.stop_start
         taken = u_taken < gpu_taken_chance(rules, parked_s)
         if not taken:
             return ResumeDraw(False, None)
         free = rules.gpu_free_after_s
-        return ResumeDraw(True, None if free is None else free.min + (free.max - free.min) * u_free)
+        return ResumeDraw(True, None if free is None else _within(free, u_free))
 
 
 @dataclass(frozen=True)
@@ -353,7 +362,6 @@ class Machine:
     parking: bool = False  # draining to be parked, not given back
     bid_usd_per_h: float | None = None  # an interruptible machine's bid: what it is billed while it runs
     outbid: bool = False  # paused by a higher bid (parked by vast, not by a policy)
-    outbid_at_s: float = INF
     loading_left_s: float = 0.0  # of its startup, when a bid was paused while loading
     # the current resume's moments (events of an earlier resume or of its creation do not match them)
     resume_running_s: float = INF
