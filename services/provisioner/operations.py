@@ -323,14 +323,21 @@ class Provisioner:
 
     # ---- launch -------------------------------------------------------------------------------------------
     async def launch(self, command: LaunchInstances, heartbeat: Heartbeat = _no_heartbeat) -> ProvisionResult:
+        return await self._once(command, "launch", heartbeat, lambda: self._launch(command, heartbeat))
+
+    async def _once(
+        self, command: Command, verb: Verb, heartbeat: Heartbeat, carry_out: Callable[[], Awaitable[ProvisionResult]]
+    ) -> ProvisionResult:
+        """A command at most once: under the fleet lease, answered with its saved result when it came before,
+        refused when its fencing token is stale, else carried out; the result saved and counted."""
         async with self._exclusive(heartbeat):
             previous = await self.store.result_for(command.idempotency_key)
             if previous is not None:
                 return previous
-            result = await self._fence_refusal(command, "launch") or await self._launch(command, heartbeat)
+            result = await self._fence_refusal(command, verb) or await carry_out()
             await self.store.save_result(result)
-            self.metrics.commands.labels("launch", result.outcome).inc()
-            if result.outcome == "refused" and result.refusal_rule is not None:
+            self.metrics.commands.labels(verb, result.outcome).inc()
+            if verb == "launch" and result.outcome == "refused" and result.refusal_rule is not None:
                 self.metrics.launches_refused.labels(result.refusal_rule.value).inc()
             self._update_gauges()
             return result
@@ -547,15 +554,7 @@ class Provisioner:
     async def _remove(
         self, command: StopInstance | DestroyInstance, verb: Literal["stop", "destroy"], heartbeat: Heartbeat
     ) -> ProvisionResult:
-        async with self._exclusive(heartbeat):
-            previous = await self.store.result_for(command.idempotency_key)
-            if previous is not None:
-                return previous
-            result = await self._fence_refusal(command, verb) or await self._remove_unlocked(command, verb, heartbeat)
-            await self.store.save_result(result)
-            self.metrics.commands.labels(verb, result.outcome).inc()
-            self._update_gauges()
-            return result
+        return await self._once(command, verb, heartbeat, lambda: self._remove_unlocked(command, verb, heartbeat))
 
     async def _remove_unlocked(
         self, command: StopInstance | DestroyInstance, verb: Literal["stop", "destroy"], heartbeat: Heartbeat
@@ -621,15 +620,7 @@ class Provisioner:
     # ---- resume -------------------------------------------------------------------------------------------
     async def resume(self, command: ResumeInstance, heartbeat: Heartbeat = _no_heartbeat) -> ProvisionResult:
         """Start a parked instance again (vast start), budgeted like a launch at its full price."""
-        async with self._exclusive(heartbeat):
-            previous = await self.store.result_for(command.idempotency_key)
-            if previous is not None:
-                return previous
-            result = await self._fence_refusal(command, "resume") or await self._resume(command, heartbeat)
-            await self.store.save_result(result)
-            self.metrics.commands.labels("resume", result.outcome).inc()
-            self._update_gauges()
-            return result
+        return await self._once(command, "resume", heartbeat, lambda: self._resume(command, heartbeat))
 
     async def _resume(self, command: ResumeInstance, heartbeat: Heartbeat) -> ProvisionResult:
         instance_id = command.instance_id
