@@ -92,6 +92,19 @@ class ThroughputMeasure(BaseModel):
     ratio_to_reference: float = Field(gt=0)
 
 
+@dataclass
+class StartupMeans:
+    """A machine's own last startup, else its host's machines' mean (one network, one disk, one operator)."""
+
+    by_machine: dict[int, float] = field(default_factory=dict)
+    by_host: dict[int, float] = field(default_factory=dict)
+
+    def of(self, host_id: int | None, machine_id: int | None) -> float | None:
+        if machine_id is not None and machine_id in self.by_machine:
+            return self.by_machine[machine_id]
+        return self.by_host.get(host_id) if host_id is not None else None
+
+
 class StartupMeasure(BaseModel):
     """How long one of our launches took from create to vast's `running` on this machine."""
 
@@ -128,18 +141,20 @@ class HostHistory(BaseModel):
 
     def record_startup(self, machine_id: int, host_id: int | None, seconds: float, at: datetime) -> None:
         self.startups[machine_id] = StartupMeasure(at=at, seconds=seconds, host_id=host_id)
-        if len(self.startups) > MAX_STARTUPS:  # the oldest go first
-            for oldest in sorted(self.startups, key=lambda m: self.startups[m].at)[: len(self.startups) - MAX_STARTUPS]:
-                del self.startups[oldest]
+        if len(self.startups) > MAX_STARTUPS:  # the oldest goes
+            del self.startups[min(self.startups, key=lambda m: self.startups[m].at)]
 
-    def observed_startup_s(self, host_id: int | None, machine_id: int | None) -> float | None:
-        """This machine's last startup, else its host's machines' mean (one network, one disk, one operator)."""
-        if machine_id is not None and machine_id in self.startups:
-            return self.startups[machine_id].seconds
-        if host_id is None:
-            return None
-        on_host = [m.seconds for m in self.startups.values() if m.host_id == host_id]
-        return sum(on_host) / len(on_host) if on_host else None
+    def startup_means(self) -> StartupMeans:
+        """Every machine's last startup and each host's mean, gathered once: ranking many offers reads these."""
+        totals: dict[int, tuple[float, int]] = {}
+        for measure in self.startups.values():
+            if measure.host_id is not None:
+                total, count = totals.get(measure.host_id, (0.0, 0))
+                totals[measure.host_id] = (total + measure.seconds, count + 1)
+        return StartupMeans(
+            by_machine={machine_id: m.seconds for machine_id, m in self.startups.items()},
+            by_host={host_id: total / count for host_id, (total, count) in totals.items()},
+        )
 
     def forget_old(self, now: datetime) -> None:
         self.incidents = [i for i in self.incidents if (now - i.at).total_seconds() < FORGET_AFTER_S]

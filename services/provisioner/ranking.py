@@ -17,7 +17,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from services.provisioner.host_history import HostHistory
+from services.provisioner.host_history import HostHistory, StartupMeans
 from services.provisioner.vast_models import VastOffer, pull_s
 from shared import gpu_models
 
@@ -86,8 +86,8 @@ class StartupModel:
     image_gb: float = 10.0
     typical_startup_s: float = 5400.0  # besides the image pull: container start, weights, warm-up (vast: 1-2 h)
 
-    def predicted_s(self, offer: VastOffer, history: HostHistory) -> float:
-        observed = history.observed_startup_s(offer.host_id, offer.machine_id)
+    def predicted_s(self, offer: VastOffer, known: StartupMeans) -> float:
+        observed = known.of(offer.host_id, offer.machine_id)
         if observed is not None:
             return observed
         link = offer.inet_down if offer.inet_down is not None and offer.inet_down > 0 else UNKNOWN_LINK_MBPS
@@ -160,6 +160,7 @@ def rank(
     when given). Offers of unknown throughput are left out."""
     ranked = []
     penalties = history.penalties(now)
+    startups = history.startup_means()
     for offer in offers:
         if not acceptable(offer, constraints):
             continue
@@ -170,7 +171,7 @@ def rank(
         history_factor = 1.0 / (1.0 + penalties.of(offer.host_id, offer.machine_id))
         success = max(offer.reliability_score, 1e-3) * history_factor
         usd_per_task = offer.dph_total / (tasks_per_h * success)
-        startup_s = startup.predicted_s(offer, history)
+        startup_s = startup.predicted_s(offer, startups)
         if urgent_horizon_h is not None:
             usd_per_task *= (startup_s / 3600 + urgent_horizon_h) / urgent_horizon_h
         ranked.append(

@@ -61,13 +61,14 @@ def test_a_host_with_no_record_is_predicted_from_its_siblings_then_from_its_link
     history = HostHistory()
     history.record_startup(1, 10, 1800.0, NOW)
     model = StartupModel(image_gb=40.0, typical_startup_s=3600.0)
+    known = history.startup_means()
     sibling = offer(3, 0.5, machine=3, host=10)
-    assert model.predicted_s(sibling, history) == 1800.0
+    assert model.predicted_s(sibling, known) == 1800.0
     fast_link, slow_link, unlisted = (offer(i, 0.5, machine=i, host=i, inet_down=d) for i, d in
                                       ((4, 2000.0), (5, 200.0), (6, None)))  # fmt: skip
-    assert model.predicted_s(fast_link, history) == pytest.approx(3600 + 40 * 8000 / 2000)
-    assert model.predicted_s(slow_link, history) == pytest.approx(3600 + 40 * 8000 / 200)
-    assert model.predicted_s(unlisted, history) > model.predicted_s(slow_link, history)  # never a free pass
+    assert model.predicted_s(fast_link, known) == pytest.approx(3600 + 40 * 8000 / 2000)
+    assert model.predicted_s(slow_link, known) == pytest.approx(3600 + 40 * 8000 / 200)
+    assert model.predicted_s(unlisted, known) > model.predicted_s(slow_link, known)  # never a free pass
 
 
 async def test_the_provisioner_learns_startups_and_an_emergency_launch_prefers_the_fast_host(
