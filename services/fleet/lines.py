@@ -65,12 +65,6 @@ def _utc(at_s: float) -> datetime:
     return datetime.fromtimestamp(at_s, UTC)
 
 
-def _same_or_utc(previous: datetime | None, at_s: float | None) -> datetime | None:
-    if at_s is None:
-        return None
-    return previous if previous is not None and previous.timestamp() == at_s else _utc(at_s)
-
-
 class SnapshotLines:
     """Every snapshot's lines, each rebuilt only when what it shows changed.
 
@@ -90,8 +84,6 @@ class SnapshotLines:
         cached = self._cached.get(record.instance_id)
         if cached is not None and cached[0] == key:
             return cached[1]
-        # most rebuilds are a producer's new task: its other times are the datetimes the old line already holds
-        previous = cached[1] if cached is not None else None
         line = InstanceLine(
             instance_id=record.instance_id,
             state=record.state,
@@ -104,9 +96,9 @@ class SnapshotLines:
             storage_usd_per_h=record.storage_usd_per_h,
             host_id=record.host_id,
             machine_id=record.machine_id,
-            created_at=previous.created_at if previous is not None else _utc(record.created_at_s),
-            state_since=_same_or_utc(previous.state_since if previous is not None else None, record.state_since_s),
-            last_task_at=_same_or_utc(previous.last_task_at if previous is not None else None, record.last_task_at_s),
+            created_at=_utc(record.created_at_s),
+            state_since=_utc(record.state_since_s),
+            last_task_at=_utc(record.last_task_at_s) if record.last_task_at_s is not None else None,
             tasks_completed=record.tasks_completed,
             throughput_tasks_per_h=shown_throughput,
             bench_verdict=record.bench_verdict,

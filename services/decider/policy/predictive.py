@@ -331,7 +331,8 @@ def recommend(
     # parked too long: its GPU is likely someone else's by now, and the disk is billed for nothing
     expired = [line for line in fleet.parked if (now - line.state_since).total_seconds() >= config.park_max_s]
     removals += [RemovalPlan("destroy", line.instance_id, RemovalReason.IDLE) for line in expired]
-    fleet.parked = [line for line in fleet.parked if line not in expired]
+    expired_ids = {line.instance_id for line in expired}
+    fleet.parked = [line for line in fleet.parked if line.instance_id not in expired_ids]
     removals += [RemovalPlan("destroy", line.instance_id, RemovalReason.OUTBID) for line in fleet.outbid
                  if (now - line.state_since).total_seconds() >= config.outbid_give_up_s]  # fmt: skip
     launches: list[LaunchPlan] = []
