@@ -127,13 +127,19 @@ def _replies(observation: Observation) -> list[dict[str, Any]]:
     return calls
 
 
+def _recommended_calls_first(observation: Observation, after: list[dict[str, Any]], shift: int) -> Reply | None:
+    """The recommended calls and any operator replies, on the first turn (`shift` later); None once made."""
+    if assistant_turns(after) - shift > 0:
+        return None
+    calls = [call(name, args) for name, args in observation.actions] + _replies(observation)
+    return Reply(tool_calls=calls) if calls else None
+
+
 def follow(messages: list[dict[str, Any]], shift: int = 0) -> Reply:
     """Carry out the policy's recommended actions, answer the operator, then give the final answer."""
     observation, after = last_observation(messages)
-    if assistant_turns(after) - shift <= 0:
-        calls = [call(name, args) for name, args in observation.actions] + _replies(observation)
-        if calls:
-            return Reply(tool_calls=calls)
+    if (first := _recommended_calls_first(observation, after, shift)) is not None:
+        return first
     done = ", ".join(f"{name} {json.dumps(args)}" for name, args in observation.actions)
     return final_answer(observation, f"followed the policy: {done}" if done else "hold, as the policy recommends")
 
@@ -167,10 +173,8 @@ def prose_after_calls(messages: list[dict[str, Any]]) -> Reply:
 def finish(messages: list[dict[str, Any]], shift: int = 0) -> Reply:
     """Carry out the recommendation and answer the operator, then give the final answer as a `finish` call."""
     observation, after = last_observation(messages)
-    if assistant_turns(after) - shift <= 0:
-        calls = [call(name, args) for name, args in observation.actions] + _replies(observation)
-        if calls:
-            return Reply(tool_calls=calls)
+    if (first := _recommended_calls_first(observation, after, shift)) is not None:
+        return first
     decision = "done" if observation.actions else "hold"
     return Reply(tool_calls=[call("finish", {"decision": decision, "reason": observation.recommendation[:200]})])
 
