@@ -587,11 +587,8 @@ class FleetCore:
         if record.state in SILENCE_JUDGED:
             if not self.tasks_queued(now_s):
                 return now_s + c.silent_dead_s, None, ""  # nothing waiting: silence means nothing
-            heard_s = max(
-                record.last_task_at_s or since, since, self.queued_since_s or since, self.watching_since_s or since
-            )
             return (
-                heard_s + c.silent_dead_s,
+                self._last_heard_s(record) + c.silent_dead_s,
                 FailureReason.DEAD,
                 (f"no task event for {c.silent_dead_s / 60:g} min while {self.queue_pending} tasks were queued"),
             )
@@ -600,6 +597,11 @@ class FleetCore:
         if record.state == S.GONE:
             return since + c.gone_retention_s, None, ""
         return float("inf"), None, ""  # parked included: a kept machine is never stuck nor dead
+
+    def _last_heard_s(self, record: InstanceRecord) -> float:
+        """Since when silence counts: its last task, its state's start, the queue filling, or fleet watching."""
+        since = record.state_since_s
+        return max(record.last_task_at_s or since, since, self.queued_since_s or since, self.watching_since_s or since)
 
     def _resume_due(self, record: InstanceRecord, now_s: float) -> tuple[float, FailureReason | None, str]:
         """A start waits for its GPU (vast still says stopped): past the limit someone else holds it, and a new
@@ -621,11 +623,8 @@ class FleetCore:
             )
         if not self.tasks_queued(now_s):
             return now_s + min(c.never_registered_s, IDLE_RECHECK_S), None, ""
-        heard_s = max(
-            record.last_task_at_s or since, since, self.queued_since_s or since, self.watching_since_s or since
-        )
         return (
-            heard_s + c.never_registered_s,
+            self._last_heard_s(record) + c.never_registered_s,
             FailureReason.DEAD,
             f"resumed and running, but no task event for {c.never_registered_s / 60:g} min while tasks were queued",
         )
