@@ -485,9 +485,7 @@ class VastWorld:
             )
         _check_min_bid(float(price), offer, ask_id=None)
         if instance.started_at is not None and instance.intended == "running":
-            open_s = self._open_run_gpu_s(instance, now)
-            instance.closed_gpu_billed_s += open_s
-            instance.closed_gpu_cost_usd += open_s * instance.dph_base / 3600.0
+            self._bank_gpu_time(instance, now)  # billed at the old bid until now
             instance.gpu_segment_from = now
         instance.dph_base = float(price)
         instance.dph_total = instance.dph_base + instance.storage_usd_per_h
@@ -538,10 +536,14 @@ class VastWorld:
             instance.start_delay_s = instance.startup_s
         instance.ever_ran = True
 
-    def _close_run(self, instance: SimInstance, at: datetime) -> None:
+    def _bank_gpu_time(self, instance: SimInstance, at: datetime) -> None:
+        """The run's GPU time so far, at its current price, into the instance's closed totals."""
         open_s = self._open_run_gpu_s(instance, at)
         instance.closed_gpu_billed_s += open_s
         instance.closed_gpu_cost_usd += open_s * instance.dph_base / 3600.0
+
+    def _close_run(self, instance: SimInstance, at: datetime) -> None:
+        self._bank_gpu_time(instance, at)
         instance.closed_download_gb += self._open_run_download_gb(instance, at)
         pulled_at = self._pull_end(instance)
         if pulled_at is not None and at >= pulled_at:
