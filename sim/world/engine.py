@@ -49,6 +49,8 @@ from sim.world.model import (
     WorldView,
     initial_fleet_size,
     offers_from_scenario,
+    startup_model,
+    startup_s,
 )
 from sim.world.objective import ObjectiveConfig, WaitStats
 from sim.world.trace import Trace
@@ -173,7 +175,7 @@ class Engine:
         self.now_s = 0.0
         self.trace_end_s = self.trace.minutes * 60.0
         self.horizon_s = self.trace_end_s + self.world.drain_max_s
-        self.market = Market(offers_from_scenario(self.scenario))
+        self.market = Market(offers_from_scenario(self.scenario), startup_model(self.scenario))
         self.draws = LaunchDraws(self.scenario, self.seed)
         self.resume_draws = ResumeDraws(self.scenario, self.seed)
         self.storage_usd_per_h = storage_usd_per_h(self.scenario.billing.storage_usd_per_gb_month, self.world.disk_gb)
@@ -308,6 +310,7 @@ class Engine:
             schedule = Schedule(running_s, 0.0, INF, INF)
             machine = Machine(next(self._ids), offer, Fate.HEALTHY, rate, created_s, schedule, running_s=running_s)
             machine.launched = False
+            self.market.image_on_disk(offer)
             self._add_machine(machine)
             self._set_billed(machine, True)
             self._set_state(machine, MachineState.PRODUCING)
@@ -317,9 +320,13 @@ class Engine:
         room = max(0, min(launch.count, self.world.max_instances - self.non_gone))
         if room < launch.count:
             refused["world_max_instances"] = launch.count - room
-        offers = self.market.rent(launch.gpu_models, launch.max_price_usd_per_h, count=room, now_s=self.now_s)
+        offers = self.market.rent(
+            launch.gpu_models, launch.max_price_usd_per_h, count=room, now_s=self.now_s, urgent=launch.urgent
+        )
         if len(offers) < room and launch.gpu_models and self.world.gpu_preference == "fallback":
-            offers += self.market.rent((), launch.max_price_usd_per_h, count=room - len(offers), now_s=self.now_s)
+            offers += self.market.rent(
+                (), launch.max_price_usd_per_h, count=room - len(offers), now_s=self.now_s, urgent=launch.urgent
+            )
         if len(offers) < room:
             refused["market"] = room - len(offers)
         for n, offer in enumerate(offers):
@@ -336,10 +343,11 @@ class Engine:
         now = self.now_s
         running_s = ready_s = exit_s = offline_s = INF
         rate = offer.tasks_per_h
+        startup = startup_s(self.scenario, offer, draw.startup_s, cached=self.market.has_image(offer))
         if fate is Fate.EXIT_ERROR:
-            exit_s = now + draw.startup_s
+            exit_s = now + startup
         elif fate is not Fate.STUCK_LOADING:
-            running_s = now + draw.startup_s
+            running_s = now + startup
             ready_s = running_s + self.world.registration_s
             if fate is Fate.OFFLINE_LATER:
                 offline_s = max(ready_s, running_s + draw.offline_after_s)
@@ -426,6 +434,7 @@ class Engine:
         loading = machine.state is MachineState.LOADING
         if kind == RUNNING and loading:
             machine.running_s = self.now_s
+            self.market.started(machine.offer, self.now_s - machine.created_s, self.now_s)
             if self.world.billed_from == "running":
                 self._set_billed(machine, True)
             self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "running"))

@@ -16,10 +16,10 @@ from typing import Literal, Protocol
 import numpy as np
 
 from services.provisioner.host_history import HostHistory, Incident, IncidentKind
-from services.provisioner.ranking import OfferConstraints, ThroughputKnowledge, rank
+from services.provisioner.ranking import URGENT_HORIZON_H, OfferConstraints, StartupModel, ThroughputKnowledge, rank
 from services.provisioner.vast_models import VastOffer
 from shared import gpu_models
-from sim.vast.economics import gpu_taken_chance
+from sim.vast.economics import gpu_taken_chance, pull_s, pulled_gb
 from sim.vast.scenario import Fate, FloatRange, Scenario
 
 # DESIGN.md: a proving task takes ~4 min of one machine; pipelined, a reference machine finishes one every ~30 s
@@ -74,6 +74,7 @@ class Offer:
     tasks_per_h: float = 0.0  # its real pace when healthy; 0: the reference
     num_gpus: int = 1
     host_id: int = 0  # 0: a host of its own (the offer's id)
+    inet_down_mbps: float = 0.0  # vast's `inet_down`: how fast its image pulls (0: not listed)
 
     def __post_init__(self) -> None:
         if self.tasks_per_h <= 0:
@@ -98,6 +99,7 @@ class Offer:
             dph_total=self.price_usd_per_h,
             reliability2=1.0,
             verified=True,
+            inet_down=self.inet_down_mbps or None,
         )
 
     @property
@@ -117,6 +119,7 @@ def offers_from_scenario(scenario: Scenario) -> list[Offer]:
     seed too), so a policy that trusts the priors sizes wrong and one that measures learns."""
     rng = np.random.default_rng([scenario.seed, 17])
     speed_rng = np.random.default_rng([scenario.seed, 23])  # its own stream: prices stay what they were
+    link_rng = np.random.default_rng([scenario.seed, 31])  # and the links theirs: prices and paces unchanged
     model_factor: dict[str, float] = {}
     model_spread, host_spread = scenario.speed.model_spread, scenario.speed.host_spread
 
@@ -141,10 +144,11 @@ def offers_from_scenario(scenario: Scenario) -> list[Offer]:
             if machines_left_on_host == 0:  # the segment's machines share hosts as sim vast groups them
                 host_id, machines_left_on_host = host_id + 1, segment.machines_per_host
             machines_left_on_host -= 1
+            link = float(link_rng.uniform(segment.inet_down_mbps.min, segment.inet_down_mbps.max))
             offers.append(
                 Offer(len(offers) + 1, segment.gpu_model, round(float(price), 4), rate,
                       tasks_per_h=real_pace(segment.gpu_model, rate), num_gpus=segment.num_gpus,
-                      host_id=HOST_IDS_FROM + host_id)
+                      host_id=HOST_IDS_FROM + host_id, inet_down_mbps=round(link, 1))
             )  # fmt: skip
         machines_left_on_host = 0
     for spec in scenario.offers:
@@ -152,7 +156,8 @@ def offers_from_scenario(scenario: Scenario) -> list[Offer]:
         rate = (model.reference_tasks_per_h if model else gpu_models.REFERENCE_TASKS_PER_H_RTX_4090) * spec.num_gpus
         offers.append(
             Offer(len(offers) + 1, spec.gpu_model, spec.price_usd_per_h, rate, spec.fate,
-                  tasks_per_h=real_pace(spec.gpu_model, rate), num_gpus=spec.num_gpus, host_id=spec.host_id or 0)
+                  tasks_per_h=real_pace(spec.gpu_model, rate), num_gpus=spec.num_gpus, host_id=spec.host_id or 0,
+                  inet_down_mbps=spec.inet_down_mbps)
         )  # fmt: skip
     return offers
 
@@ -175,8 +180,11 @@ class Market:
     host that failed, drops down the list when it is offered again, as it would with the provisioner.
     """
 
-    def __init__(self, offers: Sequence[Offer]) -> None:
+    def __init__(self, offers: Sequence[Offer], startup: StartupModel | None = None) -> None:
         self.offers = sorted(offers, key=lambda o: (o.usd_per_task, o.offer_id))
+        # what the provisioner predicts a startup from (its settings IMAGE_GB, TYPICAL_STARTUP_S), for urgent launches
+        self.startup = startup or StartupModel()
+        self._has_image: set[int] = set()  # machines that pulled the image before: their layers are cached
         self._free: dict[int, Offer] = {offer.offer_id: offer for offer in self.offers}
         self._vast = {offer.offer_id: offer.as_vast_offer() for offer in self.offers}
         self._models = tuple(sorted({_canonical(offer.gpu_model) for offer in self.offers}))
@@ -197,8 +205,10 @@ class Market:
         *,
         count: int = 1,
         now_s: float = 0.0,
+        urgent: bool = False,
     ) -> list[Offer]:
-        """The `count` best free offers the provisioner would rent for this launch (fewer when the market is short)."""
+        """The `count` best free offers the provisioner would rent for this launch (fewer when the market is short);
+        an urgent one (the provisioner's emergency launch) weighs each offer's predicted startup against its price."""
         wanted = tuple(dict.fromkeys(_canonical(name) for name in gpu_models_wanted)) or self._models
         constraints = OfferConstraints(
             allowed_gpu_models=wanted,
@@ -206,12 +216,31 @@ class Market:
             verified_only=False,
         )
         ranked = rank(
-            (self._vast[offer_id] for offer_id in self._free), constraints, self.knowledge, self.history, _at(now_s)
+            (self._vast[offer_id] for offer_id in self._free),
+            constraints,
+            self.knowledge,
+            self.history,
+            _at(now_s),
+            urgent_horizon_h=URGENT_HORIZON_H if urgent else None,
+            startup=self.startup,
         )
         return [self._free.pop(choice.offer.id) for choice in ranked[:count]]
 
     def release(self, offer: Offer) -> None:
         self._free[offer.offer_id] = offer
+
+    def has_image(self, offer: Offer) -> bool:
+        return offer.machine_id in self._has_image
+
+    def started(self, offer: Offer, startup_s: float, now_s: float) -> None:
+        """The machine reached running after `startup_s`: the provisioner learns its startup, and its disk now holds
+        the image (a later rent of the same machine pulls only what the cache lacks)."""
+        self._has_image.add(offer.machine_id)
+        self.history.record_startup(offer.machine_id, offer.host_id, startup_s, _at(now_s))
+
+    def image_on_disk(self, offer: Offer) -> None:
+        """The machine ran the image before t=0 (the initial fleet)."""
+        self._has_image.add(offer.machine_id)
 
     def measured(self, offer: Offer, tasks_per_h: float, now_s: float) -> None:
         """A benchmark of the machine: its pace against the catalog's, and its model's pace as the fleet sees it."""
@@ -271,6 +300,20 @@ class _Uniforms:
         while index >= len(self._u):
             self._u = np.vstack([self._u, self._rng.random((LAUNCH_DRAWS_BLOCK, self._u.shape[1]))])
         return [float(x) for x in self._u[index]]
+
+
+def startup_s(scenario: Scenario, offer: Offer, rest_s: float, *, cached: bool) -> float:
+    """Create → running for one machine, as the vast simulator draws it: the rest of the startup (drawn per launch)
+    plus the image pull over the offer's link, only what the cache lacks on a machine that ran the image before."""
+    if offer.inet_down_mbps <= 0:
+        return rest_s
+    return rest_s + pull_s(pulled_gb(scenario.startup, cached=cached), offer.inet_down_mbps)
+
+
+def startup_model(scenario: Scenario) -> StartupModel:
+    """The provisioner's prediction, configured as a user would for this scenario: its image, its typical rest."""
+    rest = scenario.startup.startup_s
+    return StartupModel(image_gb=scenario.startup.image_gb, typical_startup_s=(rest.min + rest.max) / 2)
 
 
 def _within(bounds: FloatRange, u: float) -> float:
@@ -453,6 +496,8 @@ class Launch:
     # than the on-demand price: paused while another renter bids more, resumed when it is the highest again
     interruptible: int = 0
     bid_markup: float = 0.0
+    # the provisioner's emergency launch (nobody serving queued tasks): offers ranked by startup against price
+    urgent: bool = False
 
 
 @dataclass(frozen=True)

@@ -85,3 +85,39 @@ def test_an_offer_that_failed_is_not_rented_again_while_clean_ones_are_free() ->
     cheap_but_failing = 6  # the scenario's one exact offer comes after the five generated ones
     assert first == cheap_but_failing  # at first the cheapest per task
     assert second != cheap_but_failing  # after it exited with an error, a clean one instead
+
+
+def test_a_startup_is_the_drawn_rest_plus_the_image_pull_and_a_machine_that_ran_the_image_skips_the_pull() -> None:
+    scenario = quiet_scenario(
+        market=[],
+        offers=[{"gpu_model": "RTX 4090", "price_usd_per_h": 0.50, "inet_down_mbps": 100.0}],
+        startup={"startup_s": {"min": 600, "max": 600}, "image_gb": 10.0, "cached_pull_share": 0.25},
+    )
+    startups: dict[int, float] = {}
+
+    def script(view):
+        for machine in view.machines:
+            if machine.running_s is not None:
+                startups.setdefault(machine.instance_id, machine.running_s - machine.created_s)
+        done = [Remove(m.instance_id, "destroy") for m in view.machines if m.state is MachineState.PRODUCING]
+        return [*done, Launch(1)] if view.now_s in (60.0, 7200.0) else done
+
+    engine = Engine(Trace.of([0] * 180, "quiet"), Scripted(script), scenario, 0, WorldConfig(initial_machines=0))
+    engine.run()
+    first, second = (startups[i] for i in sorted(startups))
+    assert first == 600 + 10 * 8000 / 100  # the whole image over a 100 Mb/s link: 800 s
+    assert second == 600 + 0.25 * 10 * 8000 / 100  # the same machine again: only what its cache lacks
+    assert engine.market.history.startups[1].seconds == second  # the provisioner's history learned it
+
+
+def test_an_urgent_launch_rents_the_host_known_to_start_fast_and_a_calm_one_the_cheapest() -> None:
+    market = market_of(0.50, 0.52)
+    slow, fast = market.rent(count=2)
+    market.started(slow, 2.5 * 3600, now_s=3 * 3600.0)
+    market.started(fast, 0.5 * 3600, now_s=3 * 3600.0)
+    market.release(slow)
+    market.release(fast)
+    assert market.rent(now_s=4 * 3600.0)[0].offer_id == slow.offer_id  # price first when nothing is urgent
+    market.release(slow)
+    # over URGENT_HORIZON_H: 0.50 × (2.5 + 2) / 2 = 1.125 against 0.52 × (0.5 + 2) / 2 = 0.65 per task-hour
+    assert market.rent(now_s=4 * 3600.0, urgent=True)[0].offer_id == fast.offer_id
