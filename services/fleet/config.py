@@ -39,6 +39,11 @@ class FleetSettings(BaseSettings):
         gt=0,
         description="a resume still waiting for its GPU this long: failed (gpu_taken), so it can be replaced",
     )
+    # Bids are set from how often the market paused ours lately: a day holds a day's peak and trough (the rate
+    # other renters bid at follows the same daily demand we do), and is short enough to follow a market that moved.
+    bid_window_s: float = Field(
+        default=24 * 3600, gt=0, description="trailing window of interruptible machine-hours and outbid pauses"
+    )
     throughput_window_s: float = Field(default=3600, gt=0, description="window of an instance's tasks/h")
     gone_retention_s: float = Field(default=24 * 3600, gt=0, description="how long a gone instance is remembered")
     ignored_moves_kept: int = Field(default=10, ge=0, description="ignored moves kept per instance")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +30,7 @@ from shared.contract import (
     TaskEvent,
     TriggerReason,
 )
+from shared.contract.fleet import BidOutcome
 
 S = InstanceState
 SOURCE = "fleet"
@@ -44,6 +45,12 @@ UNCLAIMED_EVENTS_KEPT = 50  # per instance: the first (it dates the registration
 
 # how often an idle, unregistered machine is looked at again (cheap: one heap entry per such machine)
 IDLE_RECHECK_S = 60.0
+
+# A bid's exposure is booked in this many slices of the trailing window: the window's far edge is exact to one
+# slice (an hour of a day), and the book stays a few dozen numbers per GPU model however many bids come and go.
+BID_SLICES_PER_WINDOW = 24
+# the model a bid is booked under when vast did not name its GPU
+UNKNOWN_GPU_MODEL = "unknown"
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,8 @@ class InstanceRecord:
     tasks_completed: int = 0
     producing_since_s: float | None = None
     bench_verdict: str | None = None
+    interruptible: bool = False  # a bid: paused whenever outbid
+    bid_model: str | None = None  # the GPU model its exposure to the market is booked under; None: not exposed
     # completions in the current and previous throughput window (a sliding-window estimate)
     window_start_s: float = 0.0
     window_count: int = 0
@@ -113,6 +122,7 @@ class InstanceRecord:
             "tasks_completed": self.tasks_completed,
             "producing_since_s": self.producing_since_s,
             "bench_verdict": self.bench_verdict,
+            "interruptible": self.interruptible,
             "window": [self.window_start_s, self.window_count, self.previous_window_count],
         }
 
@@ -142,6 +152,7 @@ class InstanceRecord:
             tasks_completed=values["tasks_completed"],
             producing_since_s=values["producing_since_s"],
             bench_verdict=values["bench_verdict"],
+            interruptible=values.get("interruptible", False),  # absent in records saved before bids were booked
             window_start_s=window_start_s,
             window_count=window_count,
             previous_window_count=previous_window_count,
@@ -177,6 +188,97 @@ class Tick:
     alerts: list[Alert]
 
 
+@dataclass
+class _ModelBids:
+    """One GPU model's bids: how many are exposed now, and the trailing window's slices, oldest first."""
+
+    exposed: int = 0
+    since_s: float = 0.0  # since when `exposed` holds: its machine-seconds are not booked in a slice yet
+    # [slice start s, machine-seconds exposed, outbid pauses]
+    slices: deque[list[float]] = field(default_factory=deque)
+
+
+class BidBook:
+    """Per GPU model, over a trailing window: machine-hours our bids were exposed to the market (up, loading,
+    or paused by a higher bid) and how many times one was paused. The decider sets bids from the ratio.
+
+    Every change costs O(1) amortised (a week's replay moves 1000+ bids through it), a query O(slices)."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.slice_s = window_s / BID_SLICES_PER_WINDOW
+        self.models: dict[str, _ModelBids] = {}
+
+    def expose(self, gpu_model: str, change: int, at_s: float) -> None:
+        """`change` more (or fewer) bids of this model exposed from `at_s` on."""
+        bids = self._booked_to(gpu_model, at_s)
+        bids.exposed = max(0, bids.exposed + change)
+
+    def pause(self, gpu_model: str, at_s: float) -> None:
+        bids = self._booked_to(gpu_model, at_s)
+        self._slice(bids, bids.since_s)[2] += 1
+
+    def outcomes(self, now_s: float) -> list[BidOutcome]:
+        window_start_s = now_s - self.window_s
+        outcomes = []
+        for gpu_model, bids in sorted(self.models.items()):
+            self._prune(bids, now_s)
+            open_s = max(0.0, now_s - max(bids.since_s, window_start_s))
+            machine_s = sum(entry[1] for entry in bids.slices) + bids.exposed * open_s
+            pauses = round(sum(entry[2] for entry in bids.slices))
+            if machine_s > 0 or pauses:
+                outcomes.append(
+                    BidOutcome(
+                        gpu_model=gpu_model,
+                        interruptible_machine_h=round(machine_s / 3600, 6),
+                        outbid_pauses=pauses,
+                        window_s=self.window_s,
+                    )
+                )
+        return outcomes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            model: [bids.exposed, bids.since_s, [list(entry) for entry in bids.slices]]
+            for model, bids in self.models.items()
+        }
+
+    def restore(self, saved: dict[str, Any], now_s: float) -> None:
+        """The saved book, its bids counted exposed until `now_s` (bids stay up while fleet is down, and hours
+        left out would overstate the outbid rate). Who is exposed from then on is rebuilt from the records."""
+        for gpu_model, (exposed, since_s, slices) in saved.items():
+            self.models[gpu_model] = _ModelBids(exposed, since_s, deque(list(entry) for entry in slices))
+            self._booked_to(gpu_model, now_s).exposed = 0
+
+    def _booked_to(self, gpu_model: str, at_s: float) -> _ModelBids:
+        """The model's exposure booked up to `at_s` (a late event counts at the latest booked moment)."""
+        bids = self.models.get(gpu_model)
+        if bids is None:
+            bids = self.models[gpu_model] = _ModelBids(since_s=at_s)
+        at_s = max(at_s, bids.since_s)
+        if bids.exposed:
+            moment_s = max(bids.since_s, at_s - self.window_s)
+            while moment_s < at_s:
+                entry = self._slice(bids, moment_s)
+                end_s = min(at_s, entry[0] + self.slice_s)
+                entry[1] += bids.exposed * (end_s - moment_s)
+                moment_s = end_s
+        bids.since_s = at_s
+        self._prune(bids, at_s)
+        return bids
+
+    def _slice(self, bids: _ModelBids, at_s: float) -> list[float]:
+        start_s = (at_s // self.slice_s) * self.slice_s
+        if not bids.slices or bids.slices[-1][0] < start_s:
+            bids.slices.append([start_s, 0.0, 0])
+        return bids.slices[-1]
+
+    def _prune(self, bids: _ModelBids, now_s: float) -> None:
+        """Slices wholly before the window go; the one the window's edge cuts is kept whole."""
+        while bids.slices and bids.slices[0][0] + self.slice_s <= now_s - self.window_s:
+            bids.slices.popleft()
+
+
 class FleetCore:
     def __init__(self, config: FleetSettings | None = None) -> None:
         self.config = config or FleetSettings()
@@ -203,6 +305,7 @@ class FleetCore:
         self.silence_alerted = False
         # set on a restart: silence is never measured from before we were watching again
         self.watching_since_s: float | None = None
+        self.bids = BidBook(self.config.bid_window_s)
 
     # ---- inputs -------------------------------------------------------------------------------------------
     def observe_instance(self, observed: InstanceObserved, now: datetime) -> list[Transition]:
@@ -221,6 +324,7 @@ class FleetCore:
                     transitions += self._apply_task(record, event, max(self._at(event.occurred_at, now), at_s))
             return transitions
         self._update_attributes(record, observed)
+        self._book_bid(record, at_s)
         self._touch(record)
         target = observed.state
         if target == S.RUNNING and record.state in (*RUNNING_REFINEMENTS, S.RESUMING):
@@ -371,6 +475,7 @@ class FleetCore:
             spend_usd_per_h=round(sum(line.committed_usd_per_h for line in lines), 6),
             producing_instances=self.counts[S.PRODUCING],
             arriving_instances=sum(self.counts[state] for state in ARRIVING),
+            bid_outcomes=self.bids.outcomes(now.timestamp()),
         )
 
     def throughput(self, record: InstanceRecord, now_s: float) -> float | None:
@@ -403,6 +508,7 @@ class FleetCore:
             "last_producer_event_s": self.last_producer_event_s,
             "producing_entered_s": self.producing_entered_s,
             "silence_alerted": self.silence_alerted,
+            "bids": self.bids.to_dict(),
         }
 
     @classmethod
@@ -424,6 +530,7 @@ class FleetCore:
                 core.worker_instance[worker] = record.instance_id
             core._schedule(record, core._first_deadline(record))
         if meta is not None:
+            core.bids.restore(meta.get("bids", {}), now.timestamp())  # absent in state saved before bids were booked
             if meta.get("version") != STATE_VERSION:
                 raise ValueError(f"fleet state version {meta.get('version')!r} is not {STATE_VERSION}")
             core.queue_pending = meta["queue_pending"]
@@ -432,6 +539,8 @@ class FleetCore:
             core.last_producer_event_s = meta["last_producer_event_s"]
             core.producing_entered_s = meta["producing_entered_s"]
             core.silence_alerted = meta["silence_alerted"]
+        for record in core.instances.values():
+            core._book_bid(record, now.timestamp())
         # task events seen while we were down may not all have been saved: give every worker a fresh hearing
         core.watching_since_s = now.timestamp()
         core.changed = True
@@ -471,6 +580,7 @@ class FleetCore:
         record.machine_id = observed.machine_id if observed.machine_id is not None else record.machine_id
         record.vast_status = observed.vast_actual_status
         record.label = observed.label or record.label
+        record.interruptible = observed.interruptible or record.interruptible
         self.changed = True
 
     def _enter(
@@ -495,6 +605,9 @@ class FleetCore:
             record.producing_since_s = at_s
             self.producing_entered_s = max(self.producing_entered_s or at_s, at_s)
         record.history.append(HistoryEntry(at_s, from_state, to_state, detail, True))
+        self._book_bid(record, at_s)
+        if to_state == S.PARKED and record.park_reason is ParkReason.OUTBID:
+            self.bids.pause(record.bid_model or record.gpu_model or UNKNOWN_GPU_MODEL, at_s)
         visit = sum(1 for entry in record.history if entry.applied and entry.to_state == to_state)
         self._schedule(record, self._first_deadline(record))
         self._touch(record)
@@ -545,6 +658,22 @@ class FleetCore:
         if len(ignored) > self.config.ignored_moves_kept:
             del record.history[ignored[0]]
         self._touch(record)
+
+    def _book_bid(self, record: InstanceRecord, at_s: float) -> None:
+        """Keep the bid book's exposed counts in step with the record: a bid is exposed to the market in every
+        state but failed, gone and parked by our own stop."""
+        exposed = record.interruptible and not (
+            record.state in (S.FAILED, S.GONE)
+            or (record.state == S.PARKED and record.park_reason is not ParkReason.OUTBID)
+        )
+        booked_under = (record.gpu_model or UNKNOWN_GPU_MODEL) if exposed else None
+        if booked_under == record.bid_model:
+            return
+        if record.bid_model is not None:
+            self.bids.expose(record.bid_model, -1, at_s)
+        if booked_under is not None:
+            self.bids.expose(booked_under, +1, at_s)
+        record.bid_model = booked_under
 
     def _first_deadline(self, record: InstanceRecord) -> float:
         """A lower bound of when this state could need action (refined when it comes due)."""

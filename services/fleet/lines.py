@@ -58,6 +58,7 @@ def _shown(record: InstanceRecord) -> LineKey:
         record.last_task_at_s,
         record.tasks_completed,
         record.bench_verdict,
+        record.interruptible,
     )
 
 
@@ -102,6 +103,7 @@ class SnapshotLines:
             tasks_completed=record.tasks_completed,
             throughput_tasks_per_h=shown_throughput,
             bench_verdict=record.bench_verdict,
+            interruptible=record.interruptible,
             line=format_line(record, now_s, shown_throughput),
         )
         self._cached[record.instance_id] = (key, line)

@@ -80,6 +80,7 @@ class InstanceObserved(Event):
     vast_intended_status: str | None = Field(default=None, max_length=64)
     vast_status_msg: str | None = Field(default=None, max_length=1000)
     adopted: bool = Field(default=False, description="found by reconciliation rather than launched by this process")
+    interruptible: bool = Field(default=False, description="a bid (vast's `is_bid`): paused whenever outbid")
 
 
 class InstanceTransitioned(Event):
@@ -117,11 +118,23 @@ class InstanceLine(ContractModel):
     tasks_completed: int = Field(default=0, ge=0)
     throughput_tasks_per_h: float | None = Field(default=None, ge=0)
     bench_verdict: str | None = None
+    interruptible: bool = False  # a bid: paused whenever outbid
     line: str
 
     @property
     def committed_usd_per_h(self) -> float:
         return committed_usd_per_h(self.state, self.park_reason, self.price_usd_per_h, self.storage_usd_per_h)
+
+
+class BidOutcome(ContractModel):
+    """How the market treated our bids for one GPU model over fleet's trailing window: what bids are set from.
+
+    `outbid_pauses` ÷ `interruptible_machine_h` is the observed outbid rate (pauses per machine-hour exposed)."""
+
+    gpu_model: str
+    interruptible_machine_h: float = Field(ge=0, description="hours our bids were exposed: up, or paused by a bid")
+    outbid_pauses: int = Field(ge=0, description="times one of our bids was paused by a higher one")
+    window_s: float = Field(gt=0)
 
 
 class FleetSnapshotRequest(Event):
@@ -136,3 +149,4 @@ class FleetSnapshot(Event):
     spend_usd_per_h: float = Field(ge=0, description="what the instances commit: a parked one its storage only")
     producing_instances: int = Field(ge=0)
     arriving_instances: int = Field(ge=0, description="requested, loading, running, registered or benchmarked")
+    bid_outcomes: list[BidOutcome] = Field(default_factory=list, description="per GPU model with bids in the window")
