@@ -788,6 +788,7 @@ class Provisioner:
                 vast_intended_status=instance.vast_intended_status,
                 vast_status_msg=(instance.vast_status_msg or "")[:1000] or None,
                 adopted=instance.adopted,
+                interruptible=bool(instance.is_bid),
             )
         )
         self._unpublished.discard(instance.instance_id)

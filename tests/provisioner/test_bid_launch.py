@@ -48,6 +48,9 @@ async def test_bid_slots_carry_a_price_from_min_bid_and_the_rest_rent_on_demand(
     assert not entries[OFFER_A2].is_bid and entries[OFFER_A2].dph_total == pytest.approx(0.49)
     requested = {o.instance_id: o for o in bus.observed if o.state is InstanceState.REQUESTED}
     assert requested[entries[OFFER_A].instance_id].price_usd_per_h == pytest.approx(0.288)  # budgeted at its bid
+    # fleet learns which instances are bids (vast's `is_bid`), to set later bids from how the market treats them
+    assert requested[entries[OFFER_A].instance_id].interruptible
+    assert not requested[entries[OFFER_A2].instance_id].interruptible
 
 
 async def test_a_bid_is_never_above_the_on_demand_price(
