@@ -13,6 +13,21 @@ fleet start on for free, others only from s on. So cost − Σ_j μ_j·(capacity
 and Σ_j μ_j·(capacity in j) ≥ Σ_j μ_j·(tasks started in j) ≥ task part − delay cost. Hence objective ≥ B(μ),
 for every μ, whatever a policy does, fails or pays for. The μ used are the dual prices of a coarse linear
 relaxation (sim/world/lp.py); a poor solve only makes the bound looser.
+
+With vast's levers (`levers=True`: a policy may park machines and bid) the same bound holds with three changes,
+each a cost no run can pay less than:
+- prices: every hold is priced at the offer's min_bid + disk (no bid below min_bid is accepted; an outbid pause
+  only removes capacity), so π and π_min come from min_bid.
+- a third state per level, "parked": the levels just above the producing stack, as many as the throughput of
+  machines alive but not producing that have produced before (draining, parked, resuming, outbid). Such a
+  machine pays its disk, at least d = disk ÷ the fastest offer's tasks/h per level and hour. Levels move
+  on → parked for free; parked → on means a machine that produced before produces again, which vast starts
+  from running and which then bills its GPU (≥ min_bid) through the worker's registration: a charge of
+  ρ = min(min_bid per task/h) × registration per level. A level never on cannot be parked: a machine that has
+  not produced yet is a fresh launch, whatever pauses it had, and its only proven charge is a registration at
+  the cheapest min_bid plus its disk through the shortest startup and registration (a bid created paused loads
+  unbilled), earliest at the same first minute. An off level could not gain from passing through "parked",
+  whose hold is ≥ 0, so the states are exactly these.
 """
 
 from __future__ import annotations
@@ -26,7 +41,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from sim.vast.economics import storage_usd_per_h
 from sim.vast.scenario import Scenario
 from sim.world import lp
-from sim.world.model import Market, WorldConfig, initial_fleet_size, offers_from_scenario
+from sim.world.model import Market, Offer, WorldConfig, initial_fleet_size, offers_from_scenario
 from sim.world.objective import ObjectiveConfig
 from sim.world.trace import Trace
 
@@ -58,6 +73,10 @@ class BoundProblem:
     first_new_minute: int  # no new machine produces earlier (shortest startup + registration)
     startup_usd_per_task_per_h: float  # π_min · shortest billed startup, per unit level
     initial_tasks_per_h: float
+    # with levers: a parked level's hold (disk) per hour and the charge for producing again from parked; inf: no
+    # parking (the on-demand world's bound has no such state)
+    parked_usd_per_task_per_h: float = math.inf
+    resume_usd_per_task_per_h: float = math.inf
 
     @property
     def usd_per_task_min(self) -> float:
@@ -86,20 +105,29 @@ class BoundResult:
         return self.objective_usd - self.delay_cost_usd
 
 
-def build_problem(trace: Trace, scenario: Scenario, world: WorldConfig, objective: ObjectiveConfig) -> BoundProblem:
+def build_problem(
+    trace: Trace, scenario: Scenario, world: WorldConfig, objective: ObjectiveConfig, levers: bool = False
+) -> BoundProblem:
+    """The bound's data. `levers`: every policy may also park and bid (the module docstring's three changes)."""
     market = Market(offers_from_scenario(scenario))
     n_initial = initial_fleet_size(market, trace.arrivals_per_min, world)
+    # a machine's disk is billed beside its GPU in every state (the same for every offer, so the order holds)
+    disk_usd_per_h = storage_usd_per_h(scenario.billing.storage_usd_per_gb_month, world.disk_gb)
+    # the least an offer's GPU can be billed an hour: on-demand, or with bids the min_bid no lower bid goes under
+    gpu_share = scenario.bids.min_bid_share if levers else 1.0
+
+    def hold_usd_per_task(offer: Offer) -> float:
+        return (offer.price_usd_per_h * gpu_share + disk_usd_per_h) / offer.tasks_per_h
+
     tiers: list[Tier] = []
     # the market rents by the catalog's pace; work is priced at each machine's real pace, cheapest first within
     # the initial fleet and within the rest
-    by_real_price = sorted(market.offers[:n_initial], key=lambda o: o.real_usd_per_task) + sorted(
-        market.offers[n_initial:], key=lambda o: o.real_usd_per_task
+    by_real_price = sorted(market.offers[:n_initial], key=hold_usd_per_task) + sorted(
+        market.offers[n_initial:], key=hold_usd_per_task
     )
-    # a machine's disk is billed beside its GPU in every state (the same for every offer, so the order holds)
-    disk_usd_per_h = storage_usd_per_h(scenario.billing.storage_usd_per_gb_month, world.disk_gb)
     for i, offer in enumerate(by_real_price):
         initial = i < n_initial
-        price, rate = (offer.price_usd_per_h + disk_usd_per_h) / offer.tasks_per_h, offer.tasks_per_h
+        price, rate = hold_usd_per_task(offer), offer.tasks_per_h
         last = tiers[-1] if tiers else None
         if last and last.initial == initial and price <= last.usd_per_task * (1 + TIER_PRICE_STEP):
             width = last.width_tasks_per_h + rate
@@ -108,11 +136,21 @@ def build_problem(trace: Trace, scenario: Scenario, world: WorldConfig, objectiv
         else:
             tiers.append(Tier(rate, price, initial, rate))
     startup = scenario.startup.startup_s.min
-    billed_before_producing_s = world.registration_s + (startup if world.billed_from == "created" else 0.0)
+    registration_h = world.registration_s / 3600.0
     horizon_min = trace.minutes + math.ceil(world.drain_max_s / 60)
     arrivals = np.zeros(horizon_min)
     arrivals[: trace.minutes] = trace.arrivals_per_min
     usd_per_task_min = min((t.usd_per_task for t in tiers), default=0.0)
+    parked = resume = math.inf
+    if levers and market.offers:
+        gpu_min = min(o.price_usd_per_h * gpu_share / o.tasks_per_h for o in market.offers)
+        parked = disk_usd_per_h / max(o.tasks_per_h for o in market.offers)
+        resume = gpu_min * registration_h
+        # a bid created paused loads unbilled: only the registration's GPU and the disk all along are sure
+        startup_charge = resume + parked * (startup + world.registration_s) / 3600.0
+    else:
+        billed_before_producing_s = world.registration_s + (startup if world.billed_from == "created" else 0.0)
+        startup_charge = usd_per_task_min * billed_before_producing_s / 3600.0
     return BoundProblem(
         arrivals_per_min=arrivals,
         trace_minutes=trace.minutes,
@@ -121,8 +159,10 @@ def build_problem(trace: Trace, scenario: Scenario, world: WorldConfig, objectiv
         delay_usd_per_task_min=objective.delay_usd_per_task_h / 60.0,
         tiers=tiers,
         first_new_minute=int((startup + world.registration_s) // 60),
-        startup_usd_per_task_per_h=usd_per_task_min * billed_before_producing_s / 3600.0,
+        startup_usd_per_task_per_h=startup_charge,
         initial_tasks_per_h=sum(t.width_tasks_per_h for t in tiers if t.initial),
+        parked_usd_per_task_per_h=parked,
+        resume_usd_per_task_per_h=resume,
     )
 
 
@@ -167,22 +207,29 @@ def _suffix_argmin(values: np.ndarray) -> np.ndarray:
 
 
 def capacity_part(problem: BoundProblem, prices: np.ndarray) -> float:
-    """Σ over unit levels of the cheapest on/off schedule, at (holding price − μ) per minute on."""
+    """Σ over unit levels of the cheapest on/parked/off schedule, at (holding price − μ) per minute on."""
     if not problem.tiers:
         return 0.0
     hold = np.array([t.usd_per_task for t in problem.tiers])
     widths = np.array([t.width_tasks_per_h for t in problem.tiers])
     step_h = 1.0 / 60.0
     start = problem.startup_usd_per_task_per_h
+    resume = problem.resume_usd_per_task_per_h
+    parked_step = problem.parked_usd_per_task_per_h * step_h  # inf without levers: the state is never reached
+    # each is the cheapest schedule so far that ends the previous minute in that state
     on = np.where([t.initial for t in problem.tiers], 0.0, np.inf)
     off = np.zeros(len(hold))
+    parked = np.full(len(hold), np.inf)  # only a level that was on can be parked
     costs = (hold[None, :] - prices[:, None]) * step_h
     first_new = problem.first_new_minute
     for j in range(problem.horizon_min):
-        entering = np.minimum(on, off + start) if j >= first_new else on
-        off = np.minimum(off, on)
+        entering = np.minimum(on, parked + resume)
+        if j >= first_new:
+            entering = np.minimum(entering, off + start)
+        off = np.minimum(np.minimum(off, on), parked)
+        parked = np.minimum(parked, on) + parked_step
         on = costs[j] + entering
-    return float(widths @ np.minimum(on, off))
+    return float(widths @ np.minimum(np.minimum(on, off), parked))
 
 
 def bound_value(problem: BoundProblem, prices: np.ndarray) -> tuple[float, float]:
@@ -296,11 +343,16 @@ def clairvoyant_bound(
     scenario: Scenario | None = None,
     world: WorldConfig | None = None,
     objective: ObjectiveConfig | None = None,
+    levers: bool = False,
 ) -> BoundResult:
+    """The bound for every policy of the on-demand world, or with `levers` for every policy that may also park
+    and bid (lower, as those policies may pay less)."""
     import time
 
     wall_start = time.perf_counter()
-    problem = build_problem(trace, scenario or Scenario(), world or WorldConfig(), objective or ObjectiveConfig())
+    problem = build_problem(
+        trace, scenario or Scenario(), world or WorldConfig(), objective or ObjectiveConfig(), levers
+    )
     work_prices = np.full(problem.horizon_min, problem.usd_per_task_min)
     work_bound, _ = bound_value(problem, work_prices)
     relaxation = _relaxation(problem)
