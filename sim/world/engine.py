@@ -121,6 +121,12 @@ class RunResult:
     parks: int = 0
     resumes: int = 0
     resumes_gpu_taken: int = 0  # resumes that found their GPU rented by someone else
+    # of those, the ones a policy gave up on while they waited for their GPU; how many of these decisions also
+    # launched or resumed a machine (replaced within the same decider run), and the longest wait before giving up
+    failed_resumes_given_up: int = 0
+    failed_resumes_short: int = 0  # given up while the rest of the fleet was short of the next hour's arrivals
+    failed_resumes_replaced_same_run: int = 0  # of those short, by a decision that also launched or resumed
+    failed_resume_wait_max_s: float = 0.0
     outbid_pauses: int = 0  # interruptible machines paused by a higher bid
 
     @property
@@ -180,6 +186,8 @@ class Engine:
         self.resume_draws = ResumeDraws(self.scenario, self.seed)
         self.storage_usd_per_h = storage_usd_per_h(self.scenario.billing.storage_usd_per_gb_month, self.world.disk_gb)
         self.parks = self.resumes = self.resumes_gpu_taken = self.outbid_pauses = 0
+        self.failed_resumes_given_up = self.failed_resumes_short = self.failed_resumes_replaced_same_run = 0
+        self.failed_resume_wait_max_s = 0.0
         # other renters' bids per GPU model: the vast simulator's walk, on its own stream of the seed
         self.bid_levels = BidLevels(self.scenario.bids, random.Random(self.seed * 7919 + 41))
         self.bid_machines: dict[int, Machine] = {}
@@ -479,6 +487,7 @@ class Engine:
         self.committed_usd_per_h += machine.price_usd_per_h
         if draw.gpu_taken:
             self.resumes_gpu_taken += 1
+            machine.waiting_for_gpu_since_s = self.now_s
         # a GPU taken for good: it waits in scheduling until a policy gives up on it
         running_in_s = INF if draw.gpu_taken and draw.free_after_s is None else (draw.free_after_s or 0.0)
         self._start_again(machine, running_in_s + self.scenario.startup.restart_s)
@@ -534,6 +543,7 @@ class Engine:
 
     def _on_resuming(self, kind: int, machine: Machine) -> None:
         if kind == RUNNING and self.now_s == machine.resume_running_s:
+            machine.waiting_for_gpu_since_s = None  # its GPU came free after all
             self._set_billed(machine, True)  # vast bills a restarted GPU from running
             self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "running"))
         elif kind == READY and self.now_s == machine.resume_ready_s:
@@ -632,6 +642,7 @@ class Engine:
         wall_start = time.perf_counter()
         actions = self.policy.decide(view)
         self._decision_wall_s.append(time.perf_counter() - wall_start)
+        self._note_failed_resumes_given_up(actions)
         for action in actions:
             if isinstance(action, Launch):
                 for launch in self._granted(action):
@@ -640,6 +651,49 @@ class Engine:
                 self._resume(action)
             else:
                 self._remove(action)
+
+    def _note_failed_resumes_given_up(self, actions: Sequence[Action]) -> None:
+        """A resume waiting for a GPU someone else took, removed by this decision, is replaced in the same run when
+        the decision also launches or resumes (the issue's "a parked machine whose start fails is replaced within
+        one decider run"). A replacement is owed only when the rest of the fleet (producing, or on its way and
+        bound to produce) is short of the next hour's arrivals, which the world knows and a policy does not."""
+        given_up = 0
+        removed = {action.instance_id for action in actions if isinstance(action, Remove)}
+        for action in actions:
+            if not isinstance(action, Remove):
+                continue
+            machine = self.machines.get(action.instance_id)
+            if machine is None or machine.state is not MachineState.RESUMING:
+                continue
+            if machine.waiting_for_gpu_since_s is None:
+                continue
+            given_up += 1
+            waited_s = self.now_s - machine.waiting_for_gpu_since_s
+            self.failed_resume_wait_max_s = max(self.failed_resume_wait_max_s, waited_s)
+            machine.waiting_for_gpu_since_s = None
+        if not given_up:
+            return
+        self.failed_resumes_given_up += given_up
+        if self._capacity_bound_to_produce(removed) >= self._next_hour_arrivals_per_h():
+            return
+        self.failed_resumes_short += given_up
+        if any(isinstance(a, Resume) or (isinstance(a, Launch) and a.count > 0) for a in actions):
+            self.failed_resumes_replaced_same_run += given_up
+
+    def _capacity_bound_to_produce(self, leaving: set[int]) -> float:
+        """Tasks/h of the machines producing or on their way that will produce (fates and GPUs known here)."""
+        total = 0.0
+        for machine in self.machines.values():
+            if machine.instance_id in leaving or machine.waiting_for_gpu_since_s is not None:
+                continue
+            on_its_way = machine.state is MachineState.LOADING and machine.schedule.ready_at_s < INF
+            if machine.state in (MachineState.PRODUCING, MachineState.RESUMING) or on_its_way:
+                total += machine.tasks_per_h
+        return total
+
+    def _next_hour_arrivals_per_h(self) -> float:
+        minute = int(self.now_s // 60)
+        return float(sum(self.trace.arrivals_per_min[minute : minute + 60]))
 
     def _granted(self, launch: Launch) -> list[Launch]:
         """The launches the guardrails allow of a policy's launch, when the engine runs them for the policy."""
@@ -744,5 +798,9 @@ class Engine:
             parks=self.parks,
             resumes=self.resumes,
             resumes_gpu_taken=self.resumes_gpu_taken,
+            failed_resumes_given_up=self.failed_resumes_given_up,
+            failed_resumes_short=self.failed_resumes_short,
+            failed_resumes_replaced_same_run=self.failed_resumes_replaced_same_run,
+            failed_resume_wait_max_s=self.failed_resume_wait_max_s,
             outbid_pauses=self.outbid_pauses,
         )

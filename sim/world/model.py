@@ -405,6 +405,8 @@ class Machine:
     parking: bool = False  # draining to be parked, not given back
     bid_usd_per_h: float | None = None  # an interruptible machine's bid: what it is billed while it runs
     outbid: bool = False  # paused by a higher bid (parked by vast, not by a policy)
+    # a resume that found its GPU rented by someone else: when it began to wait in vast's "scheduling"
+    waiting_for_gpu_since_s: float | None = None
     loading_left_s: float = 0.0  # of its startup, when a bid was paused while loading
     # the current resume's moments (events of an earlier resume or of its creation do not match them)
     resume_running_s: float = INF
@@ -451,6 +453,8 @@ class MachineView(Protocol):
     def last_task_s(self) -> float | None: ...
     @property
     def tasks_started(self) -> float: ...
+    @property
+    def bid_usd_per_h(self) -> float | None: ...  # an interruptible machine's bid (vast lists `is_bid`), else None
 
 
 @dataclass(frozen=True)

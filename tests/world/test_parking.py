@@ -115,3 +115,27 @@ def test_the_predictive_policy_parks_at_night_and_resumes_in_the_morning() -> No
     assert result.resumes >= 5  # and started again for the second day
     assert result.resumes_gpu_taken == 0  # the quiet scenario never rents a stopped GPU to someone else
     assert result.storage_cost_usd > 0
+
+
+def test_a_predictive_resume_that_finds_its_gpu_taken_is_replaced_within_the_decider_run_that_gives_up() -> None:
+    """The issue's rule: a parked machine whose start fails is replaced within one decider run. Every GPU is taken
+    for good here, so each morning resume waits until fleet fails it (gpu_taken) and the decider replaces it."""
+    day = [20] * 8 * 60
+    night = [1] * 8 * 60
+    trace = Trace.of(day + night + day, "two-days")
+    scenario = quiet_scenario(
+        market=[{"gpu_model": "RTX 4090", "count": 40, "price_usd_per_h": {"min": 0.5, "max": 0.5}}],
+        stop_start={"gpu_taken_per_stopped_h": 1000.0, "gpu_free_after_s": None},
+    )
+    world = WorldConfig()
+    guardrails = default_guardrails(world, scenario, trace)
+    result = Engine(trace, POLICY_FACTORIES["predictive-park"](guardrails), scenario, 0, world, guardrails=guardrails)
+    run_result = result.run()
+    assert run_result.resumes >= 5 and run_result.resumes_gpu_taken == run_result.resumes
+    assert run_result.failed_resumes_given_up == run_result.resumes_gpu_taken  # none left waiting for ever
+    # each one given up while the rest of the fleet could not carry the next hour was replaced in that same run
+    assert run_result.failed_resumes_short >= 1
+    assert run_result.failed_resumes_replaced_same_run == run_result.failed_resumes_short
+    # fleet gives a resume up after its wait for the GPU (FLEETPILOT_FLEET_RESUME_WAIT_S), not hours later
+    assert 0 < run_result.failed_resume_wait_max_s <= 3600
+    assert run_result.tasks_completed == pytest.approx(run_result.tasks_submitted)
