@@ -39,6 +39,7 @@ from shared.contract import (
     ParkReason,
     RemovalReason,
 )
+from shared.contract.fleet import BidOutcome
 
 # vast bills GPU time from `running`: before that an instance costs its disk only
 BILLED_ARRIVING_STATES = frozenset({InstanceState.RUNNING, InstanceState.REGISTERED, InstanceState.BENCHMARKED})
@@ -156,9 +157,63 @@ class PolicyConfig:
     # an interruptible machine paused by a higher bid this long is given back (its capacity is replaced like any
     # lost machine's); while any is paused, new launches are on-demand: the market is outbidding us now
     outbid_give_up_s: float = 1800.0
+    # Bids follow how the market treated ours over fleet's window (FleetSnapshot.bid_outcomes): up to this many
+    # outbid pauses per interruptible machine-hour the base `bid_markup` stands; each doubling of the rate above
+    # it raises the markup by `bid_markup_step`. A pause costs a machine's capacity until it wins again or is
+    # given back and replaced (a startup of 1-2 h at full price), while a bid at min_bid × 1.1 saves ~0.45 of
+    # the on-demand price an hour (min_bid ≈ half of it): one pause in fifty machine-hours is a small share of
+    # that saving.
+    bid_outbid_target_per_h: float = 0.02
+    bid_markup_step: float = 0.1
+    # no bid above min_bid × (1 + this): at min_bid ≈ half the on-demand price that is 0.8 of it, and a bid
+    # that must go higher to hold saves too little to pay for its pauses: such a share launches on-demand. With
+    # the step and target above, bids stop at 2^5 × 0.02 = 0.64 pauses per machine-hour.
+    bid_markup_cap: float = 0.6
+    # below this many interruptible machine-hours in the window, pauses say little: the base markup holds
+    bid_min_observed_machine_h: float = 4.0
 
 
 DEFAULT_CONFIG = PolicyConfig()
+
+
+@dataclass(frozen=True)
+class BidChoice:
+    """The markup a launch's bids get, from the outbid rate observed for its GPU models (None: too few hours
+    observed to say). `markup` None: the market pauses our bids too often for any bid to pay."""
+
+    markup: float | None
+    outbid_pauses: int = 0
+    interruptible_machine_h: float = 0.0
+    outbid_rate_per_h: float | None = None
+
+    def describe(self) -> str:
+        observed = (
+            f"{self.outbid_pauses} outbid pauses in {self.interruptible_machine_h:.0f} interruptible machine-h"
+            + (f" ({self.outbid_rate_per_h:.3f}/h)" if self.outbid_rate_per_h is not None else ", too few to judge")
+        )
+        if self.markup is None:
+            return f"no bids: {observed}"
+        return f"bids at min_bid × {1 + self.markup:.2f}: {observed}"
+
+
+def bid_choice(outcomes: list[BidOutcome], gpu_models: tuple[str, ...], config: PolicyConfig) -> BidChoice:
+    """The markup for bids on these GPU models (any model when none is named), from fleet's window.
+
+    The base markup while the rate is at or below the target; one step more for each doubling above it; no bid
+    at all where that passes the cap."""
+    relevant = [o for o in outcomes if o.gpu_model in gpu_models] if gpu_models else outcomes
+    machine_h = sum(o.interruptible_machine_h for o in relevant)
+    pauses = sum(o.outbid_pauses for o in relevant)
+    if machine_h < config.bid_min_observed_machine_h:
+        return BidChoice(config.bid_markup, pauses, machine_h)
+    rate_per_h = pauses / machine_h
+    steps = 0
+    if rate_per_h > config.bid_outbid_target_per_h:
+        steps = math.ceil(math.log2(rate_per_h / config.bid_outbid_target_per_h))
+    markup = config.bid_markup + steps * config.bid_markup_step
+    if markup > config.bid_markup_cap + 1e-9:
+        return BidChoice(None, pauses, machine_h, rate_per_h)
+    return BidChoice(round(markup, 6), pauses, machine_h, rate_per_h)
 
 
 @dataclass
@@ -384,7 +439,13 @@ def recommend(
             can_wait = priority == "normal" and reason in (LaunchReason.FORECAST, LaunchReason.SUSTAINED_DEMAND)
             outbid_now = bool(fleet.outbid)
             bids = math.floor(growth * config.bid_share) if can_wait and healthy > 0 and not outbid_now else 0
-            launches.append(LaunchPlan(growth, priority, reason, gpu_models, bids, config.bid_markup))
+            choice = bid_choice(snapshot.bid_outcomes, gpu_models, config) if bids else None
+            if choice is not None:
+                numbers += f"; {choice.describe()}"
+            if choice is None or choice.markup is None:
+                bids = 0
+            markup = config.bid_markup if choice is None or choice.markup is None else choice.markup
+            launches.append(LaunchPlan(growth, priority, reason, gpu_models, bids, markup))
 
     def arriving_needed() -> int:
         """Machines on the way that the demand still needs: all while arrivals rise (the forecast alone swings
