@@ -3,10 +3,14 @@ no capacity) and started again when theirs is the highest; the vast simulator's 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
+from services.decider.policy import PolicyConfig
 from sim.world.engine import Engine
-from sim.world.model import Launch, MachineState, WorldConfig
+from sim.world.model import Action, Launch, MachineState, WorldConfig, WorldView
+from sim.world.policies.predictive import PredictiveAdapter, default_guardrails
 from sim.world.trace import Trace
 from tests.world.conftest import quiet_scenario
 from tests.world.scripted import Scripted
@@ -97,3 +101,46 @@ def test_a_losing_bid_is_created_paused_and_starts_when_it_wins() -> None:
     assert states[3600 + 120 + STARTUP_S] is MachineState.RESUMING
     assert states[3600 + 60 + STARTUP_S + REGISTRATION_S + 60] is MachineState.PRODUCING
     assert result.outbid_pauses == 1
+
+
+class _Outbidding:
+    """FleetPilot's policy in a market where, for ten minutes every `period_h`, other renters bid 0.6 of the
+    on-demand price: above a bid at min_bid × 1.1 (0.55 of it), below one at min_bid × 1.3. Records every
+    machine's bid by its instance id (ids grow with creation)."""
+
+    name = "predictive-bids"
+    decision_interval_s = 60.0
+
+    def __init__(self, adapter: PredictiveAdapter, period_h: int) -> None:
+        self.adapter = adapter
+        self.period_h = period_h
+        self.engine: Engine | None = None
+        self.bids: dict[int, float] = {}
+
+    def decide(self, view: WorldView) -> Sequence[Action]:
+        assert self.engine is not None
+        hour, minute = divmod(int(view.now_s // 60), 60)
+        outbidding = hour % self.period_h == self.period_h - 1 and minute < 10
+        self.engine.bid_levels.set_share("RTX 4090", 0.6 if outbidding else 0.3)
+        for machine in view.machines:
+            if machine.bid_usd_per_h is not None:
+                self.bids.setdefault(machine.instance_id, machine.bid_usd_per_h)
+        return self.adapter.decide(view)
+
+
+def test_bids_the_market_keeps_outbidding_are_raised_for_later_launches() -> None:
+    rise = Trace.of([4 + m * 36 / 960 for m in range(960)], "a 16-hour rise from 240 to 2400 tasks/h")
+    world = WorldConfig(initial_machines=2)
+    market = quiet_scenario(bids={"start_share": {"min": 0.3, "max": 0.3}, "volatility_per_h": 0})
+    # every launch for the rise a bid: it launches a machine or two at a time, and half of one is none
+    adapter = PredictiveAdapter(default_guardrails(world, market, rise), PolicyConfig(bid_share=1.0))
+    policy = _Outbidding(adapter, period_h=3)
+    engine = Engine(rise, policy, market, 0, world)
+    policy.engine = engine
+    result = engine.run()
+    first_bid, base_bid = min(policy.bids.values()), MIN_BID * 1.1
+    assert result.outbid_pauses > 0 and first_bid == pytest.approx(base_bid)
+    # the pauses seen raised the markup: the latest bids outbid the market's 0.6 of on-demand and go unpaused
+    latest_bid = policy.bids[max(policy.bids)]
+    assert latest_bid > 0.6 * ON_DEMAND
+    assert any("bids at min_bid × " in text and "outbid pauses" in text for _, text in adapter.explanations)

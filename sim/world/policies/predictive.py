@@ -104,6 +104,7 @@ class _Reported:
     last_task_s: float | None = None
     gpu_model: str = ""
     price_usd_per_h: float = 0.0
+    interruptible: bool = False  # a bid: the provisioner maps vast's `is_bid`
 
 
 # workers per GPU model whose every completion demand receives as a task event (see _feed_sampled_completions)
@@ -349,6 +350,7 @@ class PredictiveAdapter:
         if kind == "created" and machine is not None:
             reported = self.reported.setdefault(instance_id, _Reported())
             reported.gpu_model, reported.price_usd_per_h = machine.gpu_model, machine.price_usd_per_h
+            reported.interruptible = machine.bid_usd_per_h is not None
         reported_or_none = self.reported.get(instance_id)
         if reported_or_none is None:
             return []
@@ -395,6 +397,7 @@ class PredictiveAdapter:
             price_usd_per_h=reported.price_usd_per_h,
             storage_usd_per_h=disk_usd_per_h,
             vast_actual_status=actual,
+            interruptible=reported.interruptible,
         )
         return self._refs(self.fleet.observe_instance(observed, now))
 
