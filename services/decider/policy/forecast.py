@@ -48,7 +48,20 @@ def throughput_per_machine(signal: DemandSignal, producing: Sequence[InstanceLin
     fleet with room to spare it reads what arrives, not what a machine can do (15/h on a steady trace's
     under-loaded start, which launched 27 machines): it only counts when it is above the catalog's
     reference for the fleet's models (`shared.gpu_models`), else the default.
+
+    A fleet of several GPU models is measured model by model: each producer counts at its model's pace (demand's
+    per-model estimate), averaged over the producers. demand's single per-worker figure averages the workers that
+    had work in its window, and with room to spare the job system feeds the oldest machines first, so it swung
+    between the fast and the slow models' pace from one run to the next (137 ↔ 186 tasks/h within 15 minutes on a
+    diurnal train trace), and the fleet sized from it swung with it: machines launched, then given back loading.
     """
+    by_model = signal.throughput_by_gpu_model_tasks_per_h
+    if by_model and producing:
+        fallback = signal.per_worker_throughput_tasks_per_h
+        paces = [_model_pace(by_model, line.gpu_model) or fallback for line in producing]
+        known = [pace for pace in paces if pace]
+        if len(known) == len(paces):
+            return statistics.fmean(known)
     if signal.per_worker_throughput_tasks_per_h:
         return signal.per_worker_throughput_tasks_per_h
     catalog = [model.reference_tasks_per_h * line.num_gpus for line in producing
@@ -58,6 +71,18 @@ def throughput_per_machine(signal: DemandSignal, producing: Sequence[InstanceLin
     if measured:
         return max(prior, statistics.median(m for m in measured if m is not None))
     return prior
+
+
+def _model_pace(by_model: dict[str, float], gpu_model: str | None) -> float | None:
+    if not gpu_model:
+        return None
+    if gpu_model in by_model:
+        return by_model[gpu_model]
+    model = gpu_models.find(gpu_model)
+    for name, pace in by_model.items():
+        if model is not None and gpu_models.find(name) is model:
+            return pace
+    return None
 
 
 def ready_offsets_s(arriving: Iterable[InstanceLine], now: datetime, startup_s: float) -> list[float]:
