@@ -92,6 +92,8 @@ class InstanceRecord:
     last_task_at_s: float | None = None
     tasks_completed: int = 0
     producing_since_s: float | None = None
+    # the first time it produced: a resumed machine produces again days after its creation, which is no startup
+    first_producing_s: float | None = None
     bench_verdict: str | None = None
     interruptible: bool = False  # a bid: paused whenever outbid
     bid_model: str | None = None  # the GPU model its exposure to the market is booked under; None: not exposed
@@ -121,6 +123,7 @@ class InstanceRecord:
             "last_task_at_s": self.last_task_at_s,
             "tasks_completed": self.tasks_completed,
             "producing_since_s": self.producing_since_s,
+            "first_producing_s": self.first_producing_s,
             "bench_verdict": self.bench_verdict,
             "interruptible": self.interruptible,
             "window": [self.window_start_s, self.window_count, self.previous_window_count],
@@ -151,6 +154,8 @@ class InstanceRecord:
             last_task_at_s=values["last_task_at_s"],
             tasks_completed=values["tasks_completed"],
             producing_since_s=values["producing_since_s"],
+            # absent in records saved before parking: a machine that produced then, produced first by then
+            first_producing_s=values.get("first_producing_s", values["producing_since_s"]),
             bench_verdict=values["bench_verdict"],
             interruptible=values.get("interruptible", False),  # absent in records saved before bids were booked
             window_start_s=window_start_s,
@@ -603,6 +608,8 @@ class FleetCore:
             record.park_reason = None
         if to_state == S.PRODUCING:
             record.producing_since_s = at_s
+            if record.first_producing_s is None:
+                record.first_producing_s = at_s
             self.producing_entered_s = max(self.producing_entered_s or at_s, at_s)
         record.history.append(HistoryEntry(at_s, from_state, to_state, detail, True))
         self._book_bid(record, at_s)

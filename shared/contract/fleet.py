@@ -114,6 +114,9 @@ class InstanceLine(ContractModel):
     machine_id: int | None = None
     created_at: UtcDatetime
     state_since: UtcDatetime
+    first_producing_at: UtcDatetime | None = Field(
+        default=None, description="when it first produced: its startup is this minus created_at, even once resumed"
+    )
     last_task_at: UtcDatetime | None = None
     tasks_completed: int = Field(default=0, ge=0)
     throughput_tasks_per_h: float | None = Field(default=None, ge=0)

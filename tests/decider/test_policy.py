@@ -222,6 +222,15 @@ def test_startup_time_is_learned_from_the_fleet() -> None:
     assert rec.figures.startup_s == 1800
 
 
+def test_a_resumed_machine_counts_its_first_startup_not_its_return_from_parking() -> None:
+    # created a day ago, produced 30 min later, parked overnight, producing again for the last 10 minutes
+    resumed = [
+        line.model_copy(update={"first_producing_at": NOW - timedelta(hours=23.5)})
+        for line in producing(3, NOW, created_ago_s=24 * HOUR_S, state_for_s=600)
+    ]
+    assert learned_startup_s(resumed, default_s=5400, min_samples=3, min_s=600, max_s=21600) == 1800
+
+
 def test_fluid_backlog_counts_machines_as_they_arrive() -> None:
     # 100 tasks, 120/h arriving, one machine now and one in 30 min, each 120/h
     left = backlog_after(3600, backlog_tasks=100, arrival_per_h=120, machines_now=1, ready_offsets=[1800],

@@ -71,6 +71,11 @@ def test_a_resumed_machine_produces_again_on_its_next_task_without_a_new_benchma
     moves = core.observe_task(task("completed", done), done)
     assert [(m.from_state, m.to_state, m.visit) for m in moves] == [(S.RESUMING, S.PRODUCING, 2)]
     assert core.instances[ID].producing_since_s == done.timestamp()
+    # its startup stays what it was: the first time it produced, not this return a night after its creation
+    first = core.instances[ID].first_producing_s
+    assert first is not None and first < parked_at.timestamp()
+    line = next(line for line in core.snapshot(done).instances if line.instance_id == ID)
+    assert line.first_producing_at is not None and line.first_producing_at.timestamp() == first
     entered = [(e.from_state, e.to_state) for e in core.instances[ID].history if e.applied]
     assert entered[-3:] == [(S.PRODUCING, S.PARKED), (S.PARKED, S.RESUMING), (S.RESUMING, S.PRODUCING)]
 

@@ -26,15 +26,17 @@ ARRIVING_STATES = frozenset(
 def learned_startup_s(
     producing: Iterable[InstanceLine], *, default_s: float, min_samples: int, min_s: float, max_s: float
 ) -> float:
-    """Median launch→producing time of the machines that made it (state_since − created_at), else the default.
+    """Median launch→producing time of the machines that made it (first producing − created_at), else the default.
 
     Bounded so that one machine registered by hand (startup ≈ 0) or adopted after a restart cannot make the
-    policy believe machines arrive in minutes.
+    policy believe machines arrive in minutes. A resumed machine produces again a night after its creation: its
+    first time producing is its startup, not the latest (parked overnight, the fleet read a 6 h startup and
+    planned a whole startup's backlog on it).
     """
     samples = [
-        (line.state_since - line.created_at).total_seconds()
+        ((line.first_producing_at or line.state_since) - line.created_at).total_seconds()
         for line in producing
-        if line.state is InstanceState.PRODUCING and line.state_since > line.created_at
+        if line.state is InstanceState.PRODUCING and (line.first_producing_at or line.state_since) > line.created_at
     ]
     if len(samples) < min_samples:
         return default_s
