@@ -480,7 +480,8 @@ class Engine:
         """Started again: running after the scenario's restart time, producing after the worker registers; if the
         GPU was rented meanwhile, vast holds the start in "scheduling" until it is free (or for ever)."""
         machine = self.machines.get(resume.instance_id)
-        if machine is None or machine.state is not MachineState.PARKED:
+        # an outbid machine is vast's to start, once its bid is the highest again: its owner's start would not win
+        if machine is None or machine.state is not MachineState.PARKED or machine.outbid:
             return
         draw = self.resume_draws.draw(self.resumes, self.now_s - machine.state_since_s)
         self.resumes += 1
@@ -490,7 +491,8 @@ class Engine:
             machine.waiting_for_gpu_since_s = self.now_s
         # a GPU taken for good: it waits in scheduling until a policy gives up on it
         running_in_s = INF if draw.gpu_taken and draw.free_after_s is None else (draw.free_after_s or 0.0)
-        self._start_again(machine, running_in_s + self.scenario.startup.restart_s)
+        # a machine stopped before it ever ran still has the rest of its first startup to load
+        self._start_again(machine, max(running_in_s + self.scenario.startup.restart_s, machine.loading_left_s))
 
     # --- interruptible machines: other renters' bids -------------------------------------------------------
 
@@ -520,6 +522,8 @@ class Engine:
             return
         if machine.state is MachineState.LOADING:
             machine.loading_left_s = max(0.0, machine.schedule.running_at_s - self.now_s)
+        elif machine.state is MachineState.RESUMING:
+            self._keep_loading_left(machine)
         machine.outbid = True
         self._set_billed(machine, False)
         self._set_state(machine, MachineState.PARKED)
@@ -528,9 +532,13 @@ class Engine:
 
     def _unpause(self, machine: Machine) -> None:
         """Its bid is the highest again: vast starts it (same machine and disk, so no GPU can be taken)."""
-        loading_left_s, machine.loading_left_s = machine.loading_left_s, 0.0
         machine.outbid = False
-        self._start_again(machine, max(self.scenario.startup.restart_s, loading_left_s))
+        self._start_again(machine, max(self.scenario.startup.restart_s, machine.loading_left_s))
+
+    def _keep_loading_left(self, machine: Machine) -> None:
+        """A start called off before running: what is left of a first startup stays to load (kept until the
+        machine runs, so no pause, stop or resume shortens a startup)."""
+        machine.loading_left_s = min(machine.loading_left_s, max(0.0, machine.resume_running_s - self.now_s))
 
     def _start_again(self, machine: Machine, running_in_s: float) -> None:
         """Resuming: running (GPU billed) after `running_in_s` (inf: never), producing once its worker registers."""
@@ -544,6 +552,7 @@ class Engine:
     def _on_resuming(self, kind: int, machine: Machine) -> None:
         if kind == RUNNING and self.now_s == machine.resume_running_s:
             machine.waiting_for_gpu_since_s = None  # its GPU came free after all
+            machine.loading_left_s = 0.0
             self._set_billed(machine, True)  # vast bills a restarted GPU from running
             self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "running"))
         elif kind == READY and self.now_s == machine.resume_ready_s:
@@ -570,6 +579,7 @@ class Engine:
         ):
             return
         elif machine.state is MachineState.RESUMING and parking:
+            self._keep_loading_left(machine)
             self._park(machine)  # the start is called off before its worker came back
         else:
             self._set_state(machine, MachineState.GONE)
