@@ -48,23 +48,24 @@ def test_a_rate_beyond_what_the_cap_pays_for_means_no_bids() -> None:
 
 
 def test_only_the_launch_s_gpu_models_count_and_every_model_when_it_names_none() -> None:
-    outcomes = [outcome(100, 0, "RTX 4090"), outcome(100, 80, "RTX 3090")]
+    outcomes = [outcome(100, 0, "RTX 4090"), outcome(100, 100, "RTX 3090")]
     assert bid_choice(outcomes, ("RTX 4090",), BIDDING).markup == BIDDING.bid_markup
-    assert bid_choice(outcomes, ("RTX 3090",), BIDDING).markup is None  # 0.8 an hour
-    assert bid_choice(outcomes, (), BIDDING).outbid_rate_per_h == pytest.approx(0.4)
+    assert bid_choice(outcomes, ("RTX 3090",), BIDDING).markup is None  # one pause an hour
+    assert bid_choice(outcomes, (), BIDDING).outbid_rate_per_h == pytest.approx(0.5)
 
 
 def test_a_launch_bids_higher_after_pauses_and_says_at_what_and_why() -> None:
     demand = rising(1920)
     calm = recommend(demand, snapshot(NOW, producing(4, NOW)), NOW, BIDDING)
-    outbid_often = snapshot(NOW, producing(4, NOW)).model_copy(update={"bid_outcomes": [outcome(50, 5)]})
+    outbid_often = snapshot(NOW, producing(4, NOW)).model_copy(update={"bid_outcomes": [outcome(50, 15)]})
     rec = recommend(demand, outbid_often, NOW, BIDDING)
     [plan] = rec.launches
     [calm_plan] = calm.launches
     assert plan.interruptible == calm_plan.interruptible > 0
     assert calm_plan.bid_markup == BIDDING.bid_markup
-    assert plan.bid_markup == pytest.approx(BIDDING.bid_markup + 3 * BIDDING.bid_markup_step)  # 0.1/h: 5 × target
-    assert "bids at min_bid × 1.40: 5 outbid pauses in 50 interruptible machine-h (0.100/h)" in rec.explanation
+    # 0.3 an hour: three times the target, between two and four: two steps up
+    assert plan.bid_markup == pytest.approx(BIDDING.bid_markup + 2 * BIDDING.bid_markup_step)
+    assert "bids at min_bid × 1.30: 15 outbid pauses in 50 interruptible machine-h (0.300/h)" in rec.explanation
 
 
 def test_a_launch_is_on_demand_where_the_market_outbids_every_bid_worth_making() -> None:

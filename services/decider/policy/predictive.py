@@ -159,16 +159,15 @@ class PolicyConfig:
     outbid_give_up_s: float = 1800.0
     # Bids follow how the market treated ours over fleet's window (FleetSnapshot.bid_outcomes): up to this many
     # outbid pauses per interruptible machine-hour the base `bid_markup` stands; each doubling of the rate above
-    # it raises the markup by `bid_markup_step`. A pause costs a machine's capacity until it wins again or is
-    # given back and replaced (a startup of 1-2 h at full price), while a bid at min_bid × 1.1 saves ~0.45 of
-    # the on-demand price an hour (min_bid ≈ half of it): one pause in fifty machine-hours is a small share of
-    # that saving.
-    bid_outbid_target_per_h: float = 0.02
+    # it raises the markup by `bid_markup_step`. A step costs 0.1 × min_bid (≈ 0.05 of the on-demand price) every
+    # hour; a pause costs about a replacement's startup at full price (0.5-1 of it), so a step pays once it
+    # spares a pause in 10-20 machine-hours (see policy/fitted.py for what the world measured)
+    bid_outbid_target_per_h: float = 0.1
     bid_markup_step: float = 0.1
-    # no bid above min_bid × (1 + this): at min_bid ≈ half the on-demand price that is 0.8 of it, and a bid
-    # that must go higher to hold saves too little to pay for its pauses: such a share launches on-demand. With
-    # the step and target above, bids stop at 2^5 × 0.02 = 0.64 pauses per machine-hour.
-    bid_markup_cap: float = 0.6
+    # no bid above min_bid × (1 + this): at min_bid ≈ half the on-demand price that is 0.7 of it, saving 0.3 of
+    # it an hour, less than a bid paused more often than every 1.25 h costs: past 0.1 × 2³ = 0.8 pauses per
+    # machine-hour, the share meant for bids launches on-demand
+    bid_markup_cap: float = 0.4
     # below this many interruptible machine-hours in the window, pauses say little: the base markup holds
     bid_min_observed_machine_h: float = 4.0
 
