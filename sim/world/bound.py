@@ -8,26 +8,30 @@ in minute j), every policy's objective is at least
 
 Proof sketch (README, "clairvoyant"): write the fleet's producing throughput c(t) as a stack of unit levels.
 Holding a level costs at least the cheapest offers' price per task/h (π, sorted); a level switched on was
-paid a startup of at least s = the shortest startup, at the best price per task/h; levels up to the initial
+paid a startup of at least s = the shortest startup, at the best price per task/h (billed from running: the
+registration at that price and the disk through the startup); levels up to the initial
 fleet start on for free, others only from s on. So cost − Σ_j μ_j·(capacity in minute j) ≥ capacity part,
 and Σ_j μ_j·(capacity in j) ≥ Σ_j μ_j·(tasks started in j) ≥ task part − delay cost. Hence objective ≥ B(μ),
 for every μ, whatever a policy does, fails or pays for. The μ used are the dual prices of a coarse linear
 relaxation (sim/world/lp.py); a poor solve only makes the bound looser.
 
-With vast's levers (`levers=True`: a policy may park machines and bid) the same bound holds with three changes,
+With vast's levers (`levers=True`: a policy may park machines and bid) the same bound holds with these changes,
 each a cost no run can pay less than:
 - prices: every hold is priced at the offer's min_bid + disk (no bid below min_bid is accepted; an outbid pause
   only removes capacity), so π and π_min come from min_bid.
 - a third state per level, "parked": the levels just above the producing stack, as many as the throughput of
-  machines alive but not producing that have produced before (draining, parked, resuming, outbid). Such a
-  machine pays its disk, at least d = disk ÷ the fastest offer's tasks/h per level and hour. Levels move
-  on → parked for free; parked → on means a machine that produced before produces again, which vast starts
-  from running and which then bills its GPU (≥ min_bid) through the worker's registration: a charge of
-  ρ = min(min_bid per task/h) × registration per level. A level never on cannot be parked: a machine that has
-  not produced yet is a fresh launch, whatever pauses it had, and its only proven charge is a registration at
-  the cheapest min_bid plus its disk through the shortest startup and registration (a bid created paused loads
-  unbilled), earliest at the same first minute. An off level could not gain from passing through "parked",
-  whose hold is ≥ 0, so the states are exactly these.
+  machines alive, not producing, that have produced before (draining, parked, resuming, outbid). Each pays
+  its disk: at least d = disk ÷ the fastest offer's tasks/h, per level and hour. on → parked is free.
+  parked → on is such a machine producing again: vast bills it from running, through the worker's
+  registration, at ≥ its min_bid: ρ = the cheapest min_bid per task/h × registration, per level.
+- a fresh start (off → on): a machine that never produced, whatever pauses it had, still loads for the shortest
+  startup, then bills the registration at ≥ min_bid, and its disk throughout (a bid created paused loads with
+  its GPU unbilled): s = ρ + d × (shortest startup + registration), no earlier than before. When it starts
+  producing under parked machines the stack shifts: as many levels go parked → on (ρ) as go off → parked
+  (charged the rest of s). The cheapest schedule never takes off → parked (staying off and switching on later
+  costs no more), so the minimum over schedules is the same without that move: a level is parked only after on.
+Summing as above, cost − Σ_j μ_j·(capacity in j) ≥ the capacity part with these states, for every policy that
+parks and bids.
 """
 
 from __future__ import annotations
@@ -141,16 +145,20 @@ def build_problem(
     arrivals = np.zeros(horizon_min)
     arrivals[: trace.minutes] = trace.arrivals_per_min
     usd_per_task_min = min((t.usd_per_task for t in tiers), default=0.0)
+    # the least disk per task/h any machine pays: a parked level's hold, and a startup's disk
+    disk_usd_per_task = disk_usd_per_h / max((o.tasks_per_h for o in market.offers), default=1.0)
     parked = resume = math.inf
-    if levers and market.offers:
-        gpu_min = min(o.price_usd_per_h * gpu_share / o.tasks_per_h for o in market.offers)
-        parked = disk_usd_per_h / max(o.tasks_per_h for o in market.offers)
+    if levers:
+        gpu_min = min((o.price_usd_per_h * gpu_share / o.tasks_per_h for o in market.offers), default=0.0)
+        parked = disk_usd_per_task
         resume = gpu_min * registration_h
         # a bid created paused loads unbilled: only the registration's GPU and the disk all along are sure
-        startup_charge = resume + parked * (startup + world.registration_s) / 3600.0
+        startup_charge = resume + disk_usd_per_task * (startup + world.registration_s) / 3600.0
+    elif world.billed_from == "created":
+        startup_charge = usd_per_task_min * (startup + world.registration_s) / 3600.0
     else:
-        billed_before_producing_s = world.registration_s + (startup if world.billed_from == "created" else 0.0)
-        startup_charge = usd_per_task_min * billed_before_producing_s / 3600.0
+        # the GPU from running, through the registration; the disk from creation
+        startup_charge = usd_per_task_min * registration_h + disk_usd_per_task * startup / 3600.0
     return BoundProblem(
         arrivals_per_min=arrivals,
         trace_minutes=trace.minutes,

@@ -24,6 +24,10 @@ from sim.world.trace import Trace
 CLAIRVOYANT = "clairvoyant"
 # a real run that follows the bound's plan reading the future: achievable, so the optimum lies between the two
 CLAIRVOYANT_RUN = "clairvoyant-run"
+# the same two for a world whose policies may also park and bid: a policy with those levers is scored against
+# these, as it may go below the on-demand bound (the run parks; it does not bid)
+CLAIRVOYANT_LEVERS = "clairvoyant-levers"
+CLAIRVOYANT_RUN_LEVERS = "clairvoyant-run-levers"
 
 
 def default_guardrails(world: WorldConfig, scenario: Scenario, trace: Trace) -> GuardrailConfig:
@@ -67,7 +71,19 @@ POLICY_FACTORIES: dict[str, Callable[[GuardrailConfig], WorldPolicy]] = {
 }
 # the scalers a user would pick instead of FleetPilot's: what "the best baseline" is taken over
 BASELINES = ("reactive", "target-tracking", "aws-predictive", "demand-based")
-POLICIES = (*POLICY_FACTORIES, CLAIRVOYANT, CLAIRVOYANT_RUN)
+POLICIES = (*POLICY_FACTORIES, CLAIRVOYANT, CLAIRVOYANT_RUN, CLAIRVOYANT_LEVERS, CLAIRVOYANT_RUN_LEVERS)
+# the policies that use vast's levers (parking, bids): the on-demand bound does not hold for them
+LEVER_POLICIES = ("predictive-park", "predictive-bids", "predictive-levers")
+
+
+def bound_for(policy: str) -> str:
+    """The clairvoyant bound a policy's objective is divided by: the levers one for a policy that uses them."""
+    return CLAIRVOYANT_LEVERS if policy in LEVER_POLICIES else CLAIRVOYANT
+
+
+def clairvoyant_run_for(policy: str) -> str:
+    """The achievable clairvoyant run a policy is compared with: the one that parks for a policy with levers."""
+    return CLAIRVOYANT_RUN_LEVERS if policy in LEVER_POLICIES else CLAIRVOYANT_RUN
 
 
 @dataclass
@@ -205,11 +221,13 @@ def _plan_samples(trace: Trace, bound: BoundResult, objective: ObjectiveConfig) 
     return samples
 
 
-def _from_bound(trace: Trace, bound: BoundResult, seed: int, objective: ObjectiveConfig) -> Evaluation:
+def _from_bound(
+    trace: Trace, bound: BoundResult, seed: int, objective: ObjectiveConfig, policy: str = CLAIRVOYANT
+) -> Evaluation:
     """The bound and nothing a run would show: its waits, machines and launches would come from a fractional plan
     that no fleet can follow, so they are left out (`clairvoyant-run` is the achievable run)."""
     return Evaluation(
-        policy=CLAIRVOYANT,
+        policy=policy,
         kind="lower_bound",
         trace=trace.name,
         seed=seed,
@@ -245,23 +263,27 @@ def evaluate_clairvoyant_plan(
     seed: int = 0,
     world: WorldConfig | None = None,
     objective: ObjectiveConfig | None = None,
+    levers: bool = False,
 ) -> Evaluation:
     """Real runs that follow the bound's plan knowing the future, the best of a few capacity margins: a ceiling
-    on the optimum (a diagnostic; its scans are O(fleet) per launch, so it is meant for traces of a day or two)."""
+    on the optimum (a diagnostic; its scans are O(fleet) per launch, so it is meant for traces of a day or two).
+    With `levers` the runs also park what the plan wants back soon and resume it (reading each resume's luck)."""
     from sim.world.policies.clairvoyant_plan import ClairvoyantPlan
 
     scenario, world, objective = scenario or Scenario(), world or WorldConfig(), objective or ObjectiveConfig()
+    # the on-demand bound's plan either way: the run rents at on-demand prices (it does not bid), and the levers
+    # relaxation, priced at min_bid, would hold capacity the run pays twice as much for
     bound = clairvoyant_bound(trace, scenario, world, objective)
     best: Evaluation | None = None
     for headroom in (1.0, 1.03, 1.08):
         engine = Engine(trace, _Placeholder(), scenario, seed, world, objective)
-        engine.policy = ClairvoyantPlan(engine, bound, headroom)
+        engine.policy = ClairvoyantPlan(engine, bound, headroom, park=levers)
         run = _from_run(engine.run(), objective)
         run.extra["plan_headroom"] = headroom
         if best is None or run.objective_usd < best.objective_usd:
             best = run
     assert best is not None
-    best.policy, best.kind = CLAIRVOYANT_RUN, "clairvoyant_run"
+    best.policy, best.kind = (CLAIRVOYANT_RUN_LEVERS if levers else CLAIRVOYANT_RUN), "clairvoyant_run"
     return best
 
 
@@ -284,10 +306,13 @@ def evaluate(
     scenario = scenario or Scenario()
     world = world or WorldConfig()
     objective = objective or ObjectiveConfig()
-    if policy == CLAIRVOYANT:
-        evaluation = _from_bound(trace, clairvoyant_bound(trace, scenario, world, objective), seed, objective)
-    elif policy == CLAIRVOYANT_RUN:
-        evaluation = evaluate_clairvoyant_plan(trace, scenario, seed, world, objective)
+    if policy in (CLAIRVOYANT, CLAIRVOYANT_LEVERS):
+        levers = policy == CLAIRVOYANT_LEVERS
+        bound = clairvoyant_bound(trace, scenario, world, objective, levers=levers)
+        evaluation = _from_bound(trace, bound, seed, objective, policy)
+    elif policy in (CLAIRVOYANT_RUN, CLAIRVOYANT_RUN_LEVERS):
+        levers = policy == CLAIRVOYANT_RUN_LEVERS
+        evaluation = evaluate_clairvoyant_plan(trace, scenario, seed, world, objective, levers)
     else:
         factory = POLICY_FACTORIES.get(policy)
         if factory is None:

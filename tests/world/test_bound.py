@@ -84,7 +84,7 @@ def small_traces() -> st.SearchStrategy[Trace]:
     grace_min=st.sampled_from([0.0, 15.0]),
     delay=st.sampled_from([0.02, 0.1, 1.0]),
 )
-def test_no_policy_beats_the_clairvoyant_bound(  # type: ignore[no-untyped-def]
+def test_no_policy_beats_the_clairvoyant_bound(
     trace, seed, fates, startup_min_s, billed_from, initial, grace_min, delay
 ) -> None:
     stuck, exit_error, offline, slow = fates
