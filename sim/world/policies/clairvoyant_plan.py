@@ -8,6 +8,7 @@ bound is on a trace.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -95,7 +96,8 @@ class ClairvoyantPlan:
             return actions
         lead_s = engine.draws[index].startup_s + registration_s
         if self.park:
-            actions += self._park_or_give_back(now, lead_s, parked, capacity_at)
+            # the fleet does not change within a decision: each future moment is summed once for every machine
+            actions += self._park_or_give_back(now, lead_s, parked, functools.cache(capacity_at))
             return actions
         surplus = capacity_at(now) - self._target_per_h(now)
         for machine in sorted(engine.producing_order, key=lambda m: -m.price_usd_per_h / m.tasks_per_h):
