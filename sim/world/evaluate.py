@@ -185,6 +185,12 @@ def _from_run(run: RunResult, objective: ObjectiveConfig) -> Evaluation:
             "parks": run.parks,
             "resumes": run.resumes,
             "resumes_gpu_taken": run.resumes_gpu_taken,
+            # resumes whose GPU was taken that the policy gave up on; of those given up while the rest of the fleet
+            # was short of the next hour, the ones the same decision replaced (a launch or another resume)
+            "failed_resumes_given_up": run.failed_resumes_given_up,
+            "failed_resumes_short": run.failed_resumes_short,
+            "failed_resumes_replaced_same_run": run.failed_resumes_replaced_same_run,
+            "failed_resume_wait_max_min": round(run.failed_resume_wait_max_s / 60, 1),
             "outbid_pauses": run.outbid_pauses,
             "end_h": round(run.end_s / 3600, 3),
             "decisions": run.decisions,
