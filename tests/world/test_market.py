@@ -121,3 +121,25 @@ def test_an_urgent_launch_rents_the_host_known_to_start_fast_and_a_calm_one_the_
     market.release(slow)
     # over URGENT_HORIZON_H: 0.50 × (2.5 + 2) / 2 = 1.125 against 0.52 × (0.5 + 2) / 2 = 0.65 per task-hour
     assert market.rent(now_s=4 * 3600.0, urgent=True)[0].offer_id == fast.offer_id
+
+
+def test_the_predictive_policys_emergency_launch_rents_the_offer_that_starts_first() -> None:
+    """Nobody serving queued tasks: the decider's emergency launch, ranked as the provisioner ranks it, takes the
+    fast link over the cheaper slow one (a 10 GB image: 27 min at 50 Mb/s, 40 s at 2000 Mb/s)."""
+    from sim.world.evaluate import POLICY_FACTORIES, default_guardrails
+
+    scenario = quiet_scenario(
+        market=[],
+        offers=[
+            *({"gpu_model": "RTX 4090", "price_usd_per_h": 0.50, "inet_down_mbps": 50.0} for _ in range(8)),
+            {"gpu_model": "RTX 4090", "price_usd_per_h": 0.52, "inet_down_mbps": 2000.0},
+        ],
+        startup={"startup_s": {"min": 600, "max": 600}, "image_gb": 10.0},
+    )
+    trace = Trace.of([10] * 60 + [0] * 60, "cold")
+    world = WorldConfig(initial_machines=0)
+    guardrails = default_guardrails(world, scenario, trace)
+    engine = Engine(trace, POLICY_FACTORIES["predictive"](guardrails), scenario, 0, world, guardrails=guardrails)
+    engine.run()
+    first_rented = min(engine.market.history.startups.items(), key=lambda item: item[1].at)[0]
+    assert first_rented == 9  # the fast link; a calm launch would have taken a cheaper offer (1-8)

@@ -492,6 +492,7 @@ class PredictiveAdapter:
                         cap,
                         interruptible=granted.interruptible,
                         bid_markup=granted.bid_markup,
+                        urgent=granted.launch_priority == "emergency",  # as the provisioner ranks it
                     )
                 )
             elif isinstance(granted, ResumeInstance):
