@@ -535,12 +535,18 @@ async def test_observed_throughput_from_the_demand_signal_reorders_offers(
             fleet_capacity_tasks_per_h=100, backlog_worker_hours=0, above_capacity_for_s=0, signal_seq=1,
             throughput_by_gpu_model_tasks_per_h={"RTX 4090": 40.0},  # this fleet's 4090s do a third of the table
         )  # fmt: skip
-        await js.publish(settings.subjects.demand_signal, signal.model_dump_json().encode())
+        published = 0
 
         async def best() -> int:
             return (await ask_offers(nc, settings)).offers[0].offer_id
 
         async def the_3090_leads() -> bool:
+            # demand publishes a signal every tick; one sent before the provisioner's subscription was bound (a
+            # loaded machine starts it late) is not delivered to it, so the next one is, as in production
+            nonlocal published
+            published += 1
+            fresh = signal.model_copy(update={"signal_seq": published})
+            await js.publish(settings.subjects.demand_signal, fresh.model_dump_json().encode())
             return await best() == OFFER_C
 
         await eventually(the_3090_leads, timeout_s=10)
