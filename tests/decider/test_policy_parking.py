@@ -138,3 +138,15 @@ def test_the_decider_turns_the_levers_on_from_its_settings(monkeypatch: pytest.M
     config = DeciderSettings().policy_config()
     assert config.park and config.bid_share == 0.5
     assert not PolicyConfig().park and PolicyConfig().bid_share == 0.0  # off unless asked for
+
+
+def test_a_paused_bids_capacity_is_replaced_at_once_from_the_parked_pool() -> None:
+    """vast resumes an outbid machine only when the market lets it: the demand it served is served now, by a
+    parked machine (minutes), in the run that sees the pause, even when nothing else calls for a launch."""
+    steady = signal(NOW, rate_per_h=600, producing_workers=4, windows=[window(300, 600), window(3600, 600)])
+    paused = parked(800, 5 * 60).model_copy(update={"park_reason": ParkReason.OUTBID})
+    pool = [parked(700, HOUR_S), parked(701, 2 * HOUR_S)]
+    levers = PolicyConfig(park=True, bid_share=0.5)
+    rec = recommend(steady, snapshot(NOW, [*producing(4, NOW), paused, *pool]), NOW, levers)
+    assert [(plan.instance_id, plan.reason) for plan in rec.resumes] == [(700, LaunchReason.REPLACEMENT)]
+    assert rec.removals == ()  # the paused bid is kept: vast may start it again within the give-up time

@@ -391,8 +391,10 @@ def recommend(
                  if (now - line.state_since).total_seconds() >= config.outbid_give_up_s]  # fmt: skip
     launches: list[LaunchPlan] = []
     rate_deficit = target - capacity
-    # lost capacity the forecast needs is replaced at once
-    replacements = min(max(0, rate_deficit), len(fleet.failed) + len(stalled))
+    # lost capacity the forecast needs is replaced at once, a paused bid's too: it comes back only when the market
+    # lets it, and waiting for that (or for the give-up) left a whole GPU model's bids unserved while the queue
+    # grew (train seeds); if it does come back, the surplus is parked or given back like any other
+    replacements = min(max(0, rate_deficit), len(fleet.failed) + len(stalled) + len(fleet.outbid))
     if planned_from_rate:
         growth = max(0, rate_deficit) - replacements
     elif undrainable or nobody_serving:
