@@ -472,6 +472,7 @@ class Engine:
         self._set_billed(machine, False)
         self.committed_usd_per_h = max(0.0, self.committed_usd_per_h - machine.price_usd_per_h)
         machine.parking = False
+        machine.waiting_for_gpu_since_s = None  # a start called off while it waited is no longer waiting
         self._set_state(machine, MachineState.PARKED)
         self.parks += 1
         self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "parked"))
@@ -673,8 +674,9 @@ class Engine:
             if not isinstance(action, Remove):
                 continue
             machine = self.machines.get(action.instance_id)
-            if machine is None or machine.state is not MachineState.RESUMING:
-                continue
+            parks_it = action.verb == "stop" or action.reason == RemovalReason.PARK.value
+            if machine is None or machine.state is not MachineState.RESUMING or parks_it:
+                continue  # parked again, not given up: a later resume draws its GPU anew
             if machine.waiting_for_gpu_since_s is None:
                 continue
             given_up += 1

@@ -139,3 +139,22 @@ def test_a_predictive_resume_that_finds_its_gpu_taken_is_replaced_within_the_dec
     # fleet gives a resume up after its wait for the GPU (FLEETPILOT_FLEET_RESUME_WAIT_S), not hours later
     assert 0 < run_result.failed_resume_wait_max_s <= 3600
     assert run_result.tasks_completed == pytest.approx(run_result.tasks_submitted)
+
+
+def test_a_waiting_resume_parked_again_is_not_counted_as_given_up() -> None:
+    taken_for_good = quiet_scenario(
+        market=[{"gpu_model": "RTX 4090", "count": 1, "price_usd_per_h": {"min": 0.5, "max": 0.5}}],
+        stop_start={"gpu_taken_per_stopped_h": 1000.0, "gpu_free_after_s": None},
+    )
+
+    def script(view):
+        actions = parking_script({})(view)
+        if view.now_s == RESUME_AT + 600:
+            actions = [Remove(1, "stop", "park")]  # called off while it waits: parked again
+        if view.now_s == RESUME_AT + 3600:
+            actions = [Remove(1, "destroy", "idle")]  # given back from parked, not from a failed start
+        return actions
+
+    result = run(script, taken_for_good)
+    assert result.resumes_gpu_taken == 1 and result.parks == 2
+    assert result.failed_resumes_given_up == 0 and result.failed_resume_wait_max_s == 0
