@@ -12,6 +12,8 @@ import pytest
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
+from services.decider.decision import policy_actions
+from services.decider.policy import PolicyConfig, recommend
 from services.provisioner.app import ProvisionerService
 from shared.clock import SimulatedClock
 from shared.contract import (
@@ -33,6 +35,7 @@ from shared.settings import Settings
 from sim.vast.scenario import Endpoint, Scenario
 from sim.vast.server import VastSimulator
 from sim.vast.world import CreateRequest
+from tests.decider.factories import signal
 from tests.fleet.test_app import Bus as FleetBus
 from tests.fleet.test_app import running_fleet
 from tests.helpers import eventually
@@ -207,17 +210,27 @@ async def test_a_resume_on_a_gpu_taken_meanwhile_fails_as_gpu_taken_so_it_can_be
         sim_clock.advance(1800)  # fleet's default wait for a resume's GPU
         failed = await line_of(fleet, instance_id, S.FAILED, ticking=True)
         trigger = await eventually(lambda: fleet.trigger("p0", TriggerReason.INSTANCE_FAILED))
-        destroy = DestroyInstance(
-            **COMMON,
-            idempotency_key="destroy-0002",
-            instance_id=instance_id,
-            reason=RemovalReason.FAILED,
-        )
-        await send(js, settings, "destroy", destroy)
-        assert (await bus.result_for("destroy-0002")).outcome == "done"
+        # the decider run that trigger wakes: the real policy on fleet's snapshot, with tasks waiting, and its
+        # commands sent to the provisioner as the decider sends them
+        snapshot = await fleet.ask_snapshot()
+        waiting_tasks = signal(sim_clock.now(), pending=40, rate_per_h=120)
+        recommendation = recommend(waiting_tasks, snapshot, sim_clock.now(), PolicyConfig(park=True))
+        commands = policy_actions(recommendation, "decider-run-gpu-taken", sim_clock.now(), "decider")
+        verbs = {LaunchInstances: "launch", DestroyInstance: "destroy"}
+        for command in commands:
+            await send(js, settings, verbs[type(command)], command)
+        results = [await bus.result_for(command.idempotency_key) for command in commands]
     assert failed.failure_reason is FailureReason.GPU_TAKEN
     assert trigger.instance_id == instance_id
     assert "rented by someone else" in (trigger.detail or "")
+    # replaced within that one run: the failed start destroyed and a new machine created on vast
+    assert [(type(c).__name__, r.outcome) for c, r in zip(commands, results, strict=True)] == [
+        ("LaunchInstances", "done"),
+        ("DestroyInstance", "done"),
+    ]
+    assert isinstance(commands[0], LaunchInstances) and commands[0].reason is LaunchReason.REPLACEMENT
+    [replacement] = results[0].instance_ids
+    assert replacement != instance_id and replacement in simulator.world.instances
     assert simulator.world.instances[instance_id].destroyed_at is not None
 
 
