@@ -46,19 +46,20 @@ CATALOG: dict[str, GpuModel] = {
 }
 
 
-def _normalise(name: str) -> str:
+def normalised(name: str) -> str:
+    """A GPU name as every part of FleetPilot compares it: case, underscores and repeated spaces ignored."""
     # the vast CLI writes spaces as underscores in queries ("RTX_4090"); accept either spelling
     return " ".join(name.replace("_", " ").split()).upper()
 
 
-_BY_NORMALISED = {_normalise(name): model for name, model in CATALOG.items()}
+_BY_NORMALISED = {normalised(name): model for name, model in CATALOG.items()}
 
 
 def find(name: str | None) -> GpuModel | None:
     """The catalog entry for a vast.ai `gpu_name` (case and underscores ignored), or None if unknown."""
     if not name:
         return None
-    return _BY_NORMALISED.get(_normalise(name))
+    return _BY_NORMALISED.get(normalised(name))
 
 
 def reference_tasks_per_h(name: str | None) -> float | None:

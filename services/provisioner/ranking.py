@@ -35,12 +35,12 @@ class OfferConstraints:
 
     @cached_property  # read for every offer of a search: built once
     def allowed_keys(self) -> frozenset[str]:
-        return frozenset(_key(m) for m in self.allowed_gpu_models)
+        return frozenset(gpu_models.normalised(m) for m in self.allowed_gpu_models)
 
     def narrowed_to(self, gpu_models_wanted: Iterable[str], max_price_usd_per_h: float | None) -> OfferConstraints:
         """A command's own wishes, never wider than the configuration: the intersection of models, the lower cap."""
-        wanted = {_key(m) for m in gpu_models_wanted}
-        models = tuple(m for m in self.allowed_gpu_models if not wanted or _key(m) in wanted)
+        wanted = {gpu_models.normalised(m) for m in gpu_models_wanted}
+        models = tuple(m for m in self.allowed_gpu_models if not wanted or gpu_models.normalised(m) in wanted)
         cap = (
             self.max_price_usd_per_h
             if max_price_usd_per_h is None
@@ -67,7 +67,7 @@ class ThroughputKnowledge:
     def per_gpu_tasks_per_h(self, gpu_name: str) -> float | None:
         model = gpu_models.find(gpu_name)
         for name, rate in self.observed_tasks_per_h_by_model.items():
-            if rate > 0 and _key(name) == _key(gpu_name):
+            if rate > 0 and gpu_models.normalised(name) == gpu_models.normalised(gpu_name):
                 return rate
         return model.reference_tasks_per_h if model else None
 
@@ -135,7 +135,7 @@ def search_query(constraints: OfferConstraints, *, limit: int, disk_gb: float) -
 def acceptable(offer: VastOffer, constraints: OfferConstraints) -> bool:
     """Checked again here: a search filter vast ignored must not let a wrong machine through."""
     return (
-        _key(offer.gpu_name) in constraints.allowed_keys
+        gpu_models.normalised(offer.gpu_name) in constraints.allowed_keys
         and offer.dph_total <= constraints.max_price_usd_per_h
         and offer.reliability_score >= constraints.min_reliability
         and (not constraints.verified_only or offer.verified is True)
@@ -200,7 +200,3 @@ def expected_per_gpu_tasks_per_h(
     if ratio is not None and model is not None:
         return model.reference_tasks_per_h * ratio
     return knowledge.per_gpu_tasks_per_h(offer.gpu_name)
-
-
-def _key(gpu_name: str) -> str:
-    return " ".join(gpu_name.replace("_", " ").split()).upper()

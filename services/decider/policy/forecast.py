@@ -78,13 +78,8 @@ def throughput_per_machine(signal: DemandSignal, producing: Sequence[InstanceLin
 def _model_pace(by_model: dict[str, float], gpu_model: str | None) -> float | None:
     if not gpu_model:
         return None
-    if gpu_model in by_model:
-        return by_model[gpu_model]
-    model = gpu_models.find(gpu_model)
-    for name, pace in by_model.items():
-        if model is not None and gpu_models.find(name) is model:
-            return pace
-    return None
+    key = gpu_models.normalised(gpu_model)
+    return next((pace for name, pace in by_model.items() if gpu_models.normalised(name) == key), None)
 
 
 def ready_offsets_s(arriving: Iterable[InstanceLine], now: datetime, startup_s: float) -> list[float]:
