@@ -567,9 +567,7 @@ class Engine:
         machine.removal_reason = removal.reason
         if machine.state is MachineState.LOADING and removal.reason == RemovalReason.STUCK_LOADING.value:
             self.market.failed(machine.offer, IncidentKind.STUCK_LOADING, machine.instance_id, self.now_s)
-        # vast's stop keeps the machine, and a drain for parking ends in one (the decider stops it once drained):
-        # parked once its tasks are done
-        parking = removal.verb == "stop" or removal.reason == RemovalReason.PARK.value
+        parking = removal.parks  # parked once its tasks are done
         if machine.state is MachineState.PRODUCING:
             # no new task; the in-flight ones finish (billed) before the machine is given back or parked
             machine.parking = parking
@@ -674,8 +672,7 @@ class Engine:
             if not isinstance(action, Remove):
                 continue
             machine = self.machines.get(action.instance_id)
-            parks_it = action.verb == "stop" or action.reason == RemovalReason.PARK.value
-            if machine is None or machine.state is not MachineState.RESUMING or parks_it:
+            if machine is None or machine.state is not MachineState.RESUMING or action.parks:
                 continue  # parked again, not given up: a later resume draws its GPU anew
             if machine.waiting_for_gpu_since_s is None:
                 continue

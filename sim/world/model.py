@@ -19,6 +19,7 @@ from services.provisioner.host_history import HostHistory, Incident, IncidentKin
 from services.provisioner.ranking import URGENT_HORIZON_H, OfferConstraints, StartupModel, ThroughputKnowledge, rank
 from services.provisioner.vast_models import VastOffer
 from shared import gpu_models
+from shared.contract import RemovalReason
 from sim.vast.economics import gpu_taken_chance, pull_s, pulled_gb
 from sim.vast.scenario import Fate, FloatRange, Scenario
 
@@ -509,6 +510,11 @@ class Remove:
     instance_id: int
     verb: Literal["drain", "stop", "destroy"] = "drain"
     reason: str = ""
+
+    @property
+    def parks(self) -> bool:
+        """vast's stop keeps the machine, and a drain for parking ends in one (the decider stops it once drained)."""
+        return self.verb == "stop" or self.reason == RemovalReason.PARK.value
 
 
 @dataclass(frozen=True)
