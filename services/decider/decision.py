@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from services.decider.guardrails import FleetLedger
 from services.decider.policy import Recommendation
 from shared.contract import (
     Action,
@@ -33,6 +34,28 @@ def freshness(occurred_at: datetime | None, now: datetime, max_age_s: float) -> 
 def idempotency_key(run_id: str, index: int) -> str:
     """Fresh per run and action; the provisioner acts on a key at most once."""
     return f"{run_id}-{index}"
+
+
+def without_removals_in_flight(
+    actions: Sequence[Action], ledger: FleetLedger, explanation: str
+) -> tuple[list[Action], str]:
+    """The policy's stops and destroys of machines whose removal an earlier run sent and the fleet does not show
+    carried out yet are left out (never ordered twice), and the explanation says which are awaited."""
+    kept: list[Action] = []
+    awaited: list[str] = []
+    for action in actions:
+        flying = (
+            ledger.removals_in_flight.get(action.instance_id)
+            if isinstance(action, StopInstance | DestroyInstance)
+            else None
+        )
+        if flying is None:
+            kept.append(action)
+        else:
+            awaited.append(f"#{flying.instance_id} ({flying.verb} sent {flying.sent_at:%H:%M})")
+    if not awaited:
+        return kept, explanation
+    return kept, f"{explanation}; awaiting removals already sent: {', '.join(awaited)}"
 
 
 def policy_actions(recommendation: Recommendation, run_id: str, now: datetime, source: str) -> list[Action]:

@@ -56,6 +56,11 @@ RATE_WINDOW_S = 3600.0
 LAUNCH_PENDING_S = 900.0
 # fleet stamps created_at when it first sees the instance; allow that much clock difference with the send
 CREATED_AT_SKEW_S = 5.0
+# A stop or destroy sent is in flight until the snapshot shows the machine move on, for at most this long: a
+# removal re-ordered every run while the first waits in the command queue flooded it (one demo on a busy
+# machine ordered one destroy 66 times; the queue held 677 duplicates and real destroys waited hours behind
+# them, billing). After this long without a move the first is taken as lost and may be ordered again.
+REMOVAL_IN_FLIGHT_S = 900.0
 
 
 class GuardrailRule(StrEnum):
@@ -73,6 +78,7 @@ class GuardrailRule(StrEnum):
     LOCK_LOST = "lock_lost"  # applied by the runner: a stale lock holder must not act
     BENCH_NOT_FAILED = "bench_not_failed"  # bench_failed named for a machine whose benchmark did not fail
     NOT_PARKED = "not_parked"  # a resume for a machine that is not parked by us
+    REMOVAL_IN_FLIGHT = "removal_in_flight"  # a stop or destroy of this machine was sent and not carried out yet
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,34 @@ class SentLaunch:
 
 
 @dataclass(frozen=True)
+class SentRemoval:
+    """A stop or destroy already published (kept in Redis for REMOVAL_IN_FLIGHT_S: never ordered twice)."""
+
+    idempotency_key: str
+    sent_at: datetime
+    instance_id: int
+    verb: str  # "stop" or "destroy"
+
+
+def removals_in_flight(
+    sent: Sequence[SentRemoval], snapshot: FleetSnapshot | None, now: datetime
+) -> dict[int, SentRemoval]:
+    """Per instance, its latest removal still in flight: sent within REMOVAL_IN_FLIGHT_S, and the machine still
+    in the snapshot in the state it had then (a move since the send means the provisioner acted on it)."""
+    if snapshot is None:
+        return {}
+    moved_at = {line.instance_id: line.state_since for line in snapshot.instances}
+    flying: dict[int, SentRemoval] = {}
+    for removal in sorted(sent, key=lambda r: r.sent_at):
+        since = moved_at.get(removal.instance_id)
+        if since is None or (now - removal.sent_at).total_seconds() >= REMOVAL_IN_FLIGHT_S:
+            continue
+        if since <= removal.sent_at + timedelta(seconds=CREATED_AT_SKEW_S):
+            flying[removal.instance_id] = removal
+    return flying
+
+
+@dataclass(frozen=True)
 class FleetLedger:
     """The guardrails' view of the fleet, updated as actions are allowed within a run."""
 
@@ -114,6 +148,8 @@ class FleetLedger:
     resumed: frozenset[int] = field(default_factory=frozenset)
     # instances whose benchmark really failed: a missing report (verdict `unknown`) is no reason to remove one
     bench_failed: frozenset[int] = field(default_factory=frozenset)
+    # stops and destroys sent in earlier runs that the snapshot does not show carried out yet
+    removals_in_flight: Mapping[int, SentRemoval] = field(default_factory=dict)
 
     @cached_property  # read by every rule of every action; a ledger changes only by `replace`, a new object
     def producing(self) -> int:
@@ -154,6 +190,7 @@ def ledger_from(
     now: datetime,
     *,
     stale: bool,
+    removals: Sequence[SentRemoval] = (),
 ) -> FleetLedger:
     pending = unobserved_launches(sent, snapshot, now) if snapshot else list(sent)
     states = {line.instance_id: line.state for line in snapshot.instances} if snapshot else {}
@@ -181,6 +218,7 @@ def ledger_from(
             for line in (snapshot.instances if snapshot else [])
             if line.park_reason is ParkReason.OUTBID
         ),
+        removals_in_flight=removals_in_flight(removals, snapshot, now),
     )
 
 
@@ -317,6 +355,12 @@ def _check_removal(
         refusal = GuardrailRule.UNKNOWN_INSTANCE, f"#{iid} is not in the fleet snapshot"
     elif iid in ledger.removed:
         refusal = GuardrailRule.ALREADY_REMOVED, f"#{iid} was already removed in this run"
+    elif (flying := ledger.removals_in_flight.get(iid)) is not None and verb != "drain":
+        refusal = (
+            GuardrailRule.REMOVAL_IN_FLIGHT,
+            f"a {flying.verb} of #{iid} was sent at {flying.sent_at:%H:%M:%S} ({flying.idempotency_key}) and "
+            f"the fleet does not show it carried out yet: not ordered again",
+        )
     elif action.reason is RemovalReason.BENCH_FAILED and iid not in ledger.bench_failed:
         refusal = (
             GuardrailRule.BENCH_NOT_FAILED,

@@ -23,7 +23,7 @@ from typing import cast
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from services.decider.guardrails import RATE_WINDOW_S, SentLaunch
+from services.decider.guardrails import RATE_WINDOW_S, REMOVAL_IN_FLIGHT_S, SentLaunch, SentRemoval
 
 # KEYS: lock, fence counter, fence holder. ARGV: owner, ttl ms, process identity.
 # Returns the token (new when another process held the fence last), or 0 when someone holds the lock.
@@ -105,6 +105,7 @@ class RedisSingleFlight:
         self.covered_key = f"{prefix}:covered"
         self.wakeups_key = f"{prefix}:wakeups"
         self.launches_key = f"{prefix}:launches"
+        self.removals_key = f"{prefix}:removals"
 
     @property
     def _ttl_ms(self) -> int:
@@ -207,6 +208,23 @@ class RedisSingleFlight:
                 SentLaunch(fields["key"], _dt(score), int(fields["count"]), float(fields["worst_price_usd_per_h"]))
             )
         return launches
+
+    async def record_removal(self, lease: Lease, removal: SentRemoval) -> None:
+        member = json.dumps({"key": removal.idempotency_key, "instance_id": removal.instance_id, "verb": removal.verb})
+        await self._call(_FENCED_ZADD, [self.lock_key, self.removals_key], [lease.value, _ts(removal.sent_at), member])
+
+    async def recent_removals(self, now: datetime) -> list[SentRemoval]:
+        """Stops and destroys any replica sent within REMOVAL_IN_FLIGHT_S (a restart does not forget them)."""
+        try:
+            await self.redis.zremrangebyscore(self.removals_key, "-inf", _ts(now) - REMOVAL_IN_FLIGHT_S)
+            rows = cast(list[tuple[str, float]], await self.redis.zrange(self.removals_key, 0, -1, withscores=True))
+        except (RedisError, OSError) as error:
+            raise LockUnavailable(str(error)) from error
+        removals = []
+        for member, score in rows:
+            fields = json.loads(member)
+            removals.append(SentRemoval(fields["key"], _dt(score), int(fields["instance_id"]), str(fields["verb"])))
+        return removals
 
     async def close(self) -> None:
         await self.redis.aclose()

@@ -16,12 +16,19 @@ from datetime import datetime, timedelta
 
 from services.decider.advisor import Advisor, AdvisorOutcome, RunInputs
 from services.decider.config import DeciderSettings
-from services.decider.decision import clamp_next_check_s, policy_actions, run_outcome, snapshot_digest
+from services.decider.decision import (
+    clamp_next_check_s,
+    policy_actions,
+    run_outcome,
+    snapshot_digest,
+    without_removals_in_flight,
+)
 from services.decider.guardrails import (
     FleetLedger,
     GuardrailConfig,
     GuardrailRule,
     SentLaunch,
+    SentRemoval,
     check,
     ledger_from,
     unobserved_launches,
@@ -38,6 +45,7 @@ from shared.contract import (
     AgentTrace,
     BenchRequest,
     DecisionRecord,
+    DestroyInstance,
     DrainInstance,
     GuardrailVerdict,
     LaunchInstances,
@@ -151,6 +159,12 @@ class RunPorts:
             with contextlib.suppress(LockUnavailable):
                 await d.single_flight.record_launch(
                     self.lease, SentLaunch(action.idempotency_key, now, action.count, price)
+                )
+        if isinstance(action, StopInstance | DestroyInstance):
+            verb = "stop" if isinstance(action, StopInstance) else "destroy"
+            with contextlib.suppress(LockUnavailable):
+                await d.single_flight.record_removal(
+                    self.lease, SentRemoval(action.idempotency_key, now, action.instance_id, verb)
                 )
         return verdict, ledger
 
@@ -356,9 +370,10 @@ class Decider:
             )
         try:
             sent = await self.single_flight.recent_launches(started_at)
+            removals = await self.single_flight.recent_removals(started_at)
         except LockUnavailable:
-            lease.lost, sent = True, []
-        ledger = ledger_from(data.snapshot, data.signal, sent, started_at, stale=data.stale)
+            lease.lost, sent, removals = True, [], []
+        ledger = ledger_from(data.snapshot, data.signal, sent, started_at, stale=data.stale, removals=removals)
         pending_launches = (
             sum(p.count for p in unobserved_launches(sent, data.snapshot, started_at)) if data.snapshot else 0
         )
@@ -370,6 +385,7 @@ class Decider:
                 f" policy alone would: {explanation}"
             )
         actions = policy_actions(recommendation, run_id, started_at, SERVICE) if recommendation else []
+        actions, explanation = without_removals_in_flight(actions, ledger, explanation)
         messages = [self.operator_messages[r.event_id] for r in refs if r.event_id in self.operator_messages]
         inputs = RunInputs(
             run_id=run_id,

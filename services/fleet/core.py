@@ -338,7 +338,9 @@ class FleetCore:
             target = S.RESUMING  # vast runs it again (an outbid bid won again): back once its worker works
         reason = (observed.failure_reason or FailureReason.VAST_ERROR) if target == S.FAILED else None
         detail = f"provisioner: vast {observed.vast_actual_status or '-'}"
-        if observed.vast_status_msg:
+        if target == S.GONE and observed.gone_because:
+            detail = f"provisioner: {observed.gone_because}"
+        elif observed.vast_status_msg:
             detail += f" ({observed.vast_status_msg[:200]})"
         return self._move(record, target, at_s, detail, reason)
 

@@ -228,6 +228,7 @@ class Provisioner:
         for incident in outcome.incidents:
             self.history.record(incident)
         await self.store.save_instances(list(outcome.known.values()))
+        await self._destroy_listed_after_gone()
         await self._forget_long_gone()
         if outcome.incidents or started:
             await self.store.save_history(self.history)
@@ -300,6 +301,26 @@ class Provisioner:
             ],
             unreadable_rows=unreadable_rows,
         )
+
+    async def _destroy_listed_after_gone(self) -> None:
+        """An instance we destroyed that vast still lists after a few lists may still bill: destroy it again,
+        once every `gone_after_missing_lists` lists (a failure is logged and tried at the next round)."""
+        every = max(1, self.config.gone_after_missing_lists)
+        for instance in list(self.known.values()):
+            if instance.state is not InstanceState.GONE or instance.listed_after_gone < every:
+                continue
+            if instance.listed_after_gone % every:
+                continue
+            log.warning(
+                "instance %s is gone (%s) but vast still lists it after %d lists: destroying it again",
+                instance.instance_id, instance.gone_because, instance.listed_after_gone,
+            )  # fmt: skip
+            try:
+                await self.client.destroy_instance(instance.instance_id)
+            except InstanceNotFound:
+                pass
+            except VastError as error:
+                log.warning("destroying %s again failed: %s", instance.instance_id, error)
 
     async def _forget_long_gone(self) -> None:
         now = self.clock.now()
@@ -575,9 +596,12 @@ class Provisioner:
                 f"instance {instance_id} is not FleetPilot's (no label of ours): not touched",
             )  # fmt: skip
         if instance.state is InstanceState.GONE:
+            # said again: a fleet that missed the first word (or asks because it still shows the machine) hears it
+            await self._publish_instance(instance)
             outcome: Literal["done", "refused"] = "done" if verb == "destroy" else "refused"
             rule = None if verb == "destroy" else RefusalRule.UNKNOWN_INSTANCE
-            return self._result(command, verb, outcome, rule, f"instance {instance_id} is already gone", [instance_id])
+            detail = f"instance {instance_id} is already gone ({instance.gone_because or 'reason not recorded'})"
+            return self._result(command, verb, outcome, rule, detail, [instance_id])
         await self._keep_alive(heartbeat)
         try:
             if verb == "stop":
@@ -585,7 +609,7 @@ class Provisioner:
             else:
                 await self.client.destroy_instance(instance_id)
         except InstanceNotFound:
-            await self._mark_gone(instance)
+            await self._mark_gone(instance, f"vast no longer has it (answered a {verb} by {command.idempotency_key})")
             if verb == "destroy":
                 return self._result(command, verb, "done", None, "vast no longer has it", [instance_id])
             return self._result(command, verb, "failed", RefusalRule.UNKNOWN_INSTANCE, "vast no longer has it")
@@ -595,7 +619,8 @@ class Provisioner:
             return self._result(command, verb, "failed", RefusalRule.VAST_ERROR, str(error), [instance_id])
         await self._learn_from_removal(instance, command)
         if verb == "destroy":
-            await self._mark_gone(instance)
+            by = f"destroyed ({command.reason.value}) by {command.requested_by}, key {command.idempotency_key}"
+            await self._mark_gone(instance, by)
             return self._result(command, verb, "done", None, f"{verb} sent", [instance_id])
         parking = command.reason is RemovalReason.PARK
         stopped = instance.model_copy(
@@ -654,7 +679,7 @@ class Provisioner:
         try:
             await self.client.start_instance(instance_id)
         except InstanceNotFound:
-            await self._mark_gone(instance)
+            await self._mark_gone(instance, f"vast no longer has it (answered a resume by {command.idempotency_key})")
             return self._result(command, "resume", "failed", RefusalRule.UNKNOWN_INSTANCE, "vast no longer has it")
         except VastAuthError as error:
             return self._result(command, "resume", "failed", RefusalRule.AUTH, str(error))
@@ -673,8 +698,10 @@ class Provisioner:
         detail = f"start sent: resuming at ${instance.price_usd_per_h:.2f}/h ({command.reason.value})"
         return self._result(command, "resume", "done", None, detail, [instance_id])
 
-    async def _mark_gone(self, instance: KnownInstance) -> None:
-        gone = instance.model_copy(update={"state": InstanceState.GONE, "state_since": self.clock.now()})
+    async def _mark_gone(self, instance: KnownInstance, because: str) -> None:
+        gone = instance.model_copy(
+            update={"state": InstanceState.GONE, "state_since": self.clock.now(), "gone_because": because[:300]}
+        )
         self.known[instance.instance_id] = gone
         await self.store.save_instances([gone])
         await self._publish_instance(gone)
@@ -789,6 +816,7 @@ class Provisioner:
                 vast_status_msg=(instance.vast_status_msg or "")[:1000] or None,
                 adopted=instance.adopted,
                 interruptible=bool(instance.is_bid),
+                gone_because=instance.gone_because if instance.state is InstanceState.GONE else None,
             )
         )
         self._unpublished.discard(instance.instance_id)

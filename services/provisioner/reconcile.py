@@ -62,6 +62,10 @@ class KnownInstance(BaseModel):
     state_since: datetime
     adopted: bool = False
     missing_lists: int = 0  # consecutive successful lists that did not show it
+    # gone: what removed it (our destroy, with its reason and key, or vast no longer listing it)
+    gone_because: str | None = None
+    # gone by our destroy, yet still listed: lists since (vast deletes asynchronously; past a few, destroy again)
+    listed_after_gone: int = 0
 
     @property
     def committed_usd_per_h(self) -> float:
@@ -210,6 +214,11 @@ def reconcile(
     for row in listed:
         seen.add(row.id)
         current = known.get(row.id)
+        if current is not None and current.state is InstanceState.GONE:
+            # gone is terminal here as in fleet: a destroyed instance vast still lists (its delete is asynchronous)
+            # is never revived into a state nobody will act on; the caller destroys it again after a few lists
+            result.known[row.id] = current.model_copy(update={"listed_after_gone": current.listed_after_gone + 1})
+            continue
         if current is None:
             if parse_label(row.label) is None:
                 result.foreign.append(row)  # someone else's: report, never touch
@@ -259,7 +268,12 @@ def reconcile(
         missing = current.missing_lists + 1
         if missing >= gone_after_missing_lists:
             gone = current.model_copy(
-                update={"state": InstanceState.GONE, "state_since": now, "missing_lists": missing}
+                update={
+                    "state": InstanceState.GONE,
+                    "state_since": now,
+                    "missing_lists": missing,
+                    "gone_because": f"vast no longer lists it ({missing} lists in a row)",
+                }
             )
             result.known[instance_id] = gone
             result.gone.append(gone)

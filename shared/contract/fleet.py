@@ -81,6 +81,12 @@ class InstanceObserved(Event):
     vast_status_msg: str | None = Field(default=None, max_length=1000)
     adopted: bool = Field(default=False, description="found by reconciliation rather than launched by this process")
     interruptible: bool = Field(default=False, description="a bid (vast's `is_bid`): paused whenever outbid")
+    gone_because: str | None = Field(
+        default=None,
+        max_length=300,
+        description="with state gone: what removed it (the command's verb, reason and idempotency key, or vast "
+        "no longer listing it)",
+    )
 
 
 class InstanceTransitioned(Event):

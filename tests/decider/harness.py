@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
@@ -19,7 +19,9 @@ from shared.clock import Clock, RealClock
 from shared.contract import DecisionRecord, DemandSignal, Event, FleetSnapshot, Trigger
 from shared.service import ServiceContext
 from shared.settings import Settings
-from shared.streams import LATEST, TRIGGERS
+from shared.streams import COMMANDS, LATEST, TRIGGERS
+
+CommandModel = TypeVar("CommandModel", bound=BaseModel)
 
 FAST = {
     "run_at_start": False,
@@ -87,6 +89,22 @@ async def running_decider(
         yield decider, ctx
     finally:
         await app.stop()
+
+
+async def queued_commands(
+    js: JetStreamContext, settings: Settings, verb: str, model: type[CommandModel]
+) -> list[CommandModel]:
+    """The commands of one verb waiting in the work queue (nothing consumes them in these tests), oldest first."""
+    name = COMMANDS.name(settings.subjects)
+    info = await js.stream_info(name)
+    found: list[CommandModel] = []
+    if info.state.messages == 0:
+        return found
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        raw = await js.get_msg(name, seq)
+        if raw.subject == settings.subjects.provision_command(verb):
+            found.append(model.model_validate_json(raw.data or b""))
+    return found
 
 
 def sample(ctx: ServiceContext, name: str, **labels: str) -> float:

@@ -24,7 +24,7 @@ from shared.contract import (
     TriggerReason,
 )
 from shared.settings import Settings
-from shared.streams import COMMANDS, OPERATOR, TRIGGERS
+from shared.streams import OPERATOR, TRIGGERS
 from sim.infra import RedisServer
 from tests.decider.factories import producing, signal, snapshot
 from tests.decider.harness import (
@@ -33,6 +33,7 @@ from tests.decider.harness import (
     publish,
     publish_inputs,
     publish_trigger,
+    queued_commands,
     running_decider,
     sample,
 )
@@ -100,15 +101,7 @@ class ScriptedAdvisor:
 
 
 async def launch_commands(js: JetStreamContext, settings: Settings) -> list[LaunchInstances]:
-    info = await js.stream_info(COMMANDS.name(settings.subjects))
-    commands: list[LaunchInstances] = []
-    if info.state.messages == 0:
-        return commands
-    for seq in range(info.state.first_seq, info.state.last_seq + 1):
-        raw = await js.get_msg(COMMANDS.name(settings.subjects), seq)
-        if raw.subject == settings.subjects.provision_command("launch"):
-            commands.append(LaunchInstances.model_validate_json(raw.data or b""))
-    return commands
+    return await queued_commands(js, settings, "launch", LaunchInstances)
 
 
 async def test_a_p0_trigger_runs_at_once_and_the_run_is_audited(
