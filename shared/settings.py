@@ -9,12 +9,13 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from functools import cached_property
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shared.clock import Clock, RealClock, ScaledClock
+from shared.clock import Clock, ClockControl, GovernedClock, RealClock, ScaledClock
 from shared.contract.audit import DeciderMode
 from shared.subjects import Subjects
 
@@ -68,6 +69,10 @@ class Settings(BaseSettings):
     clock_speed: float = Field(default=1.0, gt=0, description="simulated seconds per wall second (demo only)")
     clock_sim_epoch: datetime | None = Field(default=None, description="simulated time at the wall epoch (demo)")
     clock_wall_epoch_s: float | None = Field(default=None, description="wall time (epoch s) of that moment (demo)")
+    clock_control_file: Path | None = Field(
+        default=None, description="a governed clock's shared anchors and speed (the demo's stack writes it)"
+    )
+    clock_offset_s: float = Field(default=0.0, description="how far this process's governed clock runs ahead (tests)")
 
     @cached_property
     def subjects(self) -> Subjects:
@@ -83,6 +88,8 @@ class Settings(BaseSettings):
         return ",".join(without_credentials(url) for url in self.nats_servers)
 
     def make_clock(self) -> Clock:
+        if self.clock_control_file is not None:
+            return GovernedClock(ClockControl(self.clock_control_file), self.clock_offset_s)
         if self.clock_speed == 1.0 and self.clock_sim_epoch is None:
             return RealClock()
         sim_epoch = self.clock_sim_epoch or datetime.now(UTC)

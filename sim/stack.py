@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from shared.clock import ClockControl
+from sim.clock_governor import ClockGovernor
 from sim.infra import NatsCluster, NatsServer, RedisServer, free_port, serves_on, stop_process
 
 SERVICES = ("demand", "fleet", "provisioner", "decider", "bench")
@@ -23,6 +25,9 @@ TRACES_DIR = Path(__file__).resolve().parent / "traces"
 DEMO_API_KEY = "demo-key-not-a-secret"
 BENCH_REPORT_TOKEN = "demo-bench-token-not-a-secret"
 AGENT_FACTORY = "services.decider.agent.agent:create_agent"
+# A governed stack's clock runs this fast while the processes start (imports, connections: seconds of CPU on a
+# busy machine), and at the plan's speed from the first task on: starting up costs no simulated hours.
+STARTUP_SPEED = 30.0
 
 
 @dataclass(frozen=True)
@@ -66,8 +71,15 @@ class Stack:
         vast_scenario: Path | None = None,
         log_level: str = "warning",
         nats_nodes: int = 1,
+        governed: bool = False,
     ) -> None:
+        """`governed`: the clock slows while the processes wait for a CPU (the demo; see sim/clock_governor.py);
+        otherwise it runs at the plan's speed throughout, as the fault suite's wall-time windows expect."""
         self.plan = plan
+        self.governed = governed
+        self.clock_path = workdir / "clock"
+        self.clock: ClockControl | None = None
+        self.governor: ClockGovernor | None = None
         self.workdir = workdir
         self.api_key = api_key
         self.vast_scenario = vast_scenario
@@ -105,6 +117,9 @@ class Stack:
                 "FLEETPILOT_CLOCK_SPEED": str(self.plan.speed),
                 "FLEETPILOT_CLOCK_SIM_EPOCH": sim_epoch.isoformat(),
                 "FLEETPILOT_CLOCK_WALL_EPOCH_S": repr(self.wall_epoch_s),
+                # every process reads the one clock the stack (and its governor) writes
+                "FLEETPILOT_CLOCK_CONTROL_FILE": str(self.clock_path),
+                "FLEETPILOT_CLOCK_OFFSET_S": repr(self.clock_offsets_s.get(name or "", 0.0)),
                 "FLEETPILOT_HTTP_HOST": "127.0.0.1",
                 "FLEETPILOT_DECIDER_ADVISOR": AGENT_FACTORY,
                 "FLEETPILOT_BENCH_REPORT_TOKEN": BENCH_REPORT_TOKEN,
@@ -134,6 +149,10 @@ class Stack:
         self.nats.start()
         self.redis.start()
         self.wall_epoch_s = time.time()
+        speed = min(self.plan.speed, STARTUP_SPEED) if self.governed else self.plan.speed
+        self.clock = ClockControl.create(self.clock_path, self.sim_epoch, self.wall_epoch_s, speed)
+        if self.governed:
+            self.governor = ClockGovernor(self.clock, self.plan.speed, self.pids)
         cli = ["-m", "services.cli.main"]
         self.ensure_streams(cli)
         vast = [*cli, "sim", "vast", "--port", str(self.ports["vast"]), "--speed", str(self.plan.speed)]
@@ -188,7 +207,15 @@ class Stack:
         if done.returncode != 0:
             raise RuntimeError(f"`fleetpilot streams ensure` failed: {(self.workdir / 'streams.log').read_text()}")
 
+    def pids(self) -> list[int]:
+        """Every process of the stack that is running: the services, the stand-ins, nats-server and redis-server."""
+        servers = [self.redis, *(self.nats.nodes if isinstance(self.nats, NatsCluster) else [self.nats])]
+        popens = [*self.processes.values(), *(server.process for server in servers if server.process is not None)]
+        return [p.pid for p in popens if p.poll() is None]
+
     def start_jobs(self) -> None:
+        if self.governor is not None:
+            self.governor.start()  # the plan's speed from the first task on, governed
         self.spawn(
             "jobs",
             [
@@ -261,6 +288,8 @@ class Stack:
         return [name for name, p in self.processes.items() if p.poll() is not None and name != "jobs"]
 
     def close(self) -> None:
+        if self.governor is not None:
+            self.governor.stop()
         # the services and the job stand-in first, then the stand-ins they call: a provisioner whose vast.ai went
         # first spent its last 15 s retrying into the log
         callers = [p for name, p in self.processes.items() if name in (*SERVICES, "jobs")]
@@ -280,4 +309,14 @@ class Stack:
         self.nats.stop()
 
     def now(self) -> datetime:
-        return self.sim_epoch + timedelta(seconds=(time.time() - self.wall_epoch_s) * self.plan.speed)
+        if self.clock is None:
+            return self.sim_epoch
+        return datetime.fromtimestamp(self.clock.sim_s(time.time()), UTC)
+
+    def sim_at(self, wall_s: float) -> datetime:
+        """The simulated moment at a past wall time (exact while the speed did not change since)."""
+        if self.clock is None:
+            return self.sim_epoch
+        if self.governor is not None:
+            return datetime.fromtimestamp(self.governor.sim_at(wall_s), UTC)
+        return datetime.fromtimestamp(self.clock.sim_s(wall_s), UTC)

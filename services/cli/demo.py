@@ -17,7 +17,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,14 @@ from rich.table import Table
 
 from services.cli.demo_dashboard import DashboardRecorder
 from services.cli.errors import UserMistake, writable_file
-from shared.contract import DeadLetter, DecisionRecord, DemandSignal, FleetSnapshot, InstanceTransitioned
+from shared.contract import (
+    DeadLetter,
+    DecisionRecord,
+    DemandSignal,
+    FleetSnapshot,
+    InstanceState,
+    InstanceTransitioned,
+)
 from shared.settings import Settings
 from shared.streams import DLQ
 from sim.prometheus import INSTALL_HINT, prometheus_binary
@@ -162,6 +169,26 @@ def wasted_launches(ledger: dict[str, Any], state: LiveState) -> int:
     )
 
 
+def failed_at_end(state: LiveState) -> int:
+    """Machines the last fleet snapshot still showed failed: neither destroyed nor replaced."""
+    if state.snapshot is None:
+        return 0
+    return int(state.snapshot.counts_by_state.get(InstanceState.FAILED, 0))
+
+
+def clock_summary(stack: Stack) -> dict[str, Any]:
+    """How fast the simulated clock really ran: the governor slows it while the stack waits for a CPU."""
+    governor = stack.governor
+    if governor is None:
+        return {"speed_asked": stack.plan.speed, "speed_achieved": stack.plan.speed}
+    return {
+        "speed_asked": stack.plan.speed,
+        "speed_achieved": round(governor.achieved_speed(), 1),
+        "speed_lowest": round(min(governor.log.lowest, stack.plan.speed), 1),
+        "slowed_wall_s": round(governor.log.slowed_s, 1),
+    }
+
+
 def summarise(
     stack: Stack,
     state: LiveState,
@@ -181,6 +208,8 @@ def summarise(
         "wasted_launches": wasted_launches(ledger, state),
         "decisions": dict(state.decision_outcomes),
         "dead_letters": len(state.dead_letters),
+        "failed_at_end": failed_at_end(state),
+        **clock_summary(stack),
         "metrics": metrics,
         "crashed_processes": stack.crashed(),
         # with --dashboard-png: every dashboard panel's query as Prometheus answered it (series, points, error)
@@ -188,8 +217,15 @@ def summarise(
     }
 
 
+# The verdict's bounds on how well the work was done. A machine takes 1-2 h to produce, so the first tasks of a
+# morning wait about that long whatever the policy does: quiet runs of the bundled traces measure a wait p95 of
+# 55-68 min (full and fast); past WAIT_P95_BOUND_MIN the fleet came late or was replaced under the work.
+WAIT_P95_BOUND_MIN = 90.0
+WASTED_LAUNCH_SHARE_BOUND = 0.10  # launches given back or failed before they ever produced
+
+
 def check(summary: dict[str, Any]) -> list[str]:
-    """The sanity the fast demo asserts: each line is a failure."""
+    """The demo's verdict: each line is a failure (the work not done, done badly, or the budget broken)."""
     problems = []
     submitted, completed = summary.get("tasks_submitted", 0), summary.get("tasks_completed", 0)
     if submitted == 0:
@@ -198,6 +234,15 @@ def check(summary: dict[str, Any]) -> list[str]:
         problems.append(f"only {completed} of {submitted} tasks completed")
     if summary["launches"] == 0:
         problems.append("no machine was launched")
+    elif summary["wasted_launches"] > WASTED_LAUNCH_SHARE_BOUND * summary["launches"]:
+        problems.append(
+            f"{summary['wasted_launches']} of {summary['launches']} launches never produced "
+            f"(more than {WASTED_LAUNCH_SHARE_BOUND:.0%})"
+        )
+    if summary.get("failed_at_end"):
+        problems.append(f"{summary['failed_at_end']} machines were left failed at the end, not destroyed")
+    if float(summary.get("wait_p95_min", 0.0)) > WAIT_P95_BOUND_MIN:
+        problems.append(f"task wait p95 {summary['wait_p95_min']} min, over the bound of {WAIT_P95_BOUND_MIN:.0f} min")
     if summary["peak_spend_usd_per_h"] > summary["budget_usd_per_h"] + 1e-9:
         problems.append(f"spend peaked at ${summary['peak_spend_usd_per_h']}/h over the budget")
     if summary["peak_instances"] > summary["max_instances"]:
@@ -218,17 +263,23 @@ def check(summary: dict[str, Any]) -> list[str]:
 
 
 def simulated_time(stack: Stack) -> Callable[[float], datetime]:
-    def at(wall_s: float) -> datetime:
-        return stack.sim_epoch + timedelta(seconds=(wall_s - stack.wall_epoch_s) * stack.plan.speed)
+    return stack.sim_at
 
-    return at
+
+def replay_running(stack: Stack, started_s: float, timeout_s: float) -> bool:
+    """The job system still replays, nothing crashed, and the wall limit is not reached. The limit stretches as
+    the governor slows the clock (a slower clock needs more wall time for the same simulated day), at most 4x."""
+    governor = stack.governor
+    stretch = 1.0 if governor is None else min(4.0, max(1.0, stack.plan.speed / max(1e-9, governor.achieved_speed())))
+    within = time.monotonic() < started_s + timeout_s * stretch
+    return stack.processes["jobs"].poll() is None and within and not stack.crashed()
 
 
 async def run_demo(
     plan: StackPlan, console: Console, live_view: bool, timeout_s: float, dashboard_png: Path | None = None
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="fleetpilot-demo-"))
-    stack = Stack(plan, workdir)
+    stack = Stack(plan, workdir, governed=True)
     state = LiveState()
     recorder = DashboardRecorder(SERVICES, workdir) if dashboard_png else None
     dashboard_panels = None
@@ -243,16 +294,16 @@ async def run_demo(
         nc = await nats.connect(stack.nats.url)
         await follow(nc, state)
         stack.start_jobs()
-        deadline = time.monotonic() + timeout_s
+        started_s = time.monotonic()
         jobs = stack.processes["jobs"]
         if live_view:
             with Live(render(stack, state), console=console, refresh_per_second=2) as live:
-                while jobs.poll() is None and time.monotonic() < deadline and not stack.crashed():
+                while replay_running(stack, started_s, timeout_s):
                     live.update(render(stack, state))
                     await asyncio.sleep(0.5)
         else:
             last_print = 0.0
-            while jobs.poll() is None and time.monotonic() < deadline and not stack.crashed():
+            while replay_running(stack, started_s, timeout_s):
                 if time.monotonic() - last_print > 10:
                     last_print = time.monotonic()
                     s, snap = state.signal, state.snapshot
@@ -260,7 +311,8 @@ async def run_demo(
                         f"{stack.now():%H:%M} demand={s.state.value if s else '-'} "
                         f"pending={s.pending_tasks if s else '-'} "
                         f"fleet={dict((k.value, v) for k, v in snap.counts_by_state.items()) if snap else '-'} "
-                        f"decisions={sum(state.decision_outcomes.values())}"
+                        f"decisions={sum(state.decision_outcomes.values())} "
+                        f"clock=x{stack.clock.read()[2] if stack.clock else stack.plan.speed:.0f}"
                     )
                 await asyncio.sleep(0.5)
         if recorder is not None and dashboard_png is not None:
@@ -316,6 +368,10 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         ("peak instances", f"{summary['peak_instances']} (max {summary['max_instances']})"),
         ("decisions", ", ".join(f"{k} {v}" for k, v in sorted(summary["decisions"].items())) or "none"),
         ("dead letters", str(summary["dead_letters"])),
+        ("failed at the end", str(summary.get("failed_at_end", 0))),
+        ("clock", f"x{summary['speed_asked']:.0f} asked, x{summary['speed_achieved']:.0f} achieved"
+                  + (f" (slowed {summary['slowed_wall_s']:.0f} s of wall time, lowest x{summary['speed_lowest']:.0f})"
+                     if summary.get("slowed_wall_s") else "")),
     ]  # fmt: skip
     for name, value in rows:
         table.add_row(name, value)
@@ -357,7 +413,8 @@ def demo(
     if problems:
         for problem in problems:
             console.print(f"[red]✗ {problem}[/]")
-        if fast:
-            raise typer.Exit(1)
-    else:
-        console.print("[green]✓ work done, budget held, no dead letters, every service exports its metrics[/]")
+        raise typer.Exit(1)
+    console.print(
+        f"[green]✓ work done (wait p95 ≤ {WAIT_P95_BOUND_MIN:.0f} min, ≤ {WASTED_LAUNCH_SHARE_BOUND:.0%} launches "
+        "wasted, no machine left failed), budget held, no dead letters, every service exports its metrics[/]"
+    )

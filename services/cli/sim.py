@@ -79,7 +79,7 @@ def sim_vast(
         world = world.model_copy(update={"seed": seed})
     settings = Settings()
     clock: Clock
-    if speed is not None:
+    if speed is not None and settings.clock_control_file is None:
         # the demo gives every process the same epoch (FLEETPILOT_CLOCK_*), so they all agree on the time
         epoch = settings.clock_sim_epoch or datetime.now(UTC)
         clock = ScaledClock(epoch, settings.clock_wall_epoch_s or time.time(), speed)

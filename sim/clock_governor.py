@@ -1,0 +1,148 @@
+"""The stack's clock governor: slows the shared simulated clock while the stack's processes wait for a CPU.
+
+The demo and the fault suite run every process on one clock, 360 times the wall. On a loaded machine a process
+that waits a second for a CPU misses six simulated minutes: workers look silent, machines are judged dead and
+replaced, and the outcome measures the machine's load instead of FleetPilot. The governor reads how long the
+stack's threads waited on a run queue (`/proc/<pid>/task/<tid>/schedstat`, the kernel's own account), and
+lowers the speed while that wait is a noticeable share of the wall time, raising it back when it is not:
+multiplicative decrease, gentle increase, as a congestion window.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shared.clock import ClockControl
+
+# Fractions of one core: the stack's threads together waited this long on a run queue per wall second. Below
+# LOW the machine keeps up; above HIGH the simulated clock outruns the processes. Chosen from quiet demo runs on
+# a 2-core machine (their wait stays under about 0.1 between bursts) and loaded ones (0.5 and more).
+WAIT_LOW = 0.10
+WAIT_HIGH = 0.25
+SLOW_DOWN = 0.7  # speed × this when the stack waits more than WAIT_HIGH
+SPEED_UP = 1.1  # speed × this when it waits less than WAIT_LOW, up to the asked speed
+MIN_SPEED_SHARE = 0.05  # never below this share of the asked speed (a stopped clock would hide a hung stack)
+INTERVAL_S = 0.5
+
+
+def run_queue_wait_s(pid: int) -> float | None:
+    """Seconds the threads of `pid` have waited on a run queue since they started (None: the process is gone)."""
+    total_ns = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return None
+    for task in tasks:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total_ns += int((task / "schedstat").read_text().split()[1])
+    return total_ns / 1e9
+
+
+def schedstat_available() -> bool:
+    return Path("/proc/self/schedstat").exists()
+
+
+@dataclass
+class SpeedLog:
+    """What the governor did: the speed over wall time, for the summary (asked vs achieved)."""
+
+    asked: float
+    started_wall_s: float = field(default_factory=time.time)
+    started_sim_s: float = 0.0
+    slowed_s: float = 0.0  # wall seconds spent below the asked speed
+    lowest: float = float("inf")
+    peak_wait: float = 0.0
+
+
+class ClockGovernor:
+    """A daemon thread that adjusts `control`'s speed from the run-queue wait of the processes `pids()` names."""
+
+    def __init__(self, control: ClockControl, asked_speed: float, pids: Callable[[], list[int]]) -> None:
+        self.control = control
+        self.asked = asked_speed
+        self.pids = pids
+        self.log = SpeedLog(asked_speed)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_wait: dict[int, float] = {}
+        # (wall s, sim s) at every speed change: maps a wall moment back to its simulated one (the dashboard)
+        self.history: list[tuple[float, float]] = []
+
+    def sim_at(self, wall_s: float) -> float:
+        """The simulated time (epoch s) at a wall moment, through the speed changes recorded since `start`."""
+        index = bisect.bisect_right(self.history, (wall_s, float("inf"))) - 1
+        if index < 0:
+            return self.control.sim_s(wall_s)
+        if index + 1 < len(self.history):
+            (w0, s0), (w1, s1) = self.history[index], self.history[index + 1]
+            return s0 + (wall_s - w0) * (s1 - s0) / max(1e-9, w1 - w0)
+        return self.control.sim_s(wall_s)
+
+    def start(self) -> None:
+        """Run at the asked speed from now on, governed."""
+        now = time.time()
+        self.control.set_speed(self.asked, now)
+        self.log = SpeedLog(self.asked, started_wall_s=now, started_sim_s=self.control.sim_s(now))
+        self.history = [(now, self.log.started_sim_s)]
+        self._last_wait = {}
+        self._sample()
+        if schedstat_available():
+            self._thread = threading.Thread(target=self._loop, name="clock-governor", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+
+    def achieved_speed(self) -> float:
+        """Simulated seconds per wall second since `start`, on average."""
+        now = time.time()
+        elapsed = now - self.log.started_wall_s
+        if elapsed <= 0:
+            return self.asked
+        return (self.control.sim_s(now) - self.log.started_sim_s) / elapsed
+
+    def _sample(self) -> float:
+        """Run-queue wait of the stack since the last sample, summed over its processes (new ones start at 0)."""
+        waited = 0.0
+        seen: dict[int, float] = {}
+        for pid in self.pids():
+            total = run_queue_wait_s(pid)
+            if total is None:
+                continue
+            seen[pid] = total
+            waited += max(0.0, total - self._last_wait.get(pid, total))
+        self._last_wait = seen
+        return waited
+
+    def _loop(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(INTERVAL_S):
+            now = time.monotonic()
+            interval_s = max(1e-3, now - last)
+            last = now
+            self.step(self._sample() / interval_s, interval_s)
+
+    def step(self, wait_share: float, interval_s: float) -> float:
+        """One adjustment from the wait measured over the last interval; returns the new speed."""
+        speed = self.control.read()[2]
+        if wait_share > WAIT_HIGH:
+            speed = max(self.asked * MIN_SPEED_SHARE, speed * SLOW_DOWN)
+        elif wait_share < WAIT_LOW:
+            speed = min(self.asked, speed * SPEED_UP)
+        if speed != self.control.read()[2]:
+            now = time.time()
+            self.control.set_speed(speed, now)
+            self.history.append((now, self.control.sim_s(now)))
+        if speed < self.asked:
+            self.log.slowed_s += interval_s
+        self.log.lowest = min(self.log.lowest, speed)
+        self.log.peak_wait = max(self.log.peak_wait, wait_share)
+        return speed

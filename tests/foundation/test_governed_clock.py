@@ -1,0 +1,64 @@
+"""The demo's governed clock: every process reads one speed, a change never moves time backwards, sleepers follow
+the new speed, and the governor slows the clock while the stack waits for a CPU and gives the speed back after."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from shared.clock import ClockControl, GovernedClock
+from shared.settings import Settings
+from sim.clock_governor import WAIT_HIGH, WAIT_LOW, ClockGovernor, run_queue_wait_s
+
+EPOCH = datetime(2026, 3, 2, tzinfo=UTC)
+
+
+def test_a_speed_change_continues_from_the_time_reached_and_every_reader_sees_it(tmp_path: Path) -> None:
+    path = tmp_path / "clock"
+    control = ClockControl.create(path, EPOCH, wall_anchor_s=1000.0, speed=360.0)
+    reader = ClockControl(path)  # as another process maps the same file
+    assert reader.sim_s(1010.0) == EPOCH.timestamp() + 3600.0
+    control.set_speed(36.0, wall_s=1010.0)
+    assert reader.read()[2] == 36.0
+    assert reader.sim_s(1010.0) == EPOCH.timestamp() + 3600.0  # no jump at the change
+    assert reader.sim_s(1020.0) == EPOCH.timestamp() + 3600.0 + 360.0
+
+
+def test_settings_with_a_control_file_make_a_governed_clock_with_its_offset(tmp_path: Path) -> None:
+    path = tmp_path / "clock"
+    ClockControl.create(path, EPOCH, wall_anchor_s=time.time(), speed=1.0)
+    clock = Settings(clock_control_file=path, clock_offset_s=3600.0).make_clock()
+    assert isinstance(clock, GovernedClock)
+    assert abs((clock.now() - EPOCH).total_seconds() - 3600.0) < 60
+
+
+async def test_a_sleeper_follows_a_speed_change_made_while_it_sleeps(tmp_path: Path) -> None:
+    control = ClockControl.create(tmp_path / "clock", EPOCH, wall_anchor_s=time.time(), speed=1.0)
+    clock = GovernedClock(ClockControl(tmp_path / "clock"))
+    sleeper = asyncio.create_task(clock.sleep(3600.0))  # an hour at x1 would outlast the test
+    await asyncio.sleep(0.05)
+    assert not sleeper.done()
+    control.set_speed(360_000.0)  # now the hour passes in 10 ms of wall time
+    await asyncio.wait_for(sleeper, timeout=5.0)
+
+
+def test_the_governor_slows_while_the_stack_waits_and_gives_the_speed_back(tmp_path: Path) -> None:
+    control = ClockControl.create(tmp_path / "clock", EPOCH, wall_anchor_s=time.time(), speed=360.0)
+    governor = ClockGovernor(control, 360.0, lambda: [])
+    slowed = [governor.step(WAIT_HIGH * 2, 0.5) for _ in range(3)]
+    assert slowed[0] < 360.0 and slowed[2] < slowed[1] < slowed[0]
+    for _ in range(60):
+        speed = governor.step(WAIT_LOW / 2, 0.5)
+    assert speed == 360.0  # back to the asked speed, never above it
+    assert governor.log.slowed_s > 0 and governor.log.lowest == slowed[2]
+    steady = governor.step((WAIT_LOW + WAIT_HIGH) / 2, 0.5)
+    assert steady == 360.0  # between the thresholds nothing moves
+
+
+def test_the_run_queue_wait_of_a_process_is_read_from_the_kernel() -> None:
+    waited = run_queue_wait_s(os.getpid())
+    assert waited is not None and waited >= 0.0
+    assert run_queue_wait_s(2**22 + 12345) is None  # no such process
