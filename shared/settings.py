@@ -34,6 +34,13 @@ class Settings(BaseSettings):
     subject_prefix: str = Field(
         default="fp", pattern=r"^[a-z][a-z0-9_-]{0,31}$", description="first token of every subject and stream name"
     )
+    # written into every vast.ai label: two deployments on one account (staging, prod) never adopt, count or
+    # remove each other's machines; labels from before it belong to the default (see services/provisioner/README.md)
+    deployment_id: str = Field(
+        default="default",
+        pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$",
+        description="names this deployment in its vast.ai labels; give each deployment sharing an account its own",
+    )
 
     # state
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="locks, sessions, service checkpoints")

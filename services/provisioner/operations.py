@@ -32,6 +32,7 @@ from services.provisioner.reconcile import (
     KnownInstance,
     from_vast,
     launch_label,
+    parse_label,
     reconcile,
     vast_status_label,
 )
@@ -222,6 +223,7 @@ class Provisioner:
             gone_after_missing_lists=self.config.gone_after_missing_lists,
             unknown_price_usd_per_h=self.unknown_price_usd_per_h,
             unreadable_ids=listed.unreadable_ids,
+            deployment_id=self.settings.deployment_id,
         )
         started = self._learn_startups(outcome.known, now)
         self.known = outcome.known
@@ -237,13 +239,15 @@ class Provisioner:
         new_foreign = {row.id for row in outcome.foreign} - self._foreign_ids
         for row in outcome.foreign:
             if row.id in new_foreign:  # once per instance, not at every list
+                whose = outcome.foreign_owners.get(row.id)
                 log.warning(
-                    "instance %s on the account has no FleetPilot label (%r): shown as foreign, never touched",
-                    row.id, row.label,
+                    "instance %s on the account is %s (%r): shown as foreign, never touched",
+                    row.id, f"FleetPilot deployment {whose!r}'s" if whose else "not FleetPilot's", row.label,
                 )  # fmt: skip
         self._foreign_ids = {row.id for row in outcome.foreign}
         self.metrics.foreign_instances.set(len(outcome.foreign))
-        await self.publisher.account(self._account_view(outcome.foreign, len(listed.unreadable_ids)))
+        view = self._account_view(outcome.foreign, outcome.foreign_owners, len(listed.unreadable_ids))
+        await self.publisher.account(view)
         self.metrics.reconciliations.labels("ok").inc()
         self.fleet_known = True
         self._update_gauges()
@@ -281,7 +285,9 @@ class Provisioner:
         except Exception as publish_error:
             log.error("could not publish that vast.ai refused the key: %r", publish_error)
 
-    def _account_view(self, foreign: list[VastInstance], unreadable_rows: int) -> VastAccountObserved:
+    def _account_view(
+        self, foreign: list[VastInstance], owners: dict[int, str], unreadable_rows: int
+    ) -> VastAccountObserved:
         shown = sorted(foreign, key=lambda row: row.id)[:FOREIGN_INSTANCES_KEPT]
         return VastAccountObserved(
             occurred_at=self.clock.now(),
@@ -291,6 +297,7 @@ class Provisioner:
                 ForeignInstance(
                     instance_id=row.id,
                     label=(row.label or "")[:256] or None,
+                    deployment_id=owners.get(row.id),
                     gpu_model=(row.gpu_name or "")[:128] or None,
                     num_gpus=row.num_gpus,
                     vast_actual_status=(row.actual_status or "")[:64] or None,
@@ -355,10 +362,15 @@ class Provisioner:
             return self._result(command, "launch", "failed", RefusalRule.AUTH, str(error))
 
         # instances of this very launch that already exist (a redelivery after a crash): adopted, not re-created
+        # (by slot, not by label text: a label written before deployment ids names the same slot)
         mine = {
-            i.label: i for i in self.known.values() if i.idempotency_key == key and i.state is not InstanceState.GONE
+            parsed.slot: i
+            for i in self.known.values()
+            if i.idempotency_key == key
+            and i.state is not InstanceState.GONE
+            and (parsed := parse_label(i.label)) is not None
         }
-        missing = [n for n in range(command.count) if launch_label(key, n) not in mine]
+        missing = [n for n in range(command.count) if n not in mine]
         done_ids = sorted(i.instance_id for i in mine.values())
         if not missing:
             return self._result(command, "launch", "done", None, "already launched", done_ids)
@@ -432,7 +444,7 @@ class Provisioner:
     ) -> KnownInstance | None:
         """Rent one instance for slot `index`: best affordable offer first, next best when one is gone; after
         an ambiguous create, look for the label before trying again. Removes used offers from `candidates`."""
-        label = launch_label(command.idempotency_key, index)
+        label = self._label(command.idempotency_key, index)
         ambiguous = 0  # creates that may or may not have happened, each followed by a label look-up
         offers_tried = 0  # offers found gone
         while ambiguous < self.config.max_create_attempts and offers_tried < self.config.max_offer_fallbacks:
@@ -494,6 +506,9 @@ class Provisioner:
             self.metrics.instances_launched.labels("created").inc()
             return instance
         return None
+
+    def _label(self, idempotency_key: str, index: int) -> str:
+        return launch_label(idempotency_key, index, self.settings.deployment_id)
 
     @staticmethod
     def _bid_for(command: LaunchInstances, index: int, choice: RankedOffer) -> float | None:
@@ -572,7 +587,7 @@ class Provisioner:
         if instance is None:
             return self._result(
                 command, verb, "refused", RefusalRule.UNKNOWN_INSTANCE,
-                f"instance {instance_id} is not FleetPilot's (no label of ours): not touched",
+                f"instance {instance_id} is not this deployment's (no label of ours): not touched",
             )  # fmt: skip
         if instance.state is InstanceState.GONE:
             outcome: Literal["done", "refused"] = "done" if verb == "destroy" else "refused"

@@ -13,6 +13,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from services.provisioner.app import ProvisionerService
+from services.provisioner.reconcile import launch_label, parse_label
 from services.provisioner.settings import DEFAULT_IMAGE, ProvisionerSettings
 from shared.clock import RealClock, SimulatedClock
 from shared.contract import (
@@ -113,8 +114,8 @@ async def test_launch_rents_the_best_offer_per_task_and_reports_it(
     assert result.outcome == "done" and result.command == "launch", result.detail
     ledger = simulator.world.ledger(sim_clock.now())
     assert {(e.offer_id, e.label) for e in ledger.entries} == {
-        (OFFER_A, "fleetpilot:launch-001:0"),
-        (OFFER_A2, "fleetpilot:launch-001:1"),
+        (OFFER_A, launch_label("launch-001", 0)),
+        (OFFER_A2, launch_label("launch-001", 1)),
     }
     assert sorted(result.instance_ids) == sorted(e.instance_id for e in ledger.entries)
     requested = [o for o in bus.observed if o.state is InstanceState.REQUESTED]
@@ -122,7 +123,7 @@ async def test_launch_rents_the_best_offer_per_task_and_reports_it(
     assert {(o.idempotency_key, o.price_usd_per_h) for o in requested} == {("launch-001", 0.48), ("launch-001", 0.49)}
     # the instance carries what the worker needs
     view = simulator.world.sim_view(simulator.world.instances[result.instance_ids[0]], sim_clock.now())
-    assert view["container_env"]["FLEETPILOT_INSTANCE_LABEL"].startswith("fleetpilot:launch-001:")
+    assert view["container_env"]["FLEETPILOT_INSTANCE_LABEL"].startswith("fleetpilot:default:launch-001:")
     assert view["container_env"]["CONTAINER_ID"] == str(result.instance_ids[0])
     # the default onstart runs bench's suite: fetched from the bench URL, reported with the token
     assert view["onstart"] == QUIET.onstart_line()
@@ -182,7 +183,7 @@ async def test_a_timeout_after_the_create_yields_exactly_one_instance_found_by_l
         await eventually(lambda: len(simulator.calls_to(Endpoint.CREATE)) == 1)  # the slow answer went out
     [entry] = simulator.world.ledger(sim_clock.now()).entries
     assert result.outcome == "done" and result.instance_ids == [entry.instance_id]
-    assert entry.label == "fleetpilot:launch-slow:0"
+    assert entry.label == launch_label("launch-slow", 0)
     label_lookups = [c for c in simulator.calls_to(Endpoint.LIST_V1) if c.at >= entry.created_at]
     assert label_lookups, "the provisioner looked for the label before anything else"
     [observed] = bus.observed_of(entry.instance_id)
@@ -348,7 +349,7 @@ async def test_a_command_older_than_the_newest_fencing_token_is_refused(
     assert stale_destroy.outcome == "refused" and stale_destroy.refusal_rule is RefusalRule.STALE_FENCING_TOKEN
     assert unfenced.outcome == "done" and same_run.outcome == "done" and refused == 1
     ledger = simulator.world.ledger(sim_clock.now()).entries
-    assert sorted(e.label.split(":")[1] for e in ledger) == ["fenced-new", "fenced-same", "unfenced"]
+    assert sorted(parse_label(e.label).idempotency_key for e in ledger) == ["fenced-new", "fenced-same", "unfenced"]
     assert all(e.destroyed_at is None for e in ledger)
 
 
@@ -372,6 +373,32 @@ async def test_reconciliation_adopts_ours_reports_foreign_and_marks_gone(
         )
     assert len(gone) == 1
     assert all(o.instance_id == ours.instance_id for o in bus.observed)  # the notebook was never reported as ours
+
+
+async def test_another_deployments_machines_on_the_account_are_foreign_never_adopted_counted_or_removed(
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
+) -> None:
+    """A staging FleetPilot on prod's vast.ai account: its machine is neither adopted nor budgeted, and a destroy
+    naming it is refused; prod's own launch is labelled with prod's deployment id."""
+    simulator, url = await start_vast(market_scenario())
+    staging_label = launch_label("staging-cmd", 0, "staging")
+    theirs = simulator.world.create(OFFER_B, CreateRequest(image="x", disk=20, label=staging_label), NOW)
+    # a budget with room for one machine only: staging's machine counted as prod's would refuse prod's launch
+    async with running_provisioner(settings, sim_clock, url, deployment_id="prod", budget_usd_per_h=0.8):
+        await send(js, settings, "launch", launch("prod-launch", 1))
+        launched = await bus.result_for("prod-launch")
+        await send(js, settings, "destroy", destroy("destroy-theirs", theirs.instance_id))
+        destroyed = await bus.result_for("destroy-theirs")
+        account = await eventually(lambda: [a for a in bus.accounts if a.foreign_count])
+    assert launched.outcome == "done", launched.detail
+    assert destroyed.outcome == "refused" and destroyed.refusal_rule is RefusalRule.UNKNOWN_INSTANCE
+    [shown] = account[-1].foreign_instances
+    assert (shown.instance_id, shown.deployment_id) == (theirs.instance_id, "staging")
+    assert all(o.instance_id != theirs.instance_id for o in bus.observed)
+    ledger = {e.instance_id: e for e in simulator.world.ledger(sim_clock.now()).entries}
+    assert ledger[theirs.instance_id].destroyed_at is None
+    [ours] = [e for e in ledger.values() if e.instance_id != theirs.instance_id]
+    assert ours.label == launch_label("prod-launch", 0, "prod")
 
 
 async def test_odd_rows_and_foreign_instances_do_not_blind_the_fleet(
