@@ -63,6 +63,12 @@ class Settings(BaseSettings):
 
     # budget: the provisioner and the decider's guardrails both enforce it
     budget_usd_per_h: float = Field(default=20.0, gt=0, description="most the whole fleet may cost per hour")
+    daily_budget_usd: float | None = Field(
+        default=None,
+        gt=0,
+        description="most a UTC day may cost, image pulls included (a launch or resume that would pass it by "
+        "midnight is refused); unset: FLEETPILOT_BUDGET_USD_PER_H x 24",
+    )
     max_instances: int = Field(default=40, ge=0, description="most instances alive at once")
     normal_max_price_usd_per_h: float = Field(default=0.80, gt=0, description="per-instance cap, normal launches")
     emergency_max_price_usd_per_h: float = Field(default=1.20, gt=0, description="per-instance cap, emergencies")

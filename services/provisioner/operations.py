@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from services.provisioner import budget
-from services.provisioner.budget import BudgetLimits, Commitment, Refusal
+from services.provisioner.budget import BudgetLimits, Commitment, DaySpend, Refusal
 from services.provisioner.host_history import REMOVAL_INCIDENTS, HostHistory, Incident, IncidentKind, bench_ratio
 from services.provisioner.metrics import ProvisionerMetrics
 from services.provisioner.ranking import (
@@ -120,6 +120,7 @@ class Provisioner:
         self.known: dict[int, KnownInstance] = {}
         self.history = HostHistory()
         self.knowledge = ThroughputKnowledge()
+        self.day_spend = DaySpend.starting(self.clock.now())
         self.fleet_known = False  # true only right after a successful list
         # instances whose latest observation NATS has not acknowledged: published again after the next list
         self._unpublished: set[int] = set()
@@ -139,6 +140,7 @@ class Provisioner:
             normal_max_price_usd_per_h=s.normal_max_price_usd_per_h,
             emergency_max_price_usd_per_h=s.emergency_max_price_usd_per_h,
             price_margin=self.config.price_margin,
+            daily_budget_usd=s.daily_budget_usd,
         )
 
     @property
@@ -183,6 +185,7 @@ class Provisioner:
     async def _load(self) -> None:
         self.known = await self.store.load_instances()
         self.history = await self.store.load_history()
+        self.day_spend = await self.store.load_day_spend() or DaySpend.starting(self.clock.now())
         observed = await self.store.load_observed_throughput()
         if observed:
             self.knowledge = ThroughputKnowledge(observed)
@@ -216,6 +219,9 @@ class Provisioner:
                 raise
             raise FleetUnknown(str(error)) from None
         now = self.clock.now()
+        # what the fleet as known until this list cost since the last one (before the list changes it)
+        self.day_spend = self.day_spend.accrued(self.commitment().usd_per_h, now)
+        await self.store.save_day_spend(self.day_spend)
         outcome = reconcile(
             self.known,
             listed.instances,
@@ -396,6 +402,8 @@ class Provisioner:
         plan = budget.plan_launch(self.limits, self.commitment(), ranked, len(missing))
         if isinstance(plan, Refusal):
             return self._result(command, "launch", "refused", plan.rule, plan.detail, done_ids)
+        if over_day := self._day_refusal(plan):
+            return self._result(command, "launch", "refused", over_day.rule, over_day.detail, done_ids)
 
         created: list[int] = []
         candidates = list(ranked)
@@ -452,7 +460,9 @@ class Provisioner:
             if choice is None:
                 return None
             # the budget again, for this one rent, just before it happens (never trust the plan alone)
-            if not budget.fits(self.limits, commitment, choice.price_usd_per_h):
+            if not budget.fits(self.limits, commitment, choice.price_usd_per_h) or self._day_refusal(
+                [choice], commitment
+            ):
                 return None
             bid = self._bid_for(command, index, choice)
             await self._keep_alive(heartbeat)
@@ -507,6 +517,17 @@ class Provisioner:
             return instance
         return None
 
+    def _day_refusal(self, rents: list[RankedOffer], commitment: Commitment | None = None) -> Refusal | None:
+        """Would these rents, on top of `commitment` (the fleet's now by default), pass today's cap?"""
+        return budget.day_refusal(
+            self.limits,
+            self.day_spend,
+            self.commitment() if commitment is None else commitment,
+            sum(self.limits.reserved_usd_per_h(r.price_usd_per_h) for r in rents),
+            sum(r.pull_cost_usd for r in rents),
+            self.clock.now(),
+        )
+
     def _label(self, idempotency_key: str, index: int) -> str:
         return launch_label(idempotency_key, index, self.settings.deployment_id)
 
@@ -529,9 +550,12 @@ class Provisioner:
         return min(matching, key=lambda row: row.id) if matching else None
 
     async def _remember_new(self, instance: KnownInstance, choice: RankedOffer) -> None:
-        """Saved before anything is published: a crash after this point is recovered from Redis and the label."""
+        """Saved before anything is published: a crash after this point is recovered from Redis and the label.
+        The rent's image pull is charged to the day now: vast bills it once, whatever the hourly price."""
         if instance.offer_id is None:
             instance = instance.model_copy(update={"offer_id": choice.offer.id})
+        self.day_spend = self.day_spend.charged(choice.pull_cost_usd)
+        await self.store.save_day_spend(self.day_spend)
         self.known[instance.instance_id] = instance
         await self.store.save_instances([instance])
         await self._publish_instance(instance)
@@ -662,6 +686,13 @@ class Provisioner:
             return self._result(command, "resume", "refused", RefusalRule.NOT_PARKED, detail)
         refusal = budget.resume_refusal(
             self.limits, self.commitment(), instance.committed_usd_per_h, instance.price_usd_per_h
+        ) or budget.day_refusal(  # its disk was kept: no pull to pay again
+            self.limits,
+            self.day_spend,
+            self.commitment(),
+            self.limits.reserved_usd_per_h(instance.price_usd_per_h) - instance.committed_usd_per_h,
+            0.0,
+            self.clock.now(),
         )
         if refusal is not None:
             return self._result(command, "resume", "refused", refusal.rule, refusal.detail)

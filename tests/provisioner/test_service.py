@@ -375,6 +375,28 @@ async def test_reconciliation_adopts_ours_reports_foreign_and_marks_gone(
     assert all(o.instance_id == ours.instance_id for o in bus.observed)  # the notebook was never reported as ours
 
 
+async def test_a_host_pricing_its_bandwidth_high_is_ranked_down_and_a_rent_past_the_daily_cap_is_refused(
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
+) -> None:
+    """Offer A is the cheapest per hour but charges $2/GB: its 10 GB image pull is $20 a rent, in no hourly price.
+    Ranked by its effective price, the launch rents A2; a launch only A can serve would pass the daily cap."""
+    dear_pull = [spec.model_copy(update={"inet_down_cost_usd_per_gb": 2.0}) if spec.offer_id == OFFER_A else spec
+                 for spec in market_scenario().offers]  # fmt: skip
+    simulator, url = await start_vast(market_scenario(offers=dear_pull))
+    async with running_provisioner(settings, sim_clock, url, daily_budget_usd=30.0) as service:
+        await send(js, settings, "launch", launch("cheap-pull", 1))
+        first = await bus.result_for("cheap-pull")
+        # 08:00 UTC: 16 h to midnight at ~$1.02/h for both machines is ~$16, plus A's $20 pull passes $30
+        await send(js, settings, "launch", launch("dear-pull", 1, gpu_models=["RTX 4090"], max_price_usd_per_h=0.485))
+        second = await bus.result_for("dear-pull")
+        refused = refusals(service, "daily_budget_usd")
+    assert first.outcome == "done", first.detail
+    assert second.outcome == "refused" and second.refusal_rule is RefusalRule.DAILY_BUDGET_USD, second.detail
+    assert "$20.00 one-off" in second.detail and refused == 1
+    rented = [e.offer_id for e in simulator.world.ledger(sim_clock.now()).entries]
+    assert rented == [OFFER_A2]
+
+
 async def test_another_deployments_machines_on_the_account_are_foreign_never_adopted_counted_or_removed(
     settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
 ) -> None:
