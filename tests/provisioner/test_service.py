@@ -34,6 +34,7 @@ from shared.contract import (
 )
 from shared.settings import Settings
 from shared.streams import COMMANDS
+from sim.infra import NatsServer
 from sim.vast.scenario import Endpoint, Fate, OfferSpec
 from sim.vast.server import ScriptedFault
 from sim.vast.world import CreateRequest
@@ -398,28 +399,40 @@ async def test_a_host_pricing_its_bandwidth_high_is_ranked_down_and_a_rent_past_
 
 
 async def test_another_deployments_machines_on_the_account_are_foreign_never_adopted_counted_or_removed(
-    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
+    settings: Settings,
+    nc: NatsClient,
+    js: JetStreamContext,
+    nats_server: NatsServer,
+    start_vast: StartVast,
+    sim_clock: SimulatedClock,
+    bus: BusRecorder,
 ) -> None:
-    """A staging FleetPilot on prod's vast.ai account: its machine is neither adopted nor budgeted, and a destroy
-    naming it is refused; prod's own launch is labelled with prod's deployment id."""
+    """A staging FleetPilot rents a machine on prod's vast.ai account; prod's provisioner then neither adopts nor
+    budgets it, refuses a destroy naming it, and labels its own launch with prod's deployment id."""
     simulator, url = await start_vast(market_scenario())
-    staging_label = launch_label("staging-cmd", 0, "staging")
-    theirs = simulator.world.create(OFFER_B, CreateRequest(image="x", disk=20, label=staging_label), NOW)
+    # staging: subjects and Redis keys of its own (its own prefix), the same vast.ai account
+    staging = Settings.model_validate({**settings.model_dump(), "subject_prefix": "fps", "deployment_id": "staging"})
+    nats_server.ensure_streams(staging.subjects)
+    staging_bus = BusRecorder(nc, staging)
+    await staging_bus.start()
+    async with running_provisioner(staging, sim_clock, url):
+        await send(js, staging, "launch", launch("staging-cmd", 1))
+        [theirs] = (await staging_bus.result_for("staging-cmd")).instance_ids
     # a budget with room for one machine only: staging's machine counted as prod's would refuse prod's launch
     async with running_provisioner(settings, sim_clock, url, deployment_id="prod", budget_usd_per_h=0.8):
         await send(js, settings, "launch", launch("prod-launch", 1))
         launched = await bus.result_for("prod-launch")
-        await send(js, settings, "destroy", destroy("destroy-theirs", theirs.instance_id))
+        await send(js, settings, "destroy", destroy("destroy-theirs", theirs))
         destroyed = await bus.result_for("destroy-theirs")
         account = await eventually(lambda: [a for a in bus.accounts if a.foreign_count])
+    assert all(o.instance_id != theirs for o in bus.observed)  # never adopted
     assert launched.outcome == "done", launched.detail
     assert destroyed.outcome == "refused" and destroyed.refusal_rule is RefusalRule.UNKNOWN_INSTANCE
     [shown] = account[-1].foreign_instances
-    assert (shown.instance_id, shown.deployment_id) == (theirs.instance_id, "staging")
-    assert all(o.instance_id != theirs.instance_id for o in bus.observed)
+    assert (shown.instance_id, shown.deployment_id) == (theirs, "staging")
     ledger = {e.instance_id: e for e in simulator.world.ledger(sim_clock.now()).entries}
-    assert ledger[theirs.instance_id].destroyed_at is None
-    [ours] = [e for e in ledger.values() if e.instance_id != theirs.instance_id]
+    assert ledger[theirs].destroyed_at is None and ledger[theirs].label == launch_label("staging-cmd", 0, "staging")
+    [ours] = [e for e in ledger.values() if e.instance_id != theirs]
     assert ours.label == launch_label("prod-launch", 0, "prod")
 
 
