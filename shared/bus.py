@@ -58,13 +58,21 @@ def redelivery_delay_s(deliveries: int) -> float:
     return REDELIVERY_DELAYS_S[min(max(deliveries, 1), len(REDELIVERY_DELAYS_S)) - 1]
 
 
+class ImplausibleInput(ValueError):
+    """A message its schema accepts but no sender can mean (a queue depth beyond any job system): raised by a
+    handler, it is dead-lettered at once with its reason, since redelivering it cannot help."""
+
+
 def classify_failure(error: BaseException) -> DeadLetterReason:
+    if isinstance(error, ImplausibleInput):
+        return "implausible_input"
     return "invalid_message" if isinstance(error, _INVALID_MESSAGE_ERRORS) else "handler_failed"
 
 
 def describe_error(error: BaseException) -> str:
     """A readable error naming fields and values (pydantic's text does), capped for the envelope."""
-    text = str(error) if isinstance(error, _INVALID_MESSAGE_ERRORS) else f"{type(error).__name__}: {error}"
+    readable = isinstance(error, (*_INVALID_MESSAGE_ERRORS, ImplausibleInput))
+    text = str(error) if readable else f"{type(error).__name__}: {error}"
     return text[:4000]
 
 

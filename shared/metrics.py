@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from shared.contract import DeadLetterReason
 
 
 @dataclass
@@ -44,6 +47,6 @@ class BusMetrics:
             ["stream", "consumer"],
             registry=self.registry,
         )
-        for reason in ("invalid_message", "handler_failed"):
+        for reason in get_args(DeadLetterReason):
             self.dead_letters.labels(self.service, reason)
         self.duplicates_ignored.labels(self.service)

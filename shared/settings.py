@@ -35,6 +35,13 @@ class Settings(BaseSettings):
     subject_prefix: str = Field(
         default="fp", pattern=r"^[a-z][a-z0-9_-]{0,31}$", description="first token of every subject and stream name"
     )
+    # written into every vast.ai label: two deployments on one account (staging, prod) never adopt, count or
+    # remove each other's machines; labels from before it belong to the default (see services/provisioner/README.md)
+    deployment_id: str = Field(
+        default="default",
+        pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$",
+        description="names this deployment in its vast.ai labels; give each deployment sharing an account its own",
+    )
 
     # state
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="locks, sessions, service checkpoints")
@@ -57,6 +64,12 @@ class Settings(BaseSettings):
 
     # budget: the provisioner and the decider's guardrails both enforce it
     budget_usd_per_h: float = Field(default=20.0, gt=0, description="most the whole fleet may cost per hour")
+    daily_budget_usd: float | None = Field(
+        default=None,
+        gt=0,
+        description="most a UTC day may cost, image pulls included (a launch or resume that would pass it by "
+        "midnight is refused); unset: FLEETPILOT_BUDGET_USD_PER_H x 24",
+    )
     max_instances: int = Field(default=40, ge=0, description="most instances alive at once")
     normal_max_price_usd_per_h: float = Field(default=0.80, gt=0, description="per-instance cap, normal launches")
     emergency_max_price_usd_per_h: float = Field(default=1.20, gt=0, description="per-instance cap, emergencies")

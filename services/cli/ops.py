@@ -248,17 +248,19 @@ def api_key_line(account: VastAccountObserved) -> str:
 
 
 def foreign_summary(account: VastAccountObserved) -> str:
-    """Instances on the account that are not FleetPilot's: listed so nobody wonders who pays for them."""
+    """Instances on the account that are not this deployment's (no FleetPilot label, or another deployment's):
+    listed so nobody wonders who pays for them."""
     if not account.foreign_count and not account.unreadable_rows:
         return ""
     lines = [
-        f"{account.foreign_count} foreign instance(s) on the vast.ai account (no FleetPilot label; never touched):"
+        f"{account.foreign_count} foreign instance(s) on the vast.ai account (not this deployment's; never touched):"
     ]
     for row in account.foreign_instances:
         price = f"${row.price_usd_per_h:.2f}/h" if row.price_usd_per_h is not None else "price unknown"
+        whose = f" [FleetPilot deployment {row.deployment_id!r}]" if row.deployment_id else ""
         lines.append(
-            f"  #{row.instance_id} {row.label or '(no label)'}: {row.gpu_model or '?'} x{row.num_gpus or '?'}, "
-            f"{row.vast_actual_status or 'provisioning'}, {price}"
+            f"  #{row.instance_id} {row.label or '(no label)'}{whose}: {row.gpu_model or '?'} "
+            f"x{row.num_gpus or '?'}, {row.vast_actual_status or 'provisioning'}, {price}"
         )
     if account.unreadable_rows:
         lines.append(f"{account.unreadable_rows} row(s) of the last list were unreadable (see the provisioner's log)")

@@ -97,4 +97,6 @@ class DeciderSettings(BaseSettings):
             emergency_max_price_usd_per_h=settings.emergency_max_price_usd_per_h,
             max_launches_per_h=settings.max_instances if self.max_launches_per_h is None else self.max_launches_per_h,
             min_producers_while_queued=self.min_producers_while_queued,
+            # one drain horizon for the policy's sizing and the guardrails' removal floor
+            backlog_drain_horizon_h=self.policy_config().backlog_drain_target_s / 3600,
         )

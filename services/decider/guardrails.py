@@ -52,6 +52,14 @@ SCALE_DOWN_REASONS = frozenset(
     {RemovalReason.IDLE, RemovalReason.OVER_PROVISIONED, RemovalReason.BUDGET, RemovalReason.PARK}
 )
 RATE_WINDOW_S = 3600.0
+# the demand states that justify the emergency price cap: nobody completing queued work, or demand that demand's
+# own thresholds (sustain_s, max_backlog_drain_h) judged beyond the fleet; anything else is a normal launch
+EMERGENCY_STATES = frozenset({DemandState.WORKERS_STALLED, DemandState.UNDER_PROVISIONED})
+# reasons that claim the fleet has too many producers, which a backlog needing them contradicts; a budget cut and
+# an operator's own order are not claims about demand (the last-producers floor still holds for them)
+NEED_FEWER_REASONS = frozenset({RemovalReason.IDLE, RemovalReason.OVER_PROVISIONED, RemovalReason.PARK})
+# the drain horizon of the removal floor: the policy's backlog drain target (PolicyConfig.backlog_drain_target_s)
+BACKLOG_DRAIN_HORIZON_H = 1.0
 # a launch the snapshot does not show after this long is taken as refused or failed by the provisioner
 LAUNCH_PENDING_S = 900.0
 # fleet stamps created_at when it first sees the instance; allow that much clock difference with the send
@@ -70,6 +78,8 @@ class GuardrailRule(StrEnum):
     MAX_LAUNCHES_PER_H = "max_launches_per_h"
     PRICE_CAP = "price_cap"
     LAST_PRODUCERS = "last_producers"
+    BACKLOG_FLOOR = "backlog_floor"  # producers the backlog needs over the drain horizon are kept
+    EMERGENCY_UNJUSTIFIED = "emergency_unjustified"  # downgraded to normal: demand is not stalled or under-provisioned
     WORKERS_STALLED = "workers_stalled"
     REASON_REQUIRED = "reason_required"
     REMOVAL_STATE = "removal_state"
@@ -89,6 +99,7 @@ class GuardrailConfig:
     emergency_max_price_usd_per_h: float
     max_launches_per_h: int = 20
     min_producers_while_queued: int = 1
+    backlog_drain_horizon_h: float = BACKLOG_DRAIN_HORIZON_H
 
 
 @dataclass(frozen=True)
@@ -150,6 +161,8 @@ class FleetLedger:
     bench_failed: frozenset[int] = field(default_factory=frozenset)
     # stops and destroys sent in earlier runs that the snapshot does not show carried out yet
     removals_in_flight: Mapping[int, SentRemoval] = field(default_factory=dict)
+    demand_state: DemandState | None = None  # None: no signal, which justifies no emergency
+    backlog_worker_hours: float = 0.0
 
     @cached_property  # read by every rule of every action; a ledger changes only by `replace`, a new object
     def producing(self) -> int:
@@ -202,6 +215,8 @@ def ledger_from(
         launches=tuple(s for s in sent if (now - s.sent_at).total_seconds() < RATE_WINDOW_S),
         demand_present=demand_present(signal),
         workers_stalled=signal is not None and signal.state is DemandState.WORKERS_STALLED,
+        demand_state=signal.state if signal is not None else None,
+        backlog_worker_hours=signal.backlog_worker_hours if signal is not None else 0.0,
         stale=stale or snapshot is None or signal is None,
         bench_failed=frozenset(
             line.instance_id
@@ -288,9 +303,27 @@ def _check_resume(
     return _verdict(action, True, None, text), updated
 
 
+def _unjustified_emergency(action: LaunchInstances, ledger: FleetLedger, config: GuardrailConfig) -> str:
+    """Why an emergency launch is not one ("" when it is): the higher cap is for stalled or under-provisioned
+    demand alone, whatever a prompt or an operator message says."""
+    if action.launch_priority != "emergency" or ledger.demand_state in EMERGENCY_STATES:
+        return ""
+    state = ledger.demand_state.value if ledger.demand_state else "unknown"
+    return (
+        f"emergency downgraded to normal (cap ${config.normal_max_price_usd_per_h:.2f}/h): demand is {state}, "
+        f"emergency only when {' or '.join(sorted(s.value for s in EMERGENCY_STATES))}; "
+    )
+
+
 def _check_launch(
     action: LaunchInstances, ledger: FleetLedger, now: datetime, config: GuardrailConfig
 ) -> tuple[GuardrailVerdict, FleetLedger]:
+    downgrade = _unjustified_emergency(action, ledger, config)
+    if downgrade:
+        lowered = action.max_price_usd_per_h
+        if lowered is not None:
+            lowered = min(lowered, config.normal_max_price_usd_per_h)
+        action = action.model_copy(update={"launch_priority": "normal", "max_price_usd_per_h": lowered})
     price = worst_price_usd_per_h(action, config)
     cap = worst_price_usd_per_h(action.model_copy(update={"max_price_usd_per_h": None}), config)
     if price > cap + 1e-9:
@@ -309,7 +342,8 @@ def _check_launch(
         f" {ledger.launched_within(now)}/{config.max_launches_per_h} launched this hour"
     )
     if allowed == 0:
-        return _verdict(action, False, binding, f"launch {action.count} refused by {binding.value}: {figures}"), ledger
+        text = f"{downgrade}launch {action.count} refused by {binding.value}: {figures}"
+        return _verdict(action, False, binding, text), ledger
     # never the last producers interruptible while tasks wait or arrive: up to the floor of producers kept while
     # queued, machines are launched on-demand (an outbid pause must not leave queued work with nobody)
     cover = max(0, config.min_producers_while_queued - ledger.producing) if ledger.demand_present else 0
@@ -319,6 +353,8 @@ def _check_launch(
         granted = action.model_copy(update={"count": allowed, "interruptible": interruptible})
     rule = binding if allowed < action.count else None
     text = f"launch {allowed}" + (f" of {action.count} (trimmed by {binding.value})" if rule else "") + f": {figures}"
+    if downgrade:
+        text, rule = downgrade + text, rule or GuardrailRule.EMERGENCY_UNJUSTIFIED
     if action.interruptible:
         text += f"; {interruptible} interruptible" + (
             f" ({action.interruptible} asked: {cover} on-demand first, {ledger.producing} producing)"
@@ -332,6 +368,13 @@ def _check_launch(
         launches=(*ledger.launches, SentLaunch(action.idempotency_key, now, allowed, price)),
     )
     return _verdict(granted, True, rule, text), updated
+
+
+def backlog_floor(ledger: FleetLedger, config: GuardrailConfig) -> int:
+    """Producers the backlog needs to drain within the horizon: none are removed below it, whoever asks."""
+    if config.backlog_drain_horizon_h <= 0:
+        return 0
+    return math.ceil(ledger.backlog_worker_hours / config.backlog_drain_horizon_h - 1e-9)
 
 
 def _verb(action: StopInstance | DestroyInstance | DrainInstance) -> str:
@@ -375,6 +418,16 @@ def _check_removal(
         refusal = (
             GuardrailRule.LAST_PRODUCERS,
             (f"#{iid} is one of the last {ledger.producing} producing machines and tasks are queued or arriving"),
+        )
+    elif (
+        state is S.PRODUCING
+        and action.reason in NEED_FEWER_REASONS
+        and ledger.producing - 1 < (floor := backlog_floor(ledger, config))
+    ):
+        refusal = (
+            GuardrailRule.BACKLOG_FLOOR,
+            f"#{iid}: {ledger.producing} producing, and the backlog of {ledger.backlog_worker_hours:.1f} worker-h "
+            f"needs {floor} over the {config.backlog_drain_horizon_h:g} h drain horizon",
         )
     elif state not in REMOVABLE_STATES[verb]:
         refusal = GuardrailRule.REMOVAL_STATE, f"cannot {verb} #{iid} while {state.value}"

@@ -24,7 +24,7 @@ from services.demand.config import DemandSettings
 from services.demand.core import DemandCore, Evaluation, IngestOutcome
 from services.demand.metrics import DemandMetrics
 from services.demand.store import DemandStore
-from shared.bus import DeadLetterMiddleware, delivery_count, durable_pull, publish_event
+from shared.bus import DeadLetterMiddleware, ImplausibleInput, delivery_count, durable_pull, publish_event
 from shared.contract import FleetSnapshot, QueueSnapshot, TaskEvent, Trigger
 from shared.service import ServiceContext, asgi_app, stop_tasks
 from shared.settings import Settings
@@ -233,6 +233,8 @@ def build(ctx: ServiceContext, config: DemandSettings | None = None) -> AsgiFast
 
     @ctx.broker.subscriber(subjects.queue, **durable_pull(DEMAND, ctx.settings, "demand-queue"))
     async def on_queue_snapshot(snapshot: QueueSnapshot) -> None:
+        if (implausible := runtime.core.implausible(snapshot)) is not None:
+            raise ImplausibleInput(implausible)  # dead-lettered with the reason and counted, never applied
         runtime.core.observe_queue(snapshot, ctx.clock.now())
         await runtime.checkpoint_observation()
 

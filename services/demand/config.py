@@ -72,6 +72,23 @@ class DemandSettings(BaseSettings):
     )
     seen_event_ids: int = Field(default=50_000, ge=100, description="event ids remembered for de-duplication")
 
+    # Inputs from the job system that one mistake can swing: `fleetpilot publish queue default=10^20` was once
+    # accepted and rented 19 machines in three minutes. A million tasks is ~9 days of a 40-machine fleet's
+    # work (40 x 120 tasks/h x 24 h is 115,200 a day): beyond it a snapshot is a mistake, not a queue.
+    max_plausible_queue_tasks: int = Field(
+        default=1_000_000,
+        ge=1,
+        description="a queue snapshot with more pending or running tasks than this (one type or all) is "
+        "dead-lettered as implausible",
+    )
+    # 240 tasks are 2 worker-hours at 120/h: two machines over the policy's 1 h drain target, a small step
+    unconfirmed_rise_tasks: int = Field(
+        default=240,
+        ge=0,
+        description="a task type's queue rise beyond this over the previous snapshot counts only once a second "
+        "snapshot shows it (one outlier cannot rent the budget)",
+    )
+
     # Job systems keep a daily rhythm: what followed this moment a day ago is published with every signal once
     # a whole season (plus an hour, for the level then) has been watched, so the decider sees the next hours
     # of yesterday's shape (0 turns it off). Quarter hours are fine enough for machines that take hours.

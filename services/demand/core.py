@@ -136,8 +136,19 @@ class WorkerRecord:
 @dataclass
 class QueueView:
     at_s: float
-    pending: dict[str, int]
+    pending: dict[str, int]  # as counted: a rise not yet seen twice is held to a small step
     running: dict[str, int]
+    reported_pending: dict[str, int] | None = None  # as the job system said it; None: same as `pending`
+
+    def to_state(self) -> list[Any]:
+        """[at, pending, running], and what was reported while a rise waits to be seen again (the same layout
+        as before the check when none does)."""
+        held = [] if self.reported_pending is None else [self.reported_pending]
+        return [self.at_s, self.pending, self.running, *held]
+
+    def reported(self, task_type: str) -> int:
+        source = self.pending if self.reported_pending is None else self.reported_pending
+        return source.get(task_type, 0)
 
 
 @dataclass
@@ -263,8 +274,24 @@ class DemandCore:
             self._producer(worker_id, at_s)
         return IngestOutcome.APPLIED
 
+    def implausible(self, snapshot: QueueSnapshot) -> str | None:
+        """Why a queue snapshot cannot be meant (more tasks than `max_plausible_queue_tasks`), or None."""
+        ceiling = self.config.max_plausible_queue_tasks
+        for depth in snapshot.queues:
+            for count, what in ((depth.pending, "pending"), (depth.running, "running")):
+                if count > ceiling:
+                    return f"queue {depth.task_type!r}: {count} {what} is beyond the plausible {ceiling} tasks"
+        total = sum(depth.pending for depth in snapshot.queues)
+        if total > ceiling:
+            return f"{total} pending in all is beyond the plausible {ceiling} tasks"
+        return None
+
     def observe_queue(self, snapshot: QueueSnapshot, now: datetime) -> IngestOutcome:
-        """The job system's queue: the base that later task events adjust. An older snapshot changes nothing."""
+        """The job system's queue: the base that later task events adjust. An older snapshot changes nothing.
+
+        A task type's rise beyond `unconfirmed_rise_tasks` over the previous snapshot counts that step only,
+        until the next snapshot shows it again: one outlier then a normal snapshot moves the fleet by a small
+        step, a real surge is counted whole a snapshot later (a minute, against hours of startup)."""
         if not self.seen.first_time(snapshot.event_id):
             return IngestOutcome.DUPLICATE
         at_s = min(snapshot.occurred_at.timestamp(), now.timestamp())
@@ -277,9 +304,17 @@ class DemandCore:
             task_type = self._task_type(depth.task_type)
             pending[task_type] = pending.get(task_type, 0) + depth.pending
             running[task_type] = running.get(task_type, 0) + depth.running
-        self.queue = QueueView(at_s, pending, running)
-        self.pending_estimate = sum(pending.values())
+        counted = self._confirmed_rises(pending)
+        self.queue = QueueView(at_s, counted, running, pending if counted != pending else None)
+        self.pending_estimate = sum(counted.values())
         return IngestOutcome.APPLIED
+
+    def _confirmed_rises(self, reported: dict[str, int]) -> dict[str, int]:
+        previous = self.queue
+        if previous is None:  # nothing to compare with: the plausibility ceiling is the guard
+            return dict(reported)
+        step = self.config.unconfirmed_rise_tasks
+        return {task_type: min(n, previous.reported(task_type) + step) for task_type, n in reported.items()}
 
     def observe_fleet(self, snapshot: FleetSnapshot, now: datetime) -> IngestOutcome:
         """fleet's view: how many instances produce or are about to, and each instance's GPU model."""
@@ -404,7 +439,7 @@ class DemandCore:
             ],
             "recent_producers": list(self.recent_producers.items()),
             "types_with_started": sorted(self.types_with_started),
-            "queue": None if self.queue is None else [self.queue.at_s, self.queue.pending, self.queue.running],
+            "queue": None if self.queue is None else self.queue.to_state(),
             "fleet": None
             if self.fleet is None
             else [
@@ -451,8 +486,9 @@ class DemandCore:
         core.recent_producers = OrderedDict((wid, t) for wid, t in state["recent_producers"])
         core.types_with_started = set(state["types_with_started"])
         if state["queue"] is not None:
-            at_s, pending, running = state["queue"]
-            core.queue = QueueView(at_s, dict(pending), dict(running))
+            at_s, pending, running, *reported = state["queue"]  # a checkpoint from before has no reported part
+            reported_pending = dict(reported[0]) if reported and reported[0] is not None else None
+            core.queue = QueueView(at_s, dict(pending), dict(running), reported_pending)
         if state["fleet"] is not None:
             at_s, producing, ready, gpus = state["fleet"]
             core.fleet = FleetView(at_s, producing, ready, {int(k): v for k, v in gpus})

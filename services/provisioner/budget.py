@@ -1,17 +1,24 @@
 """The budget, enforced by the provisioner itself (defense in depth, whatever the decider believes).
 
-Two hard limits: the total $/h of every instance that is not gone, and the number of such instances. A
-launch either fits whole or is refused whole; each single rent is checked again just before it happens, with
-a small price margin because an offer's price can move between search and rent.
+Three hard limits: the total $/h of every instance that is not gone, the number of such instances, and the
+day's spend (UTC): what the fleet cost since midnight, plus what it and a new rent commit until the next one,
+plus the rent's one-off charges (its image pull at the host's $/GB), which no hourly price shows. A launch
+either fits whole or is refused whole; each single rent is checked again just before it happens, with a small
+price margin because an offer's price can move between search and rent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from services.provisioner.ranking import RankedOffer
 from shared.contract import InstanceState, LaunchPriority, RefusalRule
+
+HOURS_PER_DAY = 24.0
 
 
 @dataclass(frozen=True)
@@ -21,6 +28,13 @@ class BudgetLimits:
     normal_max_price_usd_per_h: float
     emergency_max_price_usd_per_h: float
     price_margin: float = 0.05
+    daily_budget_usd: float | None = None  # None: the hourly budget all day long
+
+    @property
+    def daily_cap_usd(self) -> float:
+        if self.daily_budget_usd is not None:
+            return self.daily_budget_usd
+        return self.budget_usd_per_h * HOURS_PER_DAY
 
     def price_cap(self, priority: LaunchPriority, command_cap_usd_per_h: float | None = None) -> float:
         """Per-instance price cap: `emergency` may pay more than `normal`; a command can only lower it."""
@@ -46,6 +60,61 @@ class Commitment:
 class Refusal:
     rule: RefusalRule
     detail: str
+
+
+class DaySpend(BaseModel):
+    """What the fleet cost since midnight UTC: its committed $/h accrued at each instance list, plus each rent's
+    one-off charges. Persisted, so a restart neither forgets the morning nor counts it twice."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    day: date
+    spent_usd: float = Field(default=0.0, ge=0)
+    accrued_until: datetime | None = None
+
+    @classmethod
+    def starting(cls, now: datetime) -> DaySpend:
+        return cls(day=now.astimezone(UTC).date(), accrued_until=now)
+
+    def accrued(self, usd_per_h: float, now: datetime) -> DaySpend:
+        """`usd_per_h` ran from the last accrual until `now`; a new day keeps only what ran since its midnight."""
+        today = now.astimezone(UTC).date()
+        since = self.accrued_until or now
+        spent = self.spent_usd
+        if today != self.day:
+            since, spent = max(since, _midnight(today)), 0.0
+        hours = max(0.0, (now - since).total_seconds() / 3600)
+        return DaySpend(day=today, spent_usd=spent + usd_per_h * hours, accrued_until=now)
+
+    def charged(self, usd: float) -> DaySpend:
+        return self.model_copy(update={"spent_usd": self.spent_usd + max(0.0, usd)})
+
+
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, time(), tzinfo=UTC)
+
+
+def day_refusal(
+    limits: BudgetLimits,
+    spent: DaySpend,
+    commitment: Commitment,
+    added_usd_per_h: float,
+    one_off_usd: float,
+    now: datetime,
+) -> Refusal | None:
+    """May the fleet take on `added_usd_per_h` more (and `one_off_usd` now) without today's spend passing the
+    daily cap? Today's spend is what was spent plus what the fleet, the addition included, commits until
+    midnight UTC: a rent is refused when keeping it (and what already runs) to the day's end would pass the cap."""
+    hours_left = (_midnight(now.astimezone(UTC).date() + timedelta(days=1)) - now).total_seconds() / 3600
+    projected = spent.spent_usd + (commitment.usd_per_h + added_usd_per_h) * hours_left + one_off_usd
+    if projected <= limits.daily_cap_usd + 1e-9:
+        return None
+    return Refusal(
+        RefusalRule.DAILY_BUDGET_USD,
+        f"${spent.spent_usd:.2f} spent today + ${commitment.usd_per_h:.2f}/h committed and ${added_usd_per_h:.2f}/h "
+        f"more for the {hours_left:.1f} h to midnight UTC + ${one_off_usd:.2f} one-off (image pull) = "
+        f"${projected:.2f}, over the daily cap ${limits.daily_cap_usd:.2f}",
+    )
 
 
 def commitment_of(priced_states: Iterable[tuple[float, InstanceState]]) -> Commitment:

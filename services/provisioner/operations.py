@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from services.provisioner import budget
-from services.provisioner.budget import BudgetLimits, Commitment, Refusal
+from services.provisioner.budget import BudgetLimits, Commitment, DaySpend, Refusal
 from services.provisioner.host_history import REMOVAL_INCIDENTS, HostHistory, Incident, IncidentKind, bench_ratio
 from services.provisioner.metrics import ProvisionerMetrics
 from services.provisioner.ranking import (
@@ -32,6 +32,7 @@ from services.provisioner.reconcile import (
     KnownInstance,
     from_vast,
     launch_label,
+    parse_label,
     reconcile,
     vast_status_label,
 )
@@ -119,6 +120,7 @@ class Provisioner:
         self.known: dict[int, KnownInstance] = {}
         self.history = HostHistory()
         self.knowledge = ThroughputKnowledge()
+        self.day_spend = DaySpend.starting(self.clock.now())
         self.fleet_known = False  # true only right after a successful list
         # instances whose latest observation NATS has not acknowledged: published again after the next list
         self._unpublished: set[int] = set()
@@ -138,6 +140,7 @@ class Provisioner:
             normal_max_price_usd_per_h=s.normal_max_price_usd_per_h,
             emergency_max_price_usd_per_h=s.emergency_max_price_usd_per_h,
             price_margin=self.config.price_margin,
+            daily_budget_usd=s.daily_budget_usd,
         )
 
     @property
@@ -182,6 +185,7 @@ class Provisioner:
     async def _load(self) -> None:
         self.known = await self.store.load_instances()
         self.history = await self.store.load_history()
+        self.day_spend = await self.store.load_day_spend() or DaySpend.starting(self.clock.now())
         observed = await self.store.load_observed_throughput()
         if observed:
             self.knowledge = ThroughputKnowledge(observed)
@@ -215,6 +219,9 @@ class Provisioner:
                 raise
             raise FleetUnknown(str(error)) from None
         now = self.clock.now()
+        # what the fleet as known until this list cost since the last one (before the list changes it)
+        self.day_spend = self.day_spend.accrued(self.commitment().usd_per_h, now)
+        await self.store.save_day_spend(self.day_spend)
         outcome = reconcile(
             self.known,
             listed.instances,
@@ -222,6 +229,7 @@ class Provisioner:
             gone_after_missing_lists=self.config.gone_after_missing_lists,
             unknown_price_usd_per_h=self.unknown_price_usd_per_h,
             unreadable_ids=listed.unreadable_ids,
+            deployment_id=self.settings.deployment_id,
         )
         started = self._learn_startups(outcome.known, now)
         self.known = outcome.known
@@ -238,13 +246,15 @@ class Provisioner:
         new_foreign = {row.id for row in outcome.foreign} - self._foreign_ids
         for row in outcome.foreign:
             if row.id in new_foreign:  # once per instance, not at every list
+                whose = outcome.foreign_owners.get(row.id)
                 log.warning(
-                    "instance %s on the account has no FleetPilot label (%r): shown as foreign, never touched",
-                    row.id, row.label,
+                    "instance %s on the account is %s (%r): shown as foreign, never touched",
+                    row.id, f"FleetPilot deployment {whose!r}'s" if whose else "not FleetPilot's", row.label,
                 )  # fmt: skip
         self._foreign_ids = {row.id for row in outcome.foreign}
         self.metrics.foreign_instances.set(len(outcome.foreign))
-        await self.publisher.account(self._account_view(outcome.foreign, len(listed.unreadable_ids)))
+        view = self._account_view(outcome.foreign, outcome.foreign_owners, len(listed.unreadable_ids))
+        await self.publisher.account(view)
         self.metrics.reconciliations.labels("ok").inc()
         self.fleet_known = True
         self._update_gauges()
@@ -282,7 +292,9 @@ class Provisioner:
         except Exception as publish_error:
             log.error("could not publish that vast.ai refused the key: %r", publish_error)
 
-    def _account_view(self, foreign: list[VastInstance], unreadable_rows: int) -> VastAccountObserved:
+    def _account_view(
+        self, foreign: list[VastInstance], owners: dict[int, str], unreadable_rows: int
+    ) -> VastAccountObserved:
         shown = sorted(foreign, key=lambda row: row.id)[:FOREIGN_INSTANCES_KEPT]
         return VastAccountObserved(
             occurred_at=self.clock.now(),
@@ -292,6 +304,7 @@ class Provisioner:
                 ForeignInstance(
                     instance_id=row.id,
                     label=(row.label or "")[:256] or None,
+                    deployment_id=owners.get(row.id),
                     gpu_model=(row.gpu_name or "")[:128] or None,
                     num_gpus=row.num_gpus,
                     vast_actual_status=(row.actual_status or "")[:64] or None,
@@ -376,10 +389,15 @@ class Provisioner:
             return self._result(command, "launch", "failed", RefusalRule.AUTH, str(error))
 
         # instances of this very launch that already exist (a redelivery after a crash): adopted, not re-created
+        # (by slot, not by label text: a label written before deployment ids names the same slot)
         mine = {
-            i.label: i for i in self.known.values() if i.idempotency_key == key and i.state is not InstanceState.GONE
+            parsed.slot: i
+            for i in self.known.values()
+            if i.idempotency_key == key
+            and i.state is not InstanceState.GONE
+            and (parsed := parse_label(i.label)) is not None
         }
-        missing = [n for n in range(command.count) if launch_label(key, n) not in mine]
+        missing = [n for n in range(command.count) if n not in mine]
         done_ids = sorted(i.instance_id for i in mine.values())
         if not missing:
             return self._result(command, "launch", "done", None, "already launched", done_ids)
@@ -405,6 +423,8 @@ class Provisioner:
         plan = budget.plan_launch(self.limits, self.commitment(), ranked, len(missing))
         if isinstance(plan, Refusal):
             return self._result(command, "launch", "refused", plan.rule, plan.detail, done_ids)
+        if over_day := self._day_refusal(plan):
+            return self._result(command, "launch", "refused", over_day.rule, over_day.detail, done_ids)
 
         created: list[int] = []
         candidates = list(ranked)
@@ -453,7 +473,7 @@ class Provisioner:
     ) -> KnownInstance | None:
         """Rent one instance for slot `index`: best affordable offer first, next best when one is gone; after
         an ambiguous create, look for the label before trying again. Removes used offers from `candidates`."""
-        label = launch_label(command.idempotency_key, index)
+        label = self._label(command.idempotency_key, index)
         ambiguous = 0  # creates that may or may not have happened, each followed by a label look-up
         offers_tried = 0  # offers found gone
         while ambiguous < self.config.max_create_attempts and offers_tried < self.config.max_offer_fallbacks:
@@ -461,7 +481,9 @@ class Provisioner:
             if choice is None:
                 return None
             # the budget again, for this one rent, just before it happens (never trust the plan alone)
-            if not budget.fits(self.limits, commitment, choice.price_usd_per_h):
+            if not budget.fits(self.limits, commitment, choice.price_usd_per_h) or self._day_refusal(
+                [choice], commitment
+            ):
                 return None
             bid = self._bid_for(command, index, choice)
             await self._keep_alive(heartbeat)
@@ -516,6 +538,20 @@ class Provisioner:
             return instance
         return None
 
+    def _day_refusal(self, rents: list[RankedOffer], commitment: Commitment | None = None) -> Refusal | None:
+        """Would these rents, on top of `commitment` (the fleet's now by default), pass today's cap?"""
+        return budget.day_refusal(
+            self.limits,
+            self.day_spend,
+            self.commitment() if commitment is None else commitment,
+            sum(self.limits.reserved_usd_per_h(r.price_usd_per_h) for r in rents),
+            sum(r.pull_cost_usd for r in rents),
+            self.clock.now(),
+        )
+
+    def _label(self, idempotency_key: str, index: int) -> str:
+        return launch_label(idempotency_key, index, self.settings.deployment_id)
+
     @staticmethod
     def _bid_for(command: LaunchInstances, index: int, choice: RankedOffer) -> float | None:
         """The first `interruptible` slots of a launch bid the offer's min_bid × (1 + markup), never above its
@@ -535,9 +571,12 @@ class Provisioner:
         return min(matching, key=lambda row: row.id) if matching else None
 
     async def _remember_new(self, instance: KnownInstance, choice: RankedOffer) -> None:
-        """Saved before anything is published: a crash after this point is recovered from Redis and the label."""
+        """Saved before anything is published: a crash after this point is recovered from Redis and the label.
+        The rent's image pull is charged to the day now: vast bills it once, whatever the hourly price."""
         if instance.offer_id is None:
             instance = instance.model_copy(update={"offer_id": choice.offer.id})
+        self.day_spend = self.day_spend.charged(choice.pull_cost_usd)
+        await self.store.save_day_spend(self.day_spend)
         self.known[instance.instance_id] = instance
         await self.store.save_instances([instance])
         await self._publish_instance(instance)
@@ -593,7 +632,7 @@ class Provisioner:
         if instance is None:
             return self._result(
                 command, verb, "refused", RefusalRule.UNKNOWN_INSTANCE,
-                f"instance {instance_id} is not FleetPilot's (no label of ours): not touched",
+                f"instance {instance_id} is not this deployment's (no label of ours): not touched",
             )  # fmt: skip
         if instance.state is InstanceState.GONE:
             # said again: a fleet that missed the first word (or asks because it still shows the machine) hears it
@@ -672,6 +711,13 @@ class Provisioner:
             return self._result(command, "resume", "refused", RefusalRule.NOT_PARKED, detail)
         refusal = budget.resume_refusal(
             self.limits, self.commitment(), instance.committed_usd_per_h, instance.price_usd_per_h
+        ) or budget.day_refusal(  # its disk was kept: no pull to pay again
+            self.limits,
+            self.day_spend,
+            self.commitment(),
+            self.limits.reserved_usd_per_h(instance.price_usd_per_h) - instance.committed_usd_per_h,
+            0.0,
+            self.clock.now(),
         )
         if refusal is not None:
             return self._result(command, "resume", "refused", refusal.rule, refusal.detail)

@@ -1,6 +1,8 @@
 """Which offers may be rented, and in what order: by expected cost per task.
 
-expected $/task = price ÷ (expected tasks/h × reliability × history factor), where expected tasks/h comes from
+expected $/task = effective price ÷ (expected tasks/h × reliability × history factor), where the effective price
+is the hourly price plus the image pull (GB × the host's `inet_down_cost`) spread over a rent's hours, so a host
+that prices its bandwidth high cannot hide it behind a low $/h; and expected tasks/h comes from
 this machine's bench ratio, else the fleet's observed throughput for the GPU model, else the reference table;
 and the history factor 1/(1 + penalty) discounts machines and hosts that failed us before.
 
@@ -77,6 +79,10 @@ class ThroughputKnowledge:
 URGENT_HORIZON_H = 2.0
 # a link vast does not list is taken as a slow one, so an unknown host never looks faster than a known one
 UNKNOWN_LINK_MBPS = 100.0
+# a rent's one-off pull is spread over this many of its hours in the ranking: a machine is kept for hours (the
+# 6 h demand window spans a startup and a stretch of production), and a shorter span would rank a cheap-link
+# host above a cheaper machine for cents
+PULL_AMORTISED_OVER_H = 6.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,10 @@ class StartupModel:
         link = offer.inet_down if offer.inet_down is not None and offer.inet_down > 0 else UNKNOWN_LINK_MBPS
         return self.typical_startup_s + pull_s(self.image_gb, link)
 
+    def pull_cost_usd(self, offer: VastOffer) -> float:
+        """The image pull at the host's $/GB: billed once per rent, in no hourly price (none listed: none)."""
+        return self.image_gb * max(0.0, offer.inet_down_cost or 0.0)
+
 
 @dataclass(frozen=True)
 class RankedOffer:
@@ -101,6 +111,7 @@ class RankedOffer:
     success_factor: float  # reliability × history factor, in (0, 1]
     expected_usd_per_task: float
     predicted_startup_s: float = 0.0
+    pull_cost_usd: float = 0.0  # one-off, at rent: the image pull over the host's priced bandwidth
 
     @property
     def price_usd_per_h(self) -> float:
@@ -170,7 +181,9 @@ def rank(
         tasks_per_h = per_gpu * offer.num_gpus
         history_factor = 1.0 / (1.0 + penalties.of(offer.host_id, offer.machine_id))
         success = max(offer.reliability_score, 1e-3) * history_factor
-        usd_per_task = offer.dph_total / (tasks_per_h * success)
+        pull_usd = startup.pull_cost_usd(offer)
+        effective_usd_per_h = offer.dph_total + pull_usd / PULL_AMORTISED_OVER_H
+        usd_per_task = effective_usd_per_h / (tasks_per_h * success)
         startup_s = startup.predicted_s(offer, startups)
         if urgent_horizon_h is not None:
             usd_per_task *= (startup_s / 3600 + urgent_horizon_h) / urgent_horizon_h
@@ -181,6 +194,7 @@ def rank(
                 success_factor=success,
                 expected_usd_per_task=usd_per_task,
                 predicted_startup_s=startup_s,
+                pull_cost_usd=pull_usd,
             )
         )
     ranked.sort(key=lambda r: (r.expected_usd_per_task, r.offer.dph_total, r.offer.id))

@@ -1,8 +1,11 @@
 """What the provisioner knows about each instance, how vast's raw status maps onto the lifecycle, and the diff
 between what it knows and what vast lists (reconciliation). Pure: snapshots and `now` in, decisions out.
 
-Labels carry the launch's idempotency key, `fleetpilot:<key>:<n>` for the n-th instance of a launch, so an
-instance created just before a crash or a timeout is recognised and adopted instead of launched twice.
+Labels carry the deployment and the launch's idempotency key, `fleetpilot:<deployment>:<key>:<n>` for the n-th
+instance of a launch, so an instance created just before a crash or a timeout is recognised and adopted instead
+of launched twice, and a second FleetPilot on the same vast.ai account (staging beside prod) never adopts, counts
+or removes this one's machines. A label from before deployment ids (`fleetpilot:<key>:<n>`) belongs to the
+default deployment: an upgraded single deployment keeps its machines, a named one leaves them alone.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,20 +22,41 @@ from services.provisioner.vast_models import VastInstance
 from shared.contract import FailureReason, InstanceState, ParkReason, RemovalReason, committed_usd_per_h
 
 LABEL_PREFIX = "fleetpilot"
+DEFAULT_DEPLOYMENT_ID = "default"  # shared.settings.Settings.deployment_id's default
 
 
-def launch_label(idempotency_key: str, index: int) -> str:
-    return f"{LABEL_PREFIX}:{idempotency_key}:{index}"
+class LaunchLabel(NamedTuple):
+    """A FleetPilot label, read back: which launch slot, of which deployment."""
+
+    idempotency_key: str
+    slot: int  # the n-th instance of its launch
+    deployment_id: str = DEFAULT_DEPLOYMENT_ID
 
 
-def parse_label(label: str | None) -> tuple[str, int] | None:
-    """(idempotency key, index) from one of our labels; None for anything else (other users' instances)."""
+def launch_label(idempotency_key: str, index: int, deployment_id: str = DEFAULT_DEPLOYMENT_ID) -> str:
+    return f"{LABEL_PREFIX}:{deployment_id}:{idempotency_key}:{index}"
+
+
+def parse_label(label: str | None) -> LaunchLabel | None:
+    """(idempotency key, index, deployment) from a FleetPilot label, of any deployment; a label from before
+    deployment ids reads as the default deployment's. None for anything else (other users' instances)."""
     if not label:
         return None
     parts = label.split(":")
-    if len(parts) != 3 or parts[0] != LABEL_PREFIX or not parts[1] or not parts[2].isdigit():
+    if parts[0] != LABEL_PREFIX or len(parts) not in (3, 4) or not all(parts) or not parts[-1].isdigit():
         return None
-    return parts[1], int(parts[2])
+    if len(parts) == 3:
+        return LaunchLabel(parts[1], int(parts[2]))
+    return LaunchLabel(parts[2], int(parts[3]), parts[1])
+
+
+def owner_of(label: str | None, deployment_id: str) -> str | None:
+    """Whose instance a label says this is: None for this deployment's, the other deployment's id for another
+    FleetPilot's, "" for no FleetPilot's at all."""
+    parsed = parse_label(label)
+    if parsed is None:
+        return ""
+    return None if parsed.deployment_id == deployment_id else parsed.deployment_id
 
 
 class KnownInstance(BaseModel):
@@ -160,7 +185,7 @@ def from_vast(row: VastInstance, now: datetime, *, adopted: bool, unknown_price_
     return KnownInstance(
         instance_id=row.id,
         label=row.label,
-        idempotency_key=parsed[0] if parsed else None,
+        idempotency_key=parsed.idempotency_key if parsed else None,
         gpu_model=row.gpu_name,
         num_gpus=row.num_gpus or 1,
         price_usd_per_h=price if price is not None else unknown_price_usd_per_h,
@@ -188,7 +213,9 @@ class Reconciliation:
     adopted: list[KnownInstance] = field(default_factory=list)
     changed: list[KnownInstance] = field(default_factory=list)
     gone: list[KnownInstance] = field(default_factory=list)
+    # not ours: no FleetPilot label, or another deployment's (`foreign_owners` maps those ids to its deployment)
     foreign: list[VastInstance] = field(default_factory=list)
+    foreign_owners: dict[int, str] = field(default_factory=dict)
     incidents: list[Incident] = field(default_factory=list)
 
     @property
@@ -204,11 +231,12 @@ def reconcile(
     gone_after_missing_lists: int,
     unknown_price_usd_per_h: float,
     unreadable_ids: frozenset[int] = frozenset(),
+    deployment_id: str = DEFAULT_DEPLOYMENT_ID,
 ) -> Reconciliation:
     """Compare a successful instance list with what is known. Never call this with a failed list.
 
     `unreadable_ids` were listed but their rows could not be read: they exist, so what is known of them is
-    kept as it was (neither updated nor counted missing)."""
+    kept as it was (neither updated nor counted missing). Only `deployment_id`'s labels are adopted."""
     result = Reconciliation(known={})
     seen: set[int] = set(unreadable_ids)
     for row in listed:
@@ -220,8 +248,11 @@ def reconcile(
             result.known[row.id] = current.model_copy(update={"listed_after_gone": current.listed_after_gone + 1})
             continue
         if current is None:
-            if parse_label(row.label) is None:
-                result.foreign.append(row)  # someone else's: report, never touch
+            owner = owner_of(row.label, deployment_id)
+            if owner is not None:
+                result.foreign.append(row)  # someone else's, or another deployment's: report, never touch
+                if owner:
+                    result.foreign_owners[row.id] = owner
                 continue
             adopted = from_vast(row, now, adopted=True, unknown_price_usd_per_h=unknown_price_usd_per_h)
             result.known[row.id] = adopted

@@ -9,6 +9,7 @@ import secrets
 
 from redis.asyncio import Redis
 
+from services.provisioner.budget import DaySpend
 from services.provisioner.host_history import HostHistory
 from services.provisioner.reconcile import KnownInstance
 from shared.contract import ProvisionResult
@@ -83,6 +84,13 @@ class ProvisionerStore:
 
     async def save_history(self, history: HostHistory) -> None:
         await self.redis.set(self._key("host_history"), history.model_dump_json())
+
+    async def load_day_spend(self) -> DaySpend | None:
+        raw = await self.redis.get(self._key("day_spend"))
+        return DaySpend.model_validate_json(raw) if raw else None
+
+    async def save_day_spend(self, spent: DaySpend) -> None:
+        await self.redis.set(self._key("day_spend"), spent.model_dump_json())
 
     async def load_observed_throughput(self) -> dict[str, float]:
         raw = await self.redis.hgetall(self._key("observed_tasks_per_h"))

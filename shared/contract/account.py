@@ -12,10 +12,14 @@ FOREIGN_INSTANCES_KEPT = 200  # an account with more foreign rows than this stil
 
 
 class ForeignInstance(ContractModel):
-    """An instance on the account without FleetPilot's label: someone's own machine, shown and never touched."""
+    """An instance on the account that is not this deployment's: someone's own machine (no FleetPilot label) or
+    another FleetPilot deployment's; shown and never touched."""
 
     instance_id: int
     label: str | None = Field(default=None, max_length=256)
+    deployment_id: str | None = Field(
+        default=None, max_length=64, description="the other FleetPilot deployment's id; null: no FleetPilot label"
+    )
     gpu_model: str | None = Field(default=None, max_length=128)
     num_gpus: int | None = None
     vast_actual_status: str | None = Field(default=None, max_length=64)

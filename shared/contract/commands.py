@@ -104,6 +104,7 @@ class DrainInstance(ProvisionCommand):
 
 class RefusalRule(StrEnum):
     BUDGET_USD_PER_H = "budget_usd_per_h"
+    DAILY_BUDGET_USD = "daily_budget_usd"  # today's spend, to midnight UTC, with one-off charges
     MAX_INSTANCES = "max_instances"
     NO_OFFER = "no_offer"
     UNKNOWN_FLEET = "unknown_fleet"  # the instance list could not be read: never assume zero

@@ -8,7 +8,8 @@ from pydantic import Field
 
 from shared.contract.base import Event
 
-DeadLetterReason = Literal["invalid_message", "handler_failed"]
+# implausible_input: valid by its schema, beyond what the sender can mean (a queue of 10^20 tasks)
+DeadLetterReason = Literal["invalid_message", "handler_failed", "implausible_input"]
 
 
 class DeadLetter(Event):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -85,7 +86,7 @@ def test_budget_trims_a_launch_to_what_fits_and_refuses_when_nothing_does() -> N
     verdict, _ = check(launch(1), after, NOW, CONFIG)
     assert verdict.verdict == "refused" and verdict.rule == GuardrailRule.BUDGET
     # an emergency launch is priced at the emergency cap
-    verdict, _ = check(launch(2, "emergency"), ledger(fleet), NOW, CONFIG)
+    verdict, _ = check(launch(2, "emergency"), ledger(fleet, state=DemandState.UNDER_PROVISIONED), NOW, CONFIG)
     assert isinstance(verdict.action, LaunchInstances) and verdict.action.count == 1
 
 
@@ -111,8 +112,9 @@ def test_max_launches_per_hour() -> None:
 def test_a_price_above_the_cap_is_refused() -> None:
     verdict, _ = check(launch(1, max_price=1.0), ledger(producing(1, NOW)), NOW, CONFIG)
     assert verdict.rule == GuardrailRule.PRICE_CAP
-    verdict, _ = check(launch(1, "emergency", max_price=1.0), ledger(producing(1, NOW)), NOW, CONFIG)
-    assert verdict.verdict == "allowed"
+    stalled = ledger(producing(1, NOW), pending=5, state=DemandState.WORKERS_STALLED)
+    verdict, _ = check(launch(1, "emergency", max_price=1.0), stalled, NOW, CONFIG)
+    assert verdict.verdict == "allowed" and verdict.action.launch_priority == "emergency"  # type: ignore[union-attr]
 
 
 def test_the_last_producer_is_never_removed_while_tasks_are_queued_or_arriving() -> None:
@@ -190,6 +192,41 @@ def test_launches_not_in_the_snapshot_yet_are_pending() -> None:
     assert [(p.idempotency_key, p.count) for p in pending] == [("a", 1), ("b", 2)]
 
 
+def test_an_emergency_launch_on_demand_that_is_not_stalled_or_under_provisioned_is_downgraded_to_normal() -> None:
+    """An operator message or a prompt cannot buy the emergency cap: the demand state decides it."""
+    served = ledger(producing(2, NOW), pending=4, state=DemandState.SERVED)
+    verdict, after = check(launch(2, "emergency", max_price=1.1), served, NOW, CONFIG)
+    assert verdict.verdict == "allowed" and verdict.rule == GuardrailRule.EMERGENCY_UNJUSTIFIED
+    granted = verdict.action
+    assert isinstance(granted, LaunchInstances) and granted.launch_priority == "normal"
+    assert granted.max_price_usd_per_h == CONFIG.normal_max_price_usd_per_h and granted.count == 2
+    assert "demand is served" in verdict.explanation
+    assert after.committed_usd_per_h == served.committed_usd_per_h + 2 * CONFIG.normal_max_price_usd_per_h
+    for state in (DemandState.WORKERS_STALLED, DemandState.UNDER_PROVISIONED):
+        kept, _ = check(launch(1, "emergency"), ledger(producing(2, NOW), pending=4, state=state), NOW, CONFIG)
+        assert kept.action.launch_priority == "emergency" and kept.rule is None  # type: ignore[union-attr]
+
+
+def test_producers_the_backlog_needs_over_the_drain_horizon_are_not_removed_as_surplus() -> None:
+    """600 tasks at 120/h are 5 worker-hours: over a 1 h drain horizon they need 5 producers, not 1."""
+    config = replace(CONFIG, backlog_drain_horizon_h=1.0)
+    book = ledger(producing(6, NOW), pending=600)
+    first, book = check(removal(DrainInstance, 100, RemovalReason.IDLE), book, NOW, config)
+    assert first.verdict == "allowed"
+    for verb in (DrainInstance, StopInstance, DestroyInstance):
+        refused, _ = check(removal(verb, 101, RemovalReason.OVER_PROVISIONED), book, NOW, config)
+        assert refused.verdict == "refused" and refused.rule == GuardrailRule.BACKLOG_FLOOR
+        assert "needs 5" in refused.explanation
+    # a budget cut is no claim about demand: the hard budget wins over the backlog floor
+    budget, _ = check(removal(DrainInstance, 101, RemovalReason.BUDGET), book, NOW, config)
+    assert budget.verdict == "allowed"
+
+
+def test_the_decider_settings_give_the_guardrails_the_policys_drain_horizon() -> None:
+    config = DeciderSettings().guardrail_config(Settings())
+    assert config.backlog_drain_horizon_h == DeciderSettings().policy_config().backlog_drain_target_s / 3600
+
+
 # --- properties ----------------------------------------------------------------------------------------------
 
 prices = st.floats(min_value=0.05, max_value=1.2, allow_nan=False)
@@ -233,6 +270,54 @@ def test_no_sequence_of_actions_exceeds_the_budget_or_removes_the_last_producers
             assert book.producing >= min(producers_before, CONFIG.min_producers_while_queued)
         if stalled:
             assert book.producing == producers_before
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    state=st.sampled_from(list(DemandState)),
+    count=st.integers(1, 30),
+    max_price=st.one_of(st.none(), st.floats(min_value=0.1, max_value=1.2, allow_nan=False)),
+    pending=st.integers(0, 200),
+)
+def test_an_allowed_launch_pays_the_emergency_cap_only_on_stalled_or_under_provisioned_demand(
+    state: DemandState, count: int, max_price: float | None, pending: int
+) -> None:
+    book = ledger(producing(2, NOW), pending=pending, state=state)
+    verdict, after = check(launch(count, "emergency", max_price=max_price), book, NOW, CONFIG)
+    if verdict.verdict != "allowed":
+        return
+    granted = verdict.action
+    assert isinstance(granted, LaunchInstances)
+    justified = state in (DemandState.WORKERS_STALLED, DemandState.UNDER_PROVISIONED)
+    assert (granted.launch_priority == "emergency") == justified
+    cap = CONFIG.emergency_max_price_usd_per_h if justified else CONFIG.normal_max_price_usd_per_h
+    assert after.launches[-1].worst_price_usd_per_h <= cap + 1e-9
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    producers=st.integers(0, 12),
+    pending=st.integers(0, 2000),
+    horizon_h=st.floats(min_value=0.25, max_value=4.0, allow_nan=False),
+    specs=st.lists(
+        st.tuples(
+            st.sampled_from(["drain", "stop", "destroy"]),
+            st.integers(0, 30),
+            st.sampled_from([RemovalReason.IDLE, RemovalReason.OVER_PROVISIONED, RemovalReason.PARK]),
+        ),
+        max_size=20,
+    ),
+)
+def test_no_sequence_of_scale_downs_leaves_fewer_producers_than_the_backlog_needs(
+    producers: int, pending: int, horizon_h: float, specs: list[tuple]
+) -> None:
+    config = replace(CONFIG, backlog_drain_horizon_h=horizon_h)
+    fleet = producing(producers, NOW)
+    book = ledger(fleet, pending=pending)
+    needed = math.ceil(pending / 120.0 / horizon_h - 1e-9)  # the factories' signal: 120 tasks/h per worker
+    for spec in specs:
+        _, book = check(build_action(spec, [i.instance_id for i in fleet]), book, NOW, config)
+        assert book.producing >= min(producers, needed)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

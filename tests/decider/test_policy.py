@@ -349,6 +349,37 @@ def test_a_burst_of_22_tasks_on_a_cold_start_launches_only_what_clears_them_with
     assert [(minute, plan.count, plan.launch_priority) for minute, plan in launched] == [(0, 1, "emergency")]
 
 
+def test_one_outlier_queue_snapshot_then_a_normal_one_launches_at_most_a_small_step() -> None:
+    """The incident: a snapshot of 99,999 pending on a fleet of 4 serving 30 queued (still under demand's
+    plausibility ceiling), then normal snapshots again. The real demand core reads them, the policy sizes from its
+    signal each minute: the outlier alone may move the fleet by the unconfirmed step, never by its size."""
+    demand = DemandCore()
+    fleet = producing(4, NOW)
+    launched = 0
+    for minute, pending in enumerate([30, 30, 99_999, 30, 30, 30]):
+        now = NOW + timedelta(minutes=minute)
+        depth = QueueDepth(task_type="default", pending=pending, running=4)
+        demand.observe_queue(QueueSnapshot(occurred_at=now, source="jobs", queues=[depth]), now)
+        seen = demand.evaluate(now).signal
+        assert seen.pending_tasks <= 30 + demand.config.unconfirmed_rise_tasks
+        launched += recommend(seen, snapshot(now, fleet), now).launch_count
+    # the step is 240 tasks, 2 worker-hours: a few machines at most, where 99,999 tasks asked for hundreds
+    assert launched <= 3
+
+
+def test_a_queue_rise_seen_twice_is_counted_whole() -> None:
+    demand = DemandCore()
+    counted = []
+    for minute, pending in enumerate([30, 5000, 5000]):
+        now = NOW + timedelta(minutes=minute)
+        depth = QueueDepth(task_type="default", pending=pending, running=0)
+        demand.observe_queue(QueueSnapshot(occurred_at=now, source="jobs", queues=[depth]), now)
+        counted.append(demand.evaluate(now).signal.pending_tasks)
+    assert counted == [30, 30 + demand.config.unconfirmed_rise_tasks, 5000]
+    restored = DemandCore.from_state(demand.to_state())  # what was reported survives a restart
+    assert restored.queue == demand.queue
+
+
 def test_loading_machines_the_demand_no_longer_needs_are_given_back() -> None:
     # nine machines loading for a burst that is over: the 22 tasks queued need one of them, and twice that is kept
     fleet = snapshot(NOW, loading(9, NOW, created_ago_s=1200))

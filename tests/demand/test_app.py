@@ -13,6 +13,7 @@ from services.demand.config import DemandSettings
 from shared.bus import event_headers
 from shared.clock import SimulatedClock
 from shared.contract import (
+    DeadLetter,
     DemandSignal,
     DemandState,
     Event,
@@ -26,7 +27,7 @@ from shared.contract import (
 )
 from shared.service import ServiceContext
 from shared.settings import Settings
-from shared.streams import DEMAND, LATEST, TRIGGERS
+from shared.streams import DEMAND, DLQ, LATEST, TRIGGERS
 from tests.helpers import eventually
 
 CONFIG = DemandSettings(evaluate_interval_s=15, publish_interval_s=60)
@@ -187,3 +188,40 @@ async def test_stalled_workers_raise_a_p0_trigger_and_the_fleet_snapshot_counts(
     assert "no completion for 16 min" in signal.explanation
     assert stalled.priority == "p0" and stalled.source == "demand"
     assert "59 tasks pending" in stalled.detail
+
+
+async def test_an_implausible_queue_snapshot_is_dead_lettered_with_its_reason_counted_and_never_applied(
+    settings: Settings, js: JetStreamContext, sim_clock: SimulatedClock
+) -> None:
+    """`fleetpilot publish queue default=99999999999999999999` once rented 19 machines in three minutes."""
+    subjects = settings.subjects
+    now = sim_clock.now()
+    for pending in (30, 99_999_999_999_999_999_999):
+        snapshot = QueueSnapshot(
+            occurred_at=now, source="jobs", queues=[QueueDepth(task_type="default", pending=pending, running=0)]
+        )
+        await publish(js, settings, subjects.queue, snapshot, DEMAND.name(subjects))
+    ctx = ServiceContext("demand", settings, sim_clock)
+    app = build(ctx, CONFIG)
+    await app.start()
+    try:
+
+        async def dead_letter() -> DeadLetter | None:
+            try:
+                raw = await js.get_last_msg(DLQ.name(subjects), subjects.dead_letter("demand"))
+            except NotFoundError:
+                return None
+            return DeadLetter.model_validate_json(raw.data)
+
+        letter = await eventually(dead_letter)
+        signal = await signal_from(js, settings, sim_clock, now + timedelta(seconds=1))
+        registry = ctx.metrics.registry
+        parked = registry.get_sample_value(
+            "fleetpilot_dead_letters_total", {"service": "demand", "reason": "implausible_input"}
+        )
+    finally:
+        await app.stop()
+    assert letter.reason == "implausible_input" and letter.original_subject == subjects.queue
+    assert "99999999999999999999 pending is beyond the plausible 1000000 tasks" in letter.error
+    assert parked == 1
+    assert signal.pending_tasks == 30  # the last plausible snapshot stands

@@ -246,15 +246,17 @@ async def test_status_falls_back_to_the_published_snapshot_and_says_so(
 
 
 async def test_status_lists_the_foreign_instances_the_provisioner_saw(settings: Settings, js: JetStreamContext) -> None:
-    """Someone's own machine on the account: shown, so nobody wonders who pays for it."""
+    """Someone's own machine, and another deployment's, on the account: shown, so nobody wonders who pays."""
     published = snapshot(datetime.now(UTC))
     account = VastAccountObserved(
         occurred_at=datetime.now(UTC),
         source="provisioner",
-        foreign_count=1,
+        foreign_count=2,
         foreign_instances=[
             ForeignInstance(instance_id=4711, label="my-notebook", gpu_model="RTX 3090", num_gpus=1,
-                            vast_actual_status="running", price_usd_per_h=None)
+                            vast_actual_status="running", price_usd_per_h=None),
+            ForeignInstance(instance_id=4712, label="fleetpilot:staging:k:0", deployment_id="staging",
+                            gpu_model="RTX 4090", num_gpus=1, vast_actual_status="running", price_usd_per_h=0.5),
         ],
         unreadable_rows=2,
     )  # fmt: skip
@@ -270,7 +272,9 @@ async def test_status_lists_the_foreign_instances_the_provisioner_saw(settings: 
         )
     code, out, err = await invoke(settings, "status", "--timeout", "0.3")
     assert code == 0, err
-    assert "1 foreign instance(s)" in out and "#4711 my-notebook" in out and "price unknown" in out
+    assert "2 foreign instance(s)" in out and "#4711 my-notebook:" in out and "price unknown" in out
+    # another FleetPilot deployment's machine on the same account says whose it is
+    assert "#4712 fleetpilot:staging:k:0 [FleetPilot deployment 'staging']: RTX 4090" in out
     assert "2 row(s) of the last list were unreadable" in out
 
 

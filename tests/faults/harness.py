@@ -149,7 +149,7 @@ def metric_total(samples: Iterable[tuple[str, dict[str, str], float]], name: str
 
 
 def double_launches(ledger: dict[str, Any]) -> int:
-    """Instances beyond the first for one launch slot: `fleetpilot:<key>:<n>` must label one instance only."""
+    """Instances beyond the first for one launch slot: a `fleetpilot:<deployment>:<key>:<n>` labels one instance."""
     labels = Counter(e["label"] for e in ledger["entries"] if e.get("label") and LABEL.match(e["label"]))
     return sum(count - 1 for count in labels.values() if count > 1)
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from services.provisioner.reconcile import parse_label
 from shared.contract import DecisionRecord, LaunchInstances, OperatorMessage, OperatorReply
 from shared.streams import AUDIT, COMMANDS, OPERATOR
 from tests.faults.harness import SUBJECTS, FaultStack, Row, running_stack
@@ -72,7 +73,7 @@ async def test_vast_5xx_and_429_storm(stack: FaultStack, fault_rows: list[Row]) 
     await stack.conclude(window, fault_rows)
     ledger = await stack.ledger()
     assert ledger is not None
-    mine = [e for e in ledger["entries"] if (e["label"] or "").startswith(f"fleetpilot:{key}:")]
+    mine = [e for e in ledger["entries"] if (parse_label(e["label"]) or ("",))[0] == key]
     assert len(mine) <= 2, f"one command of 2 instances delivered twice rented {len(mine)}"
     calls = await stack.vast_admin("calls", method="GET")
     assert any(c["outcome"] == "rate_limited" for c in calls) and any(c["outcome"] == "injected_error" for c in calls)
@@ -89,7 +90,7 @@ async def test_ambiguous_creates(stack: FaultStack, fault_rows: list[Row]) -> No
     await stack.conclude(window, fault_rows)
     ledger = await stack.ledger()
     assert ledger is not None
-    mine = [e for e in ledger["entries"] if (e["label"] or "").startswith(f"fleetpilot:{key}:")]
+    mine = [e for e in ledger["entries"] if (parse_label(e["label"]) or ("",))[0] == key]
     assert 1 <= len(mine) <= 2, f"one command of 2 instances delivered twice rented {len(mine)}"
 
 

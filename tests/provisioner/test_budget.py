@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.provisioner.budget import (
     BudgetLimits,
     Commitment,
+    DaySpend,
     Refusal,
     commitment_of,
+    day_refusal,
     fits,
     pick_next,
     plan_launch,
@@ -147,3 +152,24 @@ def test_a_resume_is_budgeted_at_its_full_price_less_the_storage_it_commits() ->
     # the price margin applies as to a launch
     margin = BudgetLimits(**{**LIMITS.__dict__, "price_margin": 0.1})
     assert resume_refusal(margin, Commitment(1.5, 3), 0.02, 0.5) is not None
+
+
+def test_the_day_accrues_the_committed_rate_and_starts_again_at_midnight_utc() -> None:
+    morning = DaySpend.starting(datetime(2026, 3, 2, 6, 0, tzinfo=UTC))
+    noon = morning.accrued(2.0, datetime(2026, 3, 2, 12, 0, tzinfo=UTC)).charged(0.5)  # 6 h at $2/h + a pull
+    assert noon.spent_usd == pytest.approx(12.5)
+    after_midnight = noon.accrued(1.0, datetime(2026, 3, 3, 1, 30, tzinfo=UTC))
+    assert (after_midnight.day, after_midnight.spent_usd) == (date(2026, 3, 3), pytest.approx(1.5))
+
+
+def test_a_rent_that_would_pass_the_daily_cap_by_midnight_is_refused_with_its_rule() -> None:
+    capped = BudgetLimits(**{**LIMITS.__dict__, "daily_budget_usd": 20.0})
+    at_noon = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)  # 12 h to midnight UTC
+    spent = DaySpend(day=date(2026, 3, 2), spent_usd=6.0, accrued_until=at_noon)
+    # 6 + (0.5 + 0.5) x 12 = 18 fits; the same rent with a $3 image pull makes 21
+    assert day_refusal(capped, spent, Commitment(0.5, 1), 0.5, 0.0, at_noon) is None
+    refusal = day_refusal(capped, spent, Commitment(0.5, 1), 0.5, 3.0, at_noon)
+    assert isinstance(refusal, Refusal) and refusal.rule is RefusalRule.DAILY_BUDGET_USD
+    assert "$21.00" in refusal.detail and "$20.00" in refusal.detail
+    # unset, the cap is the hourly budget all day: $2/h x 24
+    assert LIMITS.daily_cap_usd == 48.0 and day_refusal(LIMITS, spent, Commitment(0.5, 1), 0.5, 3.0, at_noon) is None

@@ -290,3 +290,24 @@ async def test_an_outbid_bid_is_tracked_parked_then_back_producing(rig: Rig) -> 
     assert (not_ours.outcome, not_ours.refusal_rule) == ("refused", RefusalRule.NOT_PARKED)
     assert simulator.calls_to(Endpoint.MANAGE) == []  # nobody stopped or started it: vast did
     await eventually(lambda: [o.state for o in bus.observed_of(instance_id)][-2:] == [S.PARKED, S.RUNNING])
+
+
+async def test_a_resume_that_would_pass_the_daily_cap_by_midnight_is_refused_and_never_sent(rig: Rig) -> None:
+    """The hourly budget has room; the day has not: 08:11 UTC, about 15.8 h to midnight. Machine A parked and
+    machine B launched commit ~$9.9 of the day; A back at full price would make ~$16, over the $13 cap."""
+    js, bus, fleet, sim_clock = rig.js, rig.bus, rig.fleet, rig.clock
+    settings = rig.settings.model_copy(update={"daily_budget_usd": 13.0})
+    simulator, url = await rig.start_vast(market_scenario(**STORAGE))
+    async with fleet_and_provisioner(settings, sim_clock, url) as service:
+        instance_id = await producing_machine(service, fleet, bus, js, settings)
+        await send(js, settings, "stop", park("park-0005", instance_id))
+        assert (await bus.result_for("park-0005")).outcome == "done"
+        await send(js, settings, "launch", launch("launch-0005"))
+        assert (await bus.result_for("launch-0005")).outcome == "done"
+        manages = len(simulator.calls_to(Endpoint.MANAGE))
+        await send(js, settings, "resume", resume("resume-0005", instance_id))
+        refused = await bus.result_for("resume-0005")
+    assert (refused.outcome, refused.refusal_rule) == ("refused", RefusalRule.DAILY_BUDGET_USD), refused.detail
+    assert "over the daily cap $13.00" in refused.detail
+    assert len(simulator.calls_to(Endpoint.MANAGE)) == manages  # no start was sent
+    assert simulator.world.instances[instance_id].intended == "stopped"

@@ -17,7 +17,15 @@ from services.provisioner.host_history import (
     IncidentKind,
     bench_ratio,
 )
-from services.provisioner.ranking import OfferConstraints, ThroughputKnowledge, acceptable, rank, search_query
+from services.provisioner.ranking import (
+    PULL_AMORTISED_OVER_H,
+    OfferConstraints,
+    StartupModel,
+    ThroughputKnowledge,
+    acceptable,
+    rank,
+    search_query,
+)
 from services.provisioner.vast_models import VastOffer
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
@@ -172,3 +180,13 @@ def test_a_machines_own_bench_ratio_is_not_multiplied_by_its_models_observation(
     assert by_id[1].expected_tasks_per_h == pytest.approx(81.0)  # not 81 × 0.5
     assert by_id[2].expected_tasks_per_h == pytest.approx(81.0)  # unmeasured: the model's observation
     assert [r.offer.id for r in ranked] == [2, 1]  # same pace, the cheaper first
+
+
+def test_a_host_that_prices_its_bandwidth_high_ranks_below_a_dearer_machine_with_a_cheap_pull() -> None:
+    """$0.45/h with $1/GB for a 10 GB image is $10 a rent: it must not look cheaper than $0.50/h at $0.005/GB."""
+    offers = [offer(1, "RTX 4090", 0.45, inet_down_cost=1.0), offer(2, "RTX 4090", 0.50, inet_down_cost=0.005)]
+    ordered = rank(offers, ANY, ThroughputKnowledge(), HostHistory(), NOW, startup=StartupModel(image_gb=10.0))
+    assert [r.offer.id for r in ordered] == [2, 1]
+    assert [r.pull_cost_usd for r in ordered] == pytest.approx([0.05, 10.0])
+    amortised_usd_per_h = 0.45 + 10.0 / PULL_AMORTISED_OVER_H
+    assert ordered[1].expected_usd_per_task == pytest.approx(amortised_usd_per_h / 120.0)

@@ -29,6 +29,7 @@ def reconcile(
     *,
     gone_after_missing_lists: int,
     unreadable_ids: frozenset[int] = frozenset(),
+    deployment_id: str = core.DEFAULT_DEPLOYMENT_ID,
 ) -> Reconciliation:
     return core.reconcile(
         known,
@@ -37,6 +38,7 @@ def reconcile(
         gone_after_missing_lists=gone_after_missing_lists,
         unknown_price_usd_per_h=PRICE_CAP,
         unreadable_ids=unreadable_ids,
+        deployment_id=deployment_id,
     )
 
 
@@ -58,9 +60,31 @@ def known(instance_id: int, label: str, state: InstanceState = InstanceState.REQ
 
 
 def test_labels_round_trip_and_other_labels_are_not_ours() -> None:
-    assert parse_label(launch_label("cmd-123", 2)) == ("cmd-123", 2)
-    for other in (None, "", "my-notebook", "fleetpilot:x", "fleetpilot::1", "fleetpilot:k:one", "other:k:1"):
+    assert parse_label(launch_label("cmd-123", 2)) == ("cmd-123", 2, "default")
+    assert launch_label("cmd-123", 2, "staging") == "fleetpilot:staging:cmd-123:2"
+    assert parse_label("fleetpilot:staging:cmd-123:2") == ("cmd-123", 2, "staging")
+    assert parse_label("fleetpilot:cmd-123:2") == ("cmd-123", 2, "default")  # written before deployment ids
+    for other in (
+        None, "", "my-notebook", "fleetpilot:x", "fleetpilot::1", "fleetpilot:k:one", "other:k:1",
+        "fleetpilot::k:1", "fleetpilot:a:b:c:1",
+    ):  # fmt: skip
         assert parse_label(other) is None
+
+
+def test_another_deployments_instances_are_foreign_never_adopted() -> None:
+    """Staging and prod on one account: each adopts its own labels and reports the other's as foreign."""
+    listed = [row(1, launch_label("k1", 0, "prod")), row(2, launch_label("k1", 0, "staging")), row(3, "notebook")]
+    prod = reconcile({}, listed, NOW, gone_after_missing_lists=2, deployment_id="prod")
+    staging = reconcile({}, listed, NOW, gone_after_missing_lists=2, deployment_id="staging")
+    assert set(prod.known) == {1} and [r.id for r in prod.foreign] == [2, 3] and prod.foreign_owners == {2: "staging"}
+    assert set(staging.known) == {2} and staging.foreign_owners == {1: "prod"}
+
+
+def test_labels_from_before_deployment_ids_belong_to_the_default_deployment_alone() -> None:
+    listed = [row(1, "fleetpilot:old-cmd:0")]
+    assert set(reconcile({}, listed, NOW, gone_after_missing_lists=2).known) == {1}
+    named = reconcile({}, listed, NOW, gone_after_missing_lists=2, deployment_id="staging")
+    assert named.known == {} and named.foreign_owners == {1: "default"}
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from redis.asyncio import Redis
 
-from services.provisioner.reconcile import KnownInstance
+from services.provisioner.reconcile import KnownInstance, launch_label
 from shared.clock import RealClock, SimulatedClock
 from shared.contract import InstanceState, LaunchInstances, LaunchReason
 from shared.settings import Settings
@@ -99,5 +99,5 @@ async def test_a_restart_between_launch_and_result_leaves_the_instance_known_onc
     stored = await redis.hgetall("fleetpilot:fpt:provisioner:instances")
     await redis.aclose()
     known = [KnownInstance.model_validate_json(raw) for raw in stored.values()]
-    assert [(k.instance_id, k.label) for k in known] == [(created.instance_id, "fleetpilot:launch-crash:0")]
+    assert [(k.instance_id, k.label) for k in known] == [(created.instance_id, launch_label("launch-crash", 0))]
     assert API_KEY not in log_path.read_text()

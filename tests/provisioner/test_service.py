@@ -13,6 +13,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from services.provisioner.app import ProvisionerService
+from services.provisioner.reconcile import launch_label, parse_label
 from services.provisioner.settings import DEFAULT_IMAGE, ProvisionerSettings
 from shared.clock import RealClock, SimulatedClock
 from shared.contract import (
@@ -33,6 +34,7 @@ from shared.contract import (
 )
 from shared.settings import Settings
 from shared.streams import COMMANDS
+from sim.infra import NatsServer
 from sim.vast.scenario import Endpoint, Fate, OfferSpec
 from sim.vast.server import ScriptedFault
 from sim.vast.world import CreateRequest
@@ -113,8 +115,8 @@ async def test_launch_rents_the_best_offer_per_task_and_reports_it(
     assert result.outcome == "done" and result.command == "launch", result.detail
     ledger = simulator.world.ledger(sim_clock.now())
     assert {(e.offer_id, e.label) for e in ledger.entries} == {
-        (OFFER_A, "fleetpilot:launch-001:0"),
-        (OFFER_A2, "fleetpilot:launch-001:1"),
+        (OFFER_A, launch_label("launch-001", 0)),
+        (OFFER_A2, launch_label("launch-001", 1)),
     }
     assert sorted(result.instance_ids) == sorted(e.instance_id for e in ledger.entries)
     requested = [o for o in bus.observed if o.state is InstanceState.REQUESTED]
@@ -122,7 +124,7 @@ async def test_launch_rents_the_best_offer_per_task_and_reports_it(
     assert {(o.idempotency_key, o.price_usd_per_h) for o in requested} == {("launch-001", 0.48), ("launch-001", 0.49)}
     # the instance carries what the worker needs
     view = simulator.world.sim_view(simulator.world.instances[result.instance_ids[0]], sim_clock.now())
-    assert view["container_env"]["FLEETPILOT_INSTANCE_LABEL"].startswith("fleetpilot:launch-001:")
+    assert view["container_env"]["FLEETPILOT_INSTANCE_LABEL"].startswith("fleetpilot:default:launch-001:")
     assert view["container_env"]["CONTAINER_ID"] == str(result.instance_ids[0])
     # the default onstart runs bench's suite: fetched from the bench URL, reported with the token
     assert view["onstart"] == QUIET.onstart_line()
@@ -182,7 +184,7 @@ async def test_a_timeout_after_the_create_yields_exactly_one_instance_found_by_l
         await eventually(lambda: len(simulator.calls_to(Endpoint.CREATE)) == 1)  # the slow answer went out
     [entry] = simulator.world.ledger(sim_clock.now()).entries
     assert result.outcome == "done" and result.instance_ids == [entry.instance_id]
-    assert entry.label == "fleetpilot:launch-slow:0"
+    assert entry.label == launch_label("launch-slow", 0)
     label_lookups = [c for c in simulator.calls_to(Endpoint.LIST_V1) if c.at >= entry.created_at]
     assert label_lookups, "the provisioner looked for the label before anything else"
     [observed] = bus.observed_of(entry.instance_id)
@@ -348,7 +350,7 @@ async def test_a_command_older_than_the_newest_fencing_token_is_refused(
     assert stale_destroy.outcome == "refused" and stale_destroy.refusal_rule is RefusalRule.STALE_FENCING_TOKEN
     assert unfenced.outcome == "done" and same_run.outcome == "done" and refused == 1
     ledger = simulator.world.ledger(sim_clock.now()).entries
-    assert sorted(e.label.split(":")[1] for e in ledger) == ["fenced-new", "fenced-same", "unfenced"]
+    assert sorted(parse_label(e.label).idempotency_key for e in ledger) == ["fenced-new", "fenced-same", "unfenced"]
     assert all(e.destroyed_at is None for e in ledger)
 
 
@@ -372,6 +374,66 @@ async def test_reconciliation_adopts_ours_reports_foreign_and_marks_gone(
         )
     assert len(gone) == 1
     assert all(o.instance_id == ours.instance_id for o in bus.observed)  # the notebook was never reported as ours
+
+
+async def test_a_host_pricing_its_bandwidth_high_is_ranked_down_and_a_rent_past_the_daily_cap_is_refused(
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
+) -> None:
+    """Offer A is the cheapest per hour but charges $2/GB: its 10 GB image pull is $20 a rent, in no hourly price.
+    Ranked by its effective price, the launch rents A2; a launch only A can serve would pass the daily cap."""
+    dear_pull = [spec.model_copy(update={"inet_down_cost_usd_per_gb": 2.0}) if spec.offer_id == OFFER_A else spec
+                 for spec in market_scenario().offers]  # fmt: skip
+    simulator, url = await start_vast(market_scenario(offers=dear_pull))
+    async with running_provisioner(settings, sim_clock, url, daily_budget_usd=30.0) as service:
+        await send(js, settings, "launch", launch("cheap-pull", 1))
+        first = await bus.result_for("cheap-pull")
+        # 08:00 UTC: 16 h to midnight at ~$1.02/h for both machines is ~$16, plus A's $20 pull passes $30
+        await send(js, settings, "launch", launch("dear-pull", 1, gpu_models=["RTX 4090"], max_price_usd_per_h=0.485))
+        second = await bus.result_for("dear-pull")
+        refused = refusals(service, "daily_budget_usd")
+    assert first.outcome == "done", first.detail
+    assert second.outcome == "refused" and second.refusal_rule is RefusalRule.DAILY_BUDGET_USD, second.detail
+    assert "$20.00 one-off" in second.detail and refused == 1
+    rented = [e.offer_id for e in simulator.world.ledger(sim_clock.now()).entries]
+    assert rented == [OFFER_A2]
+
+
+async def test_another_deployments_machines_on_the_account_are_foreign_never_adopted_counted_or_removed(
+    settings: Settings,
+    nc: NatsClient,
+    js: JetStreamContext,
+    nats_server: NatsServer,
+    start_vast: StartVast,
+    sim_clock: SimulatedClock,
+    bus: BusRecorder,
+) -> None:
+    """A staging FleetPilot rents a machine on prod's vast.ai account; prod's provisioner then neither adopts nor
+    budgets it, refuses a destroy naming it, and labels its own launch with prod's deployment id."""
+    simulator, url = await start_vast(market_scenario())
+    # staging: subjects and Redis keys of its own (its own prefix), the same vast.ai account
+    staging = Settings.model_validate({**settings.model_dump(), "subject_prefix": "fps", "deployment_id": "staging"})
+    nats_server.ensure_streams(staging.subjects)
+    staging_bus = BusRecorder(nc, staging)
+    await staging_bus.start()
+    async with running_provisioner(staging, sim_clock, url):
+        await send(js, staging, "launch", launch("staging-cmd", 1))
+        [theirs] = (await staging_bus.result_for("staging-cmd")).instance_ids
+    # a budget with room for one machine only: staging's machine counted as prod's would refuse prod's launch
+    async with running_provisioner(settings, sim_clock, url, deployment_id="prod", budget_usd_per_h=0.8):
+        await send(js, settings, "launch", launch("prod-launch", 1))
+        launched = await bus.result_for("prod-launch")
+        await send(js, settings, "destroy", destroy("destroy-theirs", theirs))
+        destroyed = await bus.result_for("destroy-theirs")
+        account = await eventually(lambda: [a for a in bus.accounts if a.foreign_count])
+    assert all(o.instance_id != theirs for o in bus.observed)  # never adopted
+    assert launched.outcome == "done", launched.detail
+    assert destroyed.outcome == "refused" and destroyed.refusal_rule is RefusalRule.UNKNOWN_INSTANCE
+    [shown] = account[-1].foreign_instances
+    assert (shown.instance_id, shown.deployment_id) == (theirs, "staging")
+    ledger = {e.instance_id: e for e in simulator.world.ledger(sim_clock.now()).entries}
+    assert ledger[theirs].destroyed_at is None and ledger[theirs].label == launch_label("staging-cmd", 0, "staging")
+    [ours] = [e for e in ledger.values() if e.instance_id != theirs]
+    assert ours.label == launch_label("prod-launch", 0, "prod")
 
 
 async def test_odd_rows_and_foreign_instances_do_not_blind_the_fleet(

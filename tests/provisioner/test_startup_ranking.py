@@ -10,6 +10,7 @@ from nats.js import JetStreamContext
 
 from services.provisioner.host_history import HostHistory
 from services.provisioner.ranking import URGENT_HORIZON_H, OfferConstraints, StartupModel, ThroughputKnowledge, rank
+from services.provisioner.reconcile import launch_label
 from services.provisioner.vast_models import VastOffer
 from shared.clock import SimulatedClock
 from shared.contract import LaunchInstances, LaunchPriority, LaunchReason
@@ -97,5 +98,5 @@ async def test_the_provisioner_learns_startups_and_an_emergency_launch_prefers_t
         await send(js, settings, "launch", launch("launch-calm", "normal"))
         await bus.result_for("launch-calm")
     rented = {e.label: e.offer_id for e in simulator.world.ledger(sim_clock.now() + timedelta(seconds=1)).entries}
-    assert rented["fleetpilot:launch-urgent:0"] == OFFER_B
-    assert rented["fleetpilot:launch-calm:0"] != OFFER_B
+    assert rented[launch_label("launch-urgent", 0)] == OFFER_B
+    assert rented[launch_label("launch-calm", 0)] != OFFER_B
