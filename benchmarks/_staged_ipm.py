@@ -1,9 +1,8 @@
-"""A small interior-point LP solver for time-staged problems (no scipy here): min cᵀx, Ax = b, 0 ≤ x ≤ ub.
+"""The reference the LP benchmark times HiGHS against: the interior-point solver the bound used before scipy.
 
-Rows come in blocks of equal size, one block per time step, and a column may only touch rows of one step or
-of two adjacent steps; the normal equations are then block-tridiagonal and each Newton step costs O(steps).
-Mehrotra's predictor-corrector. It only has to find good dual prices: the clairvoyant bound is evaluated
-exactly from them afterwards (sim/world/bound.py), so an inexact answer loosens the bound, never breaks it.
+Mehrotra's predictor-corrector for time-staged LPs: rows come in blocks of equal size, one block per time step,
+and a column may only touch rows of one step or of two adjacent steps; the normal equations are then
+block-tridiagonal and each Newton step costs O(steps). Not used by the simulator; benchmarks/lp.py only.
 """
 
 from __future__ import annotations
@@ -12,40 +11,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class StagedLP:
-    c: np.ndarray  # (n,)
-    rows: np.ndarray  # (nnz,) row of each nonzero
-    cols: np.ndarray  # (nnz,)
-    vals: np.ndarray  # (nnz,)
-    b: np.ndarray  # (m,), m = steps × block
-    ub: np.ndarray  # (n,), np.inf where unbounded
-    block: int  # rows per step
-
-
-@dataclass(frozen=True)
-class LPSolution:
-    x: np.ndarray
-    y: np.ndarray  # equality duals
-    iterations: int
-    primal_objective: float
-    relative_gap: float
-    primal_infeasibility: float
-    converged: bool
+from sim.world.lp import LinearProgram, LPSolution
 
 
 class _Normal:
     """A·D·Aᵀ as diagonal and sub-diagonal blocks, and its block Cholesky factorisation."""
 
-    def __init__(self, lp: StagedLP) -> None:
-        self.block = lp.block
-        self.steps = len(lp.b) // lp.block
+    def __init__(self, lp: LinearProgram, block: int) -> None:
+        self.block = block
+        self.steps = len(lp.b) // block
         order = np.argsort(lp.cols, kind="stable")
         rows, cols, vals = lp.rows[order], lp.cols[order], lp.vals[order]
         bounds = np.searchsorted(cols, np.arange(len(lp.c) + 1))
         pair_col, pair_index, pair_coef = [], [], []
-        k, diag_size = lp.block, self.steps * lp.block * lp.block
+        k, diag_size = block, self.steps * block * block
         for j in range(len(lp.c)):
             lo, hi = bounds[j], bounds[j + 1]
             for a in range(lo, hi):
@@ -99,11 +78,11 @@ class _Normal:
         return y.reshape(-1)
 
 
-def _matvec(lp: StagedLP, x: np.ndarray) -> np.ndarray:
+def _matvec(lp: LinearProgram, x: np.ndarray) -> np.ndarray:
     return np.bincount(lp.rows, weights=lp.vals * x[lp.cols], minlength=len(lp.b))
 
 
-def _rmatvec(lp: StagedLP, y: np.ndarray) -> np.ndarray:
+def _rmatvec(lp: LinearProgram, y: np.ndarray) -> np.ndarray:
     return np.bincount(lp.cols, weights=lp.vals * y[lp.rows], minlength=len(lp.c))
 
 
@@ -116,7 +95,7 @@ def _max_step(v: np.ndarray, dv: np.ndarray) -> float:
 class _Newton:
     """One iteration's linearisation: residuals, barrier scalings and the factorised normal equations."""
 
-    lp: StagedLP
+    lp: LinearProgram
     normal: _Normal
     free: np.ndarray
     bounded: np.ndarray
@@ -137,11 +116,12 @@ class _Newton:
         return dx, dy, dz, dw
 
 
-def solve(lp: StagedLP, *, max_iterations: int = 80, tolerance: float = 1e-7) -> LPSolution:
+def solve(lp: LinearProgram, block: int, *, max_iterations: int = 80, tolerance: float = 1e-7) -> LPSolution:
+    """`block`: rows per time step."""
     n = len(lp.c)
     bounded = np.isfinite(lp.ub)
     ub = np.where(bounded, lp.ub, 0.0)
-    normal = _Normal(lp)
+    normal = _Normal(lp, block)
     fixed = bounded & (ub <= 1e-12)  # ub = 0: the variable is pinned, kept out of the barrier
     free = ~fixed
     x = np.where(bounded, np.maximum(ub / 2, 1e-6), 1.0)
@@ -197,4 +177,4 @@ def solve(lp: StagedLP, *, max_iterations: int = 80, tolerance: float = 1e-7) ->
         y = y + alpha_d * dy
         z = z + alpha_d * dz
         w = w + alpha_d * dw
-    return LPSolution(x, y, done, float(lp.c @ x), float(gap), float(infeasibility), converged)
+    return LPSolution(x, y, done, float(lp.c @ x), converged)
