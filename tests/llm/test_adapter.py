@@ -10,7 +10,7 @@ import httpx
 import pytest
 from ollama import AsyncClient, ResponseError
 
-from services.llm.adapter import ModelCard, build_adapter
+from evaluation.llm.adapter import ModelCard, build_adapter
 from tests.llm.fake_openai import Script, build_app, serving
 
 MODEL = "qwen2.5-coder:0.5b"
