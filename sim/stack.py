@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sim.infra import NatsCluster, NatsServer, RedisServer, free_port, serves_on, stop_process
+from shared.processes import free_port, serves_on, stop_process
+from sim.infra import NatsCluster, NatsServer, RedisServer
 
 SERVICES = ("demand", "fleet", "provisioner", "decider", "bench")
 TRACES_DIR = Path(__file__).resolve().parent / "traces"

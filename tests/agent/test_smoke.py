@@ -6,7 +6,7 @@ import asyncio
 import os
 import sys
 
-from sim.infra import free_port
+from shared.processes import free_port
 from sim.ollama.server import OllamaStandIn
 
 
