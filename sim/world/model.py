@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Literal, Protocol
@@ -107,11 +107,6 @@ class Offer:
     def usd_per_task(self) -> float:
         """Dollars per task at the catalog's pace: the renter's ranking."""
         return self.price_usd_per_h / self.reference_tasks_per_h
-
-    @property
-    def real_usd_per_task(self) -> float:
-        """Dollars per task at the machine's real pace: what the lower bound must price work at."""
-        return self.price_usd_per_h / self.tasks_per_h
 
 
 def offers_from_scenario(scenario: Scenario) -> list[Offer]:
@@ -526,12 +521,6 @@ class Resume:
 
 
 Action = Launch | Remove | Resume
-
-
-@dataclass
-class PolicyStats:
-    decisions: int = 0
-    decision_wall_s: list[float] = field(default_factory=list)
 
 
 def ceil_div(a: float, b: float) -> int:
