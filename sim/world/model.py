@@ -160,8 +160,10 @@ def offers_from_scenario(scenario: Scenario) -> list[Offer]:
 
 # host ids apart from offer ids (an offer alone on its host uses its own id as the host's)
 HOST_IDS_FROM = 1_000_000
-# the world's second 0 as a date, for the provisioner's dated host history (its incidents fade over days)
-RANKING_EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
+# the world's second 0 as a date: a Monday, as the bundled week starts on one. The production code the world runs
+# reads dates: the provisioner's host history (its incidents fade over days), the guardrails, the services the
+# predictive policy drives
+EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
 
 
 def _canonical(name: str) -> str:
@@ -256,7 +258,7 @@ class Market:
 
 
 def _at(now_s: float) -> datetime:
-    return RANKING_EPOCH + timedelta(seconds=now_s)
+    return EPOCH + timedelta(seconds=now_s)
 
 
 def initial_fleet_size(market: Market, arrivals_per_min: Sequence[int], world: WorldConfig) -> int:
