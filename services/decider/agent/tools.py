@@ -272,8 +272,10 @@ def _shown(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     if "$ref" in node:
         node = {**defs[node["$ref"].rpartition("/")[2]], **{k: v for k, v in node.items() if k != "$ref"}}
     if "anyOf" in node:
-        (value,) = [branch for branch in node["anyOf"] if branch.get("type") != "null"]
-        node = {**value, **{k: v for k, v in node.items() if k != "anyOf"}}
+        values = [branch for branch in node["anyOf"] if branch.get("type") != "null"]
+        if len(values) != 1:  # a small model fills one type per argument; a union would leave it guessing
+            raise TypeError(f"a tool argument has one type, or is optional; not {node['anyOf']}")
+        node = {**values[0], **{k: v for k, v in node.items() if k != "anyOf"}}
     if "properties" in node:
         node = {**node, "required": node.get("required", [])}
     shown: dict[str, Any] = {}
