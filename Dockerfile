@@ -11,7 +11,9 @@ COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY services ./services
 COPY sim ./sim
-# A regular (not editable) install of the runtime dependencies only (no numpy, matplotlib or nats-server
+# the local model and the agent evaluation: `fleetpilot llm` and `fleetpilot agent eval` (never imported by services)
+COPY evaluation ./evaluation
+# A regular (not editable) install of the runtime dependencies only (no numpy, scipy, matplotlib or nats-server
 # binary: 65 MB of packages instead of 256 MB); byte-code compiled now, because the root filesystem is read-only
 # at run time. compose builds with FLEETPILOT_EXTRAS=[sim]: its demo profile runs the simulators from this image.
 ARG FLEETPILOT_EXTRAS=""

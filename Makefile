@@ -42,7 +42,7 @@ asyncapi: $(STAMP)
 	$(BIN)/fleetpilot asyncapi --out asyncapi.json
 
 agent-smoke: $(STAMP)
-	$(BIN)/python -m services.decider.agent.smoke $(ARGS)
+	$(BIN)/python -m evaluation.agent.smoke $(ARGS)
 
 # a real 0.5B model on this machine: builds llama-server and assembles the model once (cached in .llm/), then serves
 llm: $(STAMP)

@@ -23,6 +23,7 @@ from ollama import AsyncClient
 from redis.asyncio import Redis
 
 from benchmarks.common import write_result
+from evaluation.agent.harness import AgentStack, answer_offer_queries
 from services.decider.agent.config import AgentConfig
 from services.decider.agent.store import RedisAgentStore
 from shared.clock import RealClock
@@ -30,7 +31,6 @@ from shared.contract import TriggerReason
 from shared.settings import Settings
 from shared.streams import ensure_streams
 from sim.infra import NatsServer, RedisServer
-from sim.ollama.harness import AgentStack, answer_offer_queries
 from sim.ollama.server import OllamaStandIn
 
 NAME = "agent"

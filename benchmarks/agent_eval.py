@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import cast
 
 from benchmarks.common import write_result
-from services.decider.agent.eval.suite import TargetKind, run_suite
-from services.llm.runtime import LocalModelError, LocalModelPaths, default_root, missing_parts
+from evaluation.agent.suite import TargetKind, run_suite
+from evaluation.llm.runtime import LocalModelError, LocalModelPaths, default_root, missing_parts
 
 NAME = "agent_eval"
 

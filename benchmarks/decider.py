@@ -37,9 +37,10 @@ from shared.contract import (
     TriggerReason,
     WindowStats,
 )
+from shared.processes import free_port, stop_process
 from shared.settings import Settings
 from shared.streams import LATEST, TRIGGERS, ensure_streams
-from sim.infra import NatsServer, RedisServer, free_port, stop_process
+from sim.infra import NatsServer, RedisServer
 
 TRIGGERS_MEASURED = 1000
 WARMUP = 20

@@ -23,9 +23,10 @@ from nats.js.errors import NotFoundError
 
 from benchmarks.common import write_result
 from shared.contract import TaskEvent
+from shared.processes import free_port
 from shared.settings import Settings
 from shared.streams import DEMAND, ensure_streams
-from sim.infra import NatsServer, RedisServer, free_port
+from sim.infra import NatsServer, RedisServer
 
 NAME = "demand"
 DEFAULT_EVENTS = 1_000_000

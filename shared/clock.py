@@ -166,10 +166,6 @@ class SimulatedClock:
         heapq.heappush(self._sleepers, (self._now + timedelta(seconds=seconds), next(self._order), future))
         await future
 
-    @property
-    def sleepers(self) -> int:
-        return sum(1 for _, _, f in self._sleepers if not f.done())
-
     def _wake_due(self) -> None:
         while self._sleepers and self._sleepers[0][0] <= self._now:
             _, _, future = heapq.heappop(self._sleepers)

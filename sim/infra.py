@@ -7,11 +7,7 @@ broker or the cache away mid-run and bring it back.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -24,64 +20,9 @@ from pathlib import Path
 
 import nats
 
+from shared.processes import free_port, stop_process, wait_for_port
 from shared.streams import ensure_streams
 from shared.subjects import Subjects
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
-    """SIGTERM and wait (the graceful path: shutdown hooks run); SIGKILL if it has not gone by then."""
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def wait_for_port(port: int, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.settimeout(0.2)
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.02)
-    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout_s}s")
-
-
-def listening_sockets(port: int) -> set[str]:
-    """`socket:[inode]` of every socket listening on `port` on this host (Linux's /proc/net tables)."""
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(OSError):
-            for line in Path(table).read_text().splitlines()[1:]:
-                fields = line.split()
-                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
-                    found.add(f"socket:[{fields[9]}]")
-    return found
-
-
-def serves_on(pid: int, port: int) -> bool:
-    """Whether process `pid` itself listens on `port`, not another that took the port between `free_port` and the
-    bind (other test sessions on a shared machine do); without /proc, whether anything listens there."""
-    if not Path("/proc/net/tcp").exists():
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            return sock.connect_ex(("127.0.0.1", port)) == 0
-    wanted = listening_sockets(port)
-    with contextlib.suppress(OSError):
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
-                    return True
-    return False
 
 
 def nats_server_binary() -> str:

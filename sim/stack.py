@@ -17,8 +17,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from shared.clock import ClockControl
+from shared.processes import free_port, serves_on, stop_process
 from sim.clock_governor import ClockGovernor
-from sim.infra import NatsCluster, NatsServer, RedisServer, free_port, serves_on, stop_process
+from sim.infra import NatsCluster, NatsServer, RedisServer
 
 SERVICES = ("demand", "fleet", "provisioner", "decider", "bench")
 TRACES_DIR = Path(__file__).resolve().parent / "traces"

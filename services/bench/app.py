@@ -7,7 +7,6 @@ the suite here. kind="serving" sweeps the endpoint at `url`, telling JetStream i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 import httpx
@@ -36,7 +35,7 @@ from services.bench.store import BenchStore
 from services.bench.verdict import gpu_result, judge_gpu
 from shared.bus import durable_pull, publish_event
 from shared.contract import BenchRequest, BenchResult
-from shared.service import ServiceContext, asgi_app
+from shared.service import ServiceContext, asgi_app, stop_tasks
 from shared.settings import Settings
 from shared.streams import ACK_WAIT_S, BENCH
 
@@ -206,10 +205,7 @@ def build(
         sweeper.append(asyncio.create_task(sweep_forever()))
 
     async def stop_sweeper() -> None:
-        for task in sweeper:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_tasks(sweeper)
         sweeper.clear()
         if redis is None:
             await redis_client.aclose()

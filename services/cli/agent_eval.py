@@ -34,9 +34,9 @@ def evaluate(
     output: Path = typer.Option(None, "--output", "-o", help="also write the results as JSON here"),
 ) -> None:
     """Run every scenario through the real agent and guardrails and score the decisions."""
-    from services.decider.agent.eval.scenarios import by_name
-    from services.decider.agent.eval.suite import TargetKind, run_suite
-    from services.llm.runtime import LocalModelError, LocalModelPaths, default_root, missing_parts
+    from evaluation.agent.scenarios import by_name
+    from evaluation.agent.suite import TargetKind, run_suite
+    from evaluation.llm.runtime import LocalModelError, LocalModelPaths, default_root, missing_parts
     from shared.settings import Settings
 
     kinds: list[TargetKind] = [t.value for t in target] if target else ["standin"]

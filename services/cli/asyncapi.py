@@ -18,6 +18,7 @@ from faststream.specification import AsyncAPI
 from pydantic import BaseModel
 
 from services.cli.errors import writable_file
+from services.cli.service_apps import SERVICES
 from shared import contract as c
 from shared.clock import RealClock
 from shared.service import ServiceContext
@@ -63,8 +64,6 @@ def catalog(subjects: Subjects) -> list[Channel]:
 
 
 def build_document(settings: Settings | None = None) -> dict[str, object]:
-    from services.cli.main import SERVICES
-
     settings = settings or Settings()
     brokers: list[NatsBroker] = []
     for name, module_path in sorted(SERVICES.items()):

@@ -16,7 +16,7 @@ llm_app = typer.Typer(
 
 
 async def _serve_until_stopped(root: Path, port: int | None, threads: int, context_tokens: int) -> None:
-    from services.llm.runtime import LocalModel, LocalModelPaths
+    from evaluation.llm.runtime import LocalModel, LocalModelPaths
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -44,7 +44,7 @@ def serve(
     install_only: bool = typer.Option(False, "--install-only", help="build and assemble, then exit"),
 ) -> None:
     """Build llama-server and assemble the model once (reused afterwards), then serve it until Ctrl-C."""
-    from services.llm.runtime import LocalModelError, LocalModelPaths, default_root, install
+    from evaluation.llm.runtime import LocalModelError, LocalModelPaths, default_root, install
 
     root = directory or default_root()
     try:

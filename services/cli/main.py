@@ -20,6 +20,7 @@ from services.cli.dlq import dlq_app
 from services.cli.errors import FleetPilotApp, UserMistake
 from services.cli.llm import llm_app
 from services.cli.ops import audit_app, publish_app, status
+from services.cli.service_apps import SERVICES
 from services.cli.sim import sim_app
 from services.cli.streams import streams_app
 from services.cli.up import up
@@ -32,15 +33,6 @@ app = FleetPilotApp(
     no_args_is_help=True,
     add_completion=False,
 )
-
-# service name -> module whose `create_app(settings)` builds its ASGI app
-SERVICES = {
-    "bench": "services.bench.app",
-    "decider": "services.decider.app",
-    "demand": "services.demand.app",
-    "fleet": "services.fleet.app",
-    "provisioner": "services.provisioner.app",
-}
 
 
 class LogLevel(StrEnum):

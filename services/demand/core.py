@@ -41,6 +41,7 @@ from shared.contract import (
     TriggerReason,
     WindowStats,
 )
+from shared.seen_ids import SeenIds
 
 SOURCE = "demand"
 STATE_VERSION = 1
@@ -85,22 +86,18 @@ class TaskCounts:
     worker_ids: tuple[str, ...] = ()  # workers that completed a task in this moment
 
 
-class SeenIds:
-    """Bounded memory of processed event ids; new ids are journalled so the adapter can persist them cheaply."""
+class JournalledSeenIds(SeenIds):
+    """Seen ids whose new ones are journalled, so the adapter can persist them cheaply."""
 
     def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._ids: OrderedDict[str, None] = OrderedDict()
+        super().__init__(capacity)
         self._journal: deque[str] = deque(maxlen=capacity)
 
     def first_time(self, event_id: str) -> bool:
-        if event_id in self._ids:
-            return False
-        self._ids[event_id] = None
-        self._journal.append(event_id)
-        if len(self._ids) > self.capacity:
-            self._ids.popitem(last=False)
-        return True
+        new = super().first_time(event_id)
+        if new:
+            self._journal.append(event_id)
+        return new
 
     def take_journal(self) -> list[str]:
         ids = list(self._journal)
@@ -110,15 +107,6 @@ class SeenIds:
     def restore_journal(self, ids: list[str]) -> None:
         """Put back ids whose checkpoint failed, ahead of those journalled since."""
         self._journal.extendleft(reversed(ids))
-
-    def load(self, ids: Iterable[str]) -> None:
-        for event_id in ids:
-            self._ids[event_id] = None
-            if len(self._ids) > self.capacity:
-                self._ids.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._ids)
 
 
 # one completion of a worker: (occurred_at_s, task_type, gpu_model, whether tasks were waiting then)
@@ -179,7 +167,7 @@ class DemandCore:
         self.overall = BucketSeries(self.window_buckets)
         self.by_type: dict[str, BucketSeries] = {}
         self.by_gpu: dict[str, BucketSeries] = {}
-        self.seen = SeenIds(c.seen_event_ids)
+        self.seen = JournalledSeenIds(c.seen_event_ids)
         self.history = ArrivalHistory(c.season_bucket_s, c.season_s + HOUR_S + c.season_bucket_s)
         self.history_since_s: float | None = None  # the history counts every arrival from here on
         self.workers: OrderedDict[str, WorkerRecord] = OrderedDict()  # by last activity, oldest first

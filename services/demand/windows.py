@@ -19,16 +19,6 @@ DURATIONS = 5
 BUSY_COMPLETIONS = 6  # completions that followed the same worker's previous one within the busy gap cap
 BUSY_S = 7  # seconds between those completions: the worker's time while it had work
 N_FIELDS = 8
-FIELD_NAMES = (
-    "arrivals",
-    "started",
-    "completions",
-    "failures",
-    "duration_sum_s",
-    "durations",
-    "busy_completions",
-    "busy_s",
-)
 
 
 def _zeros() -> list[float]:

@@ -31,6 +31,7 @@ from shared.contract import (
     TriggerReason,
 )
 from shared.contract.fleet import BidOutcome
+from shared.seen_ids import SeenIds
 
 S = InstanceState
 SOURCE = "fleet"
@@ -292,7 +293,7 @@ class FleetCore:
         self.counts: dict[InstanceState, int] = {state: 0 for state in InstanceState}
         self._deadlines: list[tuple[float, int, int, InstanceState]] = []
         self._order = itertools.count()
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen = SeenIds(self.config.seen_event_ids)
         # task events of instances the provisioner has not reported yet, oldest instance first
         self.unclaimed: OrderedDict[int, list[TaskEvent]] = OrderedDict()
         self.dirty: set[int] = set()  # instances changed since the adapter last saved them
@@ -350,7 +351,7 @@ class FleetCore:
         An instance the provisioner has not reported is not created from a task event (a replayed week of
         events would resurrect long-gone machines): its events wait, bounded, until the provisioner sees it.
         """
-        if not self._first_time(event.event_id):
+        if not self._seen.first_time(event.event_id):
             return []
         instance_id = event.instance_id
         if instance_id is None and event.worker_id is not None:
@@ -557,14 +558,6 @@ class FleetCore:
     def _at(self, occurred_at: datetime, now: datetime) -> float:
         """An event's moment, never in the future (a producer's clock running ahead)."""
         return min(occurred_at.timestamp(), now.timestamp())
-
-    def _first_time(self, event_id: str) -> bool:
-        if event_id in self._seen:
-            return False
-        self._seen[event_id] = None
-        if len(self._seen) > self.config.seen_event_ids:
-            self._seen.popitem(last=False)
-        return True
 
     def _new(self, instance_id: int, state: InstanceState, at_s: float) -> InstanceRecord:
         record = InstanceRecord(instance_id=instance_id, state=state, created_at_s=at_s, state_since_s=at_s)

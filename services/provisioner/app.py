@@ -4,7 +4,6 @@ signal in; instance observations and command results out; reconciliation on star
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +32,7 @@ from shared.contract import (
     StopInstance,
     VastAccountObserved,
 )
-from shared.service import ServiceContext, asgi_app
+from shared.service import ServiceContext, asgi_app, stop_tasks
 from shared.settings import Settings
 from shared.streams import BENCH, COMMANDS, INSTANCES, LATEST, durable_consumer
 
@@ -147,10 +146,7 @@ def assemble(
         tasks.append(asyncio.create_task(reconcile_forever(), name="provisioner-reconcile"))
 
     async def stop_everything() -> None:
-        for task in tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_tasks(tasks)
         await client.aclose()
         await redis.aclose()
 

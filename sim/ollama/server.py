@@ -9,7 +9,7 @@ from types import TracebackType
 import httpx
 import uvicorn
 
-from sim.infra import free_port
+from shared.processes import free_port
 from sim.ollama.app import StandInState, build_app
 
 STOP_TIMEOUT_S = 5.0

@@ -8,9 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import uvicorn
 
-from shared.clock import Clock
-from sim.infra import free_port
-from sim.vast.scenario import Scenario
+from shared.processes import free_port
 from sim.vast.server import VastSimulator
 
 
@@ -47,16 +45,6 @@ async def serving(simulator: VastSimulator, *, host: str = "127.0.0.1", port: in
     finally:
         server.should_exit = True
         await task
-
-
-@contextlib.asynccontextmanager
-async def running_simulator(
-    scenario: Scenario, api_key: str, clock: Clock, *, port: int | None = None
-) -> AsyncIterator[tuple[VastSimulator, str]]:
-    """A fresh simulator for `scenario`, served in-process: yields (simulator, base URL)."""
-    simulator = VastSimulator(scenario, api_key, clock)
-    async with serving(simulator, port=port) as url:
-        yield simulator, url
 
 
 def serve_forever(simulator: VastSimulator, *, host: str, port: int, log_level: str = "info") -> None:

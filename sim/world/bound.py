@@ -13,7 +13,7 @@ registration at that price and the disk through the startup); levels up to the i
 fleet start on for free, others only from s on. So cost − Σ_j μ_j·(capacity in minute j) ≥ capacity part,
 and Σ_j μ_j·(capacity in j) ≥ Σ_j μ_j·(tasks started in j) ≥ task part − delay cost. Hence objective ≥ B(μ),
 for every μ, whatever a policy does, fails or pays for. The μ used are the dual prices of a coarse linear
-relaxation (sim/world/lp.py); a poor solve only makes the bound looser.
+relaxation (sim/world/lp.py, HiGHS); a poor solve only makes the bound looser.
 
 With vast's levers (`levers=True`: a policy may park machines and bid) the same bound holds with these changes,
 each a cost no run can pay less than:
@@ -250,8 +250,8 @@ def bound_value(problem: BoundProblem, prices: np.ndarray) -> tuple[float, float
 
 
 @dataclass
-class _Relaxation:
-    lp: lp.StagedLP
+class Relaxation:
+    lp: lp.LinearProgram
     step_min: int
     steps: int
     tiers: list[Tier]
@@ -286,7 +286,7 @@ def _arrived_by(problem: BoundProblem, cumulative: np.ndarray, minute: float) ->
     return float(cumulative[whole] + (problem.arrivals_per_min[whole] * frac if frac else 0.0))
 
 
-def _relaxation(problem: BoundProblem) -> _Relaxation:
+def relaxation_problem(problem: BoundProblem) -> Relaxation:
     step_min = max(LP_MIN_STEP_MIN, math.ceil(problem.horizon_min / LP_MAX_STEPS))
     steps = math.ceil(problem.horizon_min / step_min)
     step_h = step_min / 60.0
@@ -342,8 +342,22 @@ def _relaxation(problem: BoundProblem) -> _Relaxation:
         put(r4, s4, -1.0)
         b[r4] = _arrived_by(problem, cumulative, k * step_min - problem.grace_min) / tasks_scale
     b[0] = -problem.initial_tasks_per_h / throughput_scale
-    problem_lp = lp.StagedLP(c, np.array(rows), np.array(cols), np.array(vals), b, ub, 3)
-    return _Relaxation(problem_lp, step_min, steps, tiers, fields, tasks_scale, objective_scale, throughput_scale)
+    problem_lp = lp.LinearProgram(c, np.array(rows), np.array(cols), np.array(vals), b, ub)
+    return Relaxation(problem_lp, step_min, steps, tiers, fields, tasks_scale, objective_scale, throughput_scale)
+
+
+def bound_from_duals(
+    problem: BoundProblem, relaxation: Relaxation, solution: lp.LPSolution
+) -> tuple[float, float, np.ndarray]:
+    """The best B(μ) (and its delay share, and μ) over a few scalings of the relaxation's task-row duals."""
+    duals = solution.y[1::3] * relaxation.objective_scale / relaxation.tasks_scale
+    prices = np.repeat(np.maximum(duals, 0.0), relaxation.step_min)[: problem.horizon_min]
+    best: tuple[float, float, np.ndarray] = (-math.inf, 0.0, prices)
+    for scale in (1.0, 0.98, 0.95, 0.9):
+        value, delay = bound_value(problem, prices * scale)
+        if value > best[0]:
+            best = (value, delay, prices * scale)
+    return best
 
 
 def clairvoyant_bound(
@@ -363,15 +377,12 @@ def clairvoyant_bound(
     )
     work_prices = np.full(problem.horizon_min, problem.usd_per_task_min)
     work_bound, _ = bound_value(problem, work_prices)
-    relaxation = _relaxation(problem)
+    relaxation = relaxation_problem(problem)
     solution = lp.solve(relaxation.lp)
-    duals = solution.y[1::3] * relaxation.objective_scale / relaxation.tasks_scale
-    prices = np.repeat(np.maximum(duals, 0.0), relaxation.step_min)[: problem.horizon_min]
     best, best_delay, best_prices = work_bound, 0.0, work_prices
-    for scale in (1.0, 0.98, 0.95, 0.9):
-        value, delay = bound_value(problem, prices * scale)
-        if value > best:
-            best, best_delay, best_prices = value, delay, prices * scale
+    value, delay, prices = bound_from_duals(problem, relaxation, solution)
+    if value > best:
+        best, best_delay, best_prices = value, delay, prices
     fields, nt = relaxation.fields, len(relaxation.tiers)
     x = solution.x.reshape(relaxation.steps, fields)
     plan = x[:, :nt] * relaxation.throughput_scale

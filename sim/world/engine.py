@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Protocol
 
 from services.decider.guardrails import (
@@ -32,6 +32,7 @@ from sim.vast.economics import BidLevels, outbid, storage_usd_per_h
 from sim.vast.scenario import Fate, Scenario
 from sim.world.fluid import FluidQueue, ServicePiece
 from sim.world.model import (
+    EPOCH,
     Action,
     FleetEvent,
     Launch,
@@ -61,7 +62,6 @@ MINUTE, RUNNING, READY, EXIT, OFFLINE, GONE, PARK, BIDS, DECIDE, SAMPLE, END = r
 BID_TICK_S = 60.0  # how often other renters' bids move and interruptible machines are paused or resumed
 OUTBID_PAUSES = frozenset({MachineState.LOADING, MachineState.PRODUCING, MachineState.DRAINING, MachineState.RESUMING})
 TARGET_SAMPLES = 1500
-GUARDRAIL_EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # the guardrails' clock: simulated seconds from here
 LAUNCH_COMMAND_MAX = 100  # shared.contract.LaunchInstances.count's upper bound
 
 
@@ -720,7 +720,7 @@ class Engine:
 
     def _through_guardrails(self, launch: Launch, config: GuardrailConfig) -> Launch:
         """What the decider's guardrails grant of a launch, the rest recorded with the rule that refused it."""
-        now = GUARDRAIL_EPOCH + timedelta(seconds=self.now_s)
+        now = EPOCH + timedelta(seconds=self.now_s)
         ledger = FleetLedger(
             states={},
             committed_usd_per_h=self.committed_usd_per_h,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Literal, Protocol
@@ -108,11 +108,6 @@ class Offer:
         """Dollars per task at the catalog's pace: the renter's ranking."""
         return self.price_usd_per_h / self.reference_tasks_per_h
 
-    @property
-    def real_usd_per_task(self) -> float:
-        """Dollars per task at the machine's real pace: what the lower bound must price work at."""
-        return self.price_usd_per_h / self.tasks_per_h
-
 
 def offers_from_scenario(scenario: Scenario) -> list[Offer]:
     """Every machine the scenario lists, priced once from its seed (the world's market does not drift), each with
@@ -165,8 +160,10 @@ def offers_from_scenario(scenario: Scenario) -> list[Offer]:
 
 # host ids apart from offer ids (an offer alone on its host uses its own id as the host's)
 HOST_IDS_FROM = 1_000_000
-# the world's second 0 as a date, for the provisioner's dated host history (its incidents fade over days)
-RANKING_EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
+# the world's second 0 as a date: a Monday, as the bundled week starts on one. The production code the world runs
+# reads dates: the provisioner's host history (its incidents fade over days), the guardrails, the services the
+# predictive policy drives
+EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
 
 
 def _canonical(name: str) -> str:
@@ -261,7 +258,7 @@ class Market:
 
 
 def _at(now_s: float) -> datetime:
-    return RANKING_EPOCH + timedelta(seconds=now_s)
+    return EPOCH + timedelta(seconds=now_s)
 
 
 def initial_fleet_size(market: Market, arrivals_per_min: Sequence[int], world: WorldConfig) -> int:
@@ -526,12 +523,6 @@ class Resume:
 
 
 Action = Launch | Remove | Resume
-
-
-@dataclass
-class PolicyStats:
-    decisions: int = 0
-    decision_wall_s: list[float] = field(default_factory=list)
 
 
 def ceil_div(a: float, b: float) -> int:

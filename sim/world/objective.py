@@ -83,10 +83,6 @@ class WaitStats:
     def tasks(self) -> float:
         return self.zero_wait_tasks + sum(self._counts)
 
-    def add_unserved(self, count: float, waited_s: float) -> None:
-        """Tasks still queued when the run ended: they waited `waited_s` so far and are charged for it."""
-        self.add_run(count, waited_s, waited_s)
-
     def percentile_s(self, q: float) -> float:
         total = self.tasks
         if total <= 0:

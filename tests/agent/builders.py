@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 from types import EllipsisType
 from typing import Any
 
+from evaluation.agent import situation
 from services.decider.advisor import RunInputs
-from services.decider.agent import scenario
 from shared.contract import (
     Action,
     DemandSignal,
@@ -25,20 +25,20 @@ NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 
 
 def signal(**knobs: Any) -> DemandSignal:
-    """The scenario's signal at NOW; knobs as in `scenario.demand_signal` (state, pending, producing, ...)."""
-    return scenario.demand_signal(NOW, **knobs)
+    """The situation's signal at NOW; knobs as in `situation.demand_signal` (state, pending, producing, ...)."""
+    return situation.demand_signal(NOW, **knobs)
 
 
 def instance(instance_id: int, *args: Any, **knobs: Any) -> InstanceLine:
-    return scenario.instance_line(NOW, instance_id, *args, **knobs)
+    return situation.instance_line(NOW, instance_id, *args, **knobs)
 
 
 def snapshot(instances: list[InstanceLine]) -> FleetSnapshot:
-    return scenario.fleet_snapshot(NOW, instances)
+    return situation.fleet_snapshot(NOW, instances)
 
 
 def small_fleet() -> FleetSnapshot:
-    return scenario.small_fleet(NOW)
+    return situation.small_fleet(NOW)
 
 
 def large_fleet(count: int) -> FleetSnapshot:

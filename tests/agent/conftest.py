@@ -9,9 +9,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
+from evaluation.agent.dryrun import DryRunPorts
 from services.decider.agent.agent import OllamaAgent
 from services.decider.agent.config import AgentConfig
-from services.decider.agent.dryrun import DryRunPorts
 from services.decider.agent.store import RedisAgentStore
 from shared.clock import SimulatedClock
 from shared.settings import Settings

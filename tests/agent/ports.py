@@ -3,8 +3,8 @@ Ollama) whose `act` runs the decider's real guardrails and records instead of pu
 
 from __future__ import annotations
 
+from evaluation.agent.dryrun import DryRunPorts
 from services.decider.advisor import RunInputs
-from services.decider.agent.dryrun import DryRunPorts
 from shared.settings import Settings
 from tests.agent.builders import run_inputs
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from evaluation.agent.dryrun import DryRunPorts
 from services.decider.advisor import AdvisorOutcome
 from services.decider.agent.agent import OllamaAgent
 from services.decider.agent.config import AgentConfig
-from services.decider.agent.dryrun import DryRunPorts
 from shared.contract import DemandState, DestroyInstance, LaunchInstances
 from sim.ollama.server import OllamaStandIn
 from tests.agent.builders import operator_message, run_inputs, signal

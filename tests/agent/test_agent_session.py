@@ -8,7 +8,7 @@ import json
 
 from redis.asyncio import Redis
 
-from services.decider.agent.dryrun import DryRunPorts
+from evaluation.agent.dryrun import DryRunPorts
 from services.decider.agent.store import RedisAgentStore
 from sim.infra import RedisServer
 from sim.ollama.server import OllamaStandIn

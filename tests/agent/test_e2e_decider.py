@@ -15,6 +15,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from redis.asyncio import Redis
 
+from evaluation.agent.harness import AgentStack
 from services.cli.ask import ask_and_wait
 from services.decider.agent.agent import OllamaAgent
 from services.decider.agent.config import AgentConfig
@@ -25,7 +26,6 @@ from shared.clock import SimulatedClock
 from shared.contract import DecisionRecord, LaunchInstances, TriggerReason
 from shared.service import ServiceContext
 from shared.settings import Settings
-from sim.ollama.harness import AgentStack
 from sim.ollama.server import OllamaStandIn
 from tests.helpers import eventually
 

@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from services.decider.agent.eval.runner import run_inputs, seeded_store
-from services.decider.agent.eval.scenarios import SCENARIOS, by_name
-from services.decider.agent.eval.score import (
+from evaluation.agent.runner import run_inputs, seeded_store
+from evaluation.agent.scenarios import SCENARIOS, by_name
+from evaluation.agent.score import (
     RunRecord,
     ToolCallRecord,
     action_class,

@@ -9,14 +9,14 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from evaluation.agent.dryrun import DryRunPorts
+from evaluation.agent.runner import EvalTarget, eval_settings, evaluate, run_inputs
+from evaluation.agent.scenarios import NOW, SCENARIOS, by_name
+from evaluation.agent.suite import run_suite
 from services.decider.agent import prompt
 from services.decider.agent.agent import AgentRun, OllamaAgent
 from services.decider.agent.config import AgentConfig
 from services.decider.agent.context import ToolRequest
-from services.decider.agent.dryrun import DryRunPorts
-from services.decider.agent.eval.runner import EvalTarget, eval_settings, evaluate, run_inputs
-from services.decider.agent.eval.scenarios import NOW, SCENARIOS, by_name
-from services.decider.agent.eval.suite import run_suite
 from services.decider.agent.store import InMemoryAgentStore, LoadedState
 from shared.clock import SimulatedClock
 from sim.ollama.server import OllamaStandIn

@@ -149,8 +149,8 @@ def test_the_compact_prompt_is_short_and_ends_with_the_critical_rules() -> None:
 
 
 def test_the_compact_observation_ends_with_the_next_step() -> None:
-    from services.decider.agent.eval.runner import run_inputs as eval_inputs
-    from services.decider.agent.eval.scenarios import by_name
+    from evaluation.agent.runner import run_inputs as eval_inputs
+    from evaluation.agent.scenarios import by_name
 
     launch, stale, hold, asked = (
         eval_inputs(s)

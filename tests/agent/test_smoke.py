@@ -1,4 +1,4 @@
-"""`make agent-smoke` (python -m services.decider.agent.smoke) against the stand-in, and its clear refusals."""
+"""`make agent-smoke` (python -m evaluation.agent.smoke) against the stand-in, and its clear refusals."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import asyncio
 import os
 import sys
 
-from sim.infra import free_port
+from shared.processes import free_port
 from sim.ollama.server import OllamaStandIn
 
 
 async def smoke(host: str, model: str = "qwen3:8b") -> tuple[int, str, str]:
     env = {**os.environ, "FLEETPILOT_OLLAMA_HOST": host, "FLEETPILOT_OLLAMA_MODEL": model}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.decider.agent.smoke",
+        sys.executable, "-m", "evaluation.agent.smoke",
         env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await process.communicate()

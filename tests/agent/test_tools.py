@@ -71,6 +71,20 @@ def test_schema_required_fields_match_the_validating_models() -> None:
         assert set(schema_of(name)["required"]) == required_by_model, name
 
 
+def test_each_schema_shows_its_argument_models_fields_with_their_descriptions() -> None:
+    several = tools.tool_schemas(["c1", "c2"])
+    for name in tools.TOOL_NAMES:
+        shown = schema_of(name, several + SCHEMAS)["properties"]
+        fields = tools.ARGUMENT_MODELS[name].model_fields
+        assert list(shown) == list(fields), name
+        for field, info in fields.items():
+            assert info.description and shown[field]["description"] == info.description, (name, field)
+    # a nested model's fields too: update_plan's items
+    item = schema_of("update_plan")["properties"]["items"]["items"]
+    assert item["required"] == ["content", "status", "priority"]
+    assert item["properties"]["status"]["enum"] == ["pending", "in_progress", "completed"]
+
+
 def test_a_missing_required_enum_is_named_with_its_allowed_values() -> None:
     arguments = {"count": 1, "gpu_models": [], "reason": "backlog"}
     result = tools.parse_arguments("launch_instances", arguments, SCHEMAS)

@@ -19,9 +19,9 @@ from services.bench.gpu_suite import SCHEMA
 from services.bench.references import reference_for
 from shared.bus import event_headers
 from shared.contract import BenchRequest
+from shared.processes import free_port
 from shared.settings import Settings
 from shared.streams import BENCH
-from sim.infra import free_port
 from tests.helpers import eventually
 
 TOKEN = "report-token-for-tests"

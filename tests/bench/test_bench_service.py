@@ -23,10 +23,10 @@ from services.bench.onstart import onstart_command
 from services.bench.store import BenchStore
 from shared.clock import RealClock, SimulatedClock
 from shared.contract import BenchRequest, BenchResult, DeadLetter
+from shared.processes import free_port
 from shared.service import ServiceContext
 from shared.settings import Settings
 from shared.streams import BENCH
-from sim.infra import free_port
 from sim.openai.process import OpenAIStandIn
 from sim.openai.server import StandInConfig
 from tests.bench.service_helpers import (

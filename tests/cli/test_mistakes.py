@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.infra import free_port
+from shared.processes import free_port
 from tests.cli.conftest import RunCli
 
 

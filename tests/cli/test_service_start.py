@@ -14,9 +14,10 @@ import httpx
 import nats
 import pytest
 
+from shared.processes import free_port, stop_process
 from shared.settings import Settings
 from shared.streams import ensure_streams
-from sim.infra import NatsServer, RedisServer, free_port, stop_process
+from sim.infra import NatsServer, RedisServer
 from tests.cli.conftest import FLEETPILOT, cli_environment
 
 # a hang guard for each wait below, not a speed requirement (speed lives in the benchmarks)

@@ -19,9 +19,9 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from shared.contract import DecisionRecord, Trigger, TriggerReason
+from shared.processes import free_port, stop_process
 from shared.settings import Settings
 from shared.streams import TRIGGERS
-from sim.infra import free_port, stop_process
 from tests.decider.factories import producing, signal, snapshot
 from tests.decider.harness import audit_log, publish_inputs, publish_trigger
 from tests.helpers import eventually

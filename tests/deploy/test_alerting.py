@@ -14,7 +14,7 @@ import httpx
 import pytest
 import yaml
 
-from sim.infra import free_port, stop_process, wait_for_port
+from shared.processes import free_port, stop_process, wait_for_port
 from sim.prometheus import AlertmanagerServer, PrometheusServer
 from tests.deploy.tools import require_tool
 

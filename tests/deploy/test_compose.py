@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 import yaml
 
-from services.cli.main import SERVICES
+from services.cli.service_apps import SERVICES
 from sim.infra import nats_server_binary
 from tests.deploy.tools import find_tool
 

@@ -16,10 +16,11 @@ from prometheus_client import CollectorRegistry
 from services.demand.app import build as build_demand
 from shared.consumer_lag import DurableConsumer, durable_consumers, report_consumer_lag
 from shared.metrics import BusMetrics
+from shared.processes import free_port, stop_process
 from shared.service import ServiceContext
 from shared.settings import Settings
 from shared.streams import DEMAND
-from sim.infra import NatsServer, RedisServer, free_port, stop_process
+from sim.infra import NatsServer, RedisServer
 from tests.cli.conftest import FLEETPILOT, cli_environment
 
 # a bound on the wait for the service to start and report, not a speed requirement

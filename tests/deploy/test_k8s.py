@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from services.cli.main import SERVICES
+from services.cli.service_apps import SERVICES
 from sim.infra import RedisServer, nats_server_binary
 from tests.deploy.k8s_copies import MONITORING, stale_copies
 from tests.deploy.tools import require_tool

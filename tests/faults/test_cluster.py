@@ -14,8 +14,9 @@ import pytest
 import pytest_asyncio
 
 from shared.contract import DecisionRecord
+from shared.processes import free_port
 from shared.streams import ALL_STREAMS, AUDIT, DEMAND
-from sim.infra import NatsCluster, free_port
+from sim.infra import NatsCluster
 from tests.faults.harness import DEFAULT_PROCESS_ENV, SUBJECTS, FaultStack, Row, running_stack
 from tests.helpers import eventually
 

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sim.infra import free_port
+from shared.processes import free_port
 
 PIECE_CHARS = 7
 

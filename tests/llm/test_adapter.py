@@ -10,7 +10,7 @@ import httpx
 import pytest
 from ollama import AsyncClient, ResponseError
 
-from services.llm.adapter import ModelCard, build_adapter
+from evaluation.llm.adapter import ModelCard, build_adapter
 from tests.llm.fake_openai import Script, build_app, serving
 
 MODEL = "qwen2.5-coder:0.5b"
@@ -194,7 +194,7 @@ async def test_an_upstream_failure_is_a_502_with_the_reason(served: Served) -> N
 
 
 async def test_an_unreachable_upstream_is_a_502() -> None:
-    from sim.infra import free_port
+    from shared.processes import free_port
 
     async with serving(build_adapter(f"http://127.0.0.1:{free_port()}", ModelCard(name=MODEL))) as url:
         client = AsyncClient(host=url, timeout=10.0)

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 from ollama import AsyncClient
 
+from evaluation.llm.runtime import MODEL_CARD, LocalModel, LocalModelPaths, default_root, missing_parts
 from services.decider.agent.tools import tool_schemas
-from services.llm.runtime import MODEL_CARD, LocalModel, LocalModelPaths, default_root, missing_parts
 
 PATHS = LocalModelPaths(default_root())
 MISSING = missing_parts(PATHS)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.llm.ollama_openai import (
+from evaluation.llm.ollama_openai import (
     RequestError,
     StreamAssembler,
     ToolCall,
@@ -16,7 +16,7 @@ from services.llm.ollama_openai import (
     recognise_tool_calls,
     to_openai_request,
 )
-from services.llm.runtime import LocalModelError, LocalModelPaths, assemble_model, missing_parts
+from evaluation.llm.runtime import LocalModelError, LocalModelPaths, assemble_model, missing_parts
 
 OFFERED = frozenset({"launch_instances", "reply_to_operator"})
 

@@ -15,8 +15,8 @@ from redis.asyncio import Redis
 from services.provisioner.reconcile import KnownInstance, launch_label
 from shared.clock import RealClock, SimulatedClock
 from shared.contract import InstanceState, LaunchInstances, LaunchReason
+from shared.processes import free_port
 from shared.settings import Settings
-from sim.infra import free_port
 from sim.vast.scenario import Endpoint
 from sim.vast.server import ScriptedFault
 from tests.helpers import eventually

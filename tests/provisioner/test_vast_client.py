@@ -22,7 +22,7 @@ from services.provisioner.vast_client import (
     VastUnreachable,
 )
 from shared.clock import SimulatedClock
-from sim.infra import free_port
+from shared.processes import free_port
 from sim.vast.scenario import Endpoint, OfferSpec, Scenario
 from sim.vast.server import ScriptedFault
 from tests.helpers import eventually

@@ -22,9 +22,10 @@ from typer.testing import CliRunner
 
 from services.cli.main import app as cli_app
 from shared.bus import inbox_prefix
+from shared.processes import free_port, stop_process
 from shared.settings import Settings
 from shared.streams import ensure_streams
-from sim.infra import NatsServer, RedisServer, free_port, stop_process
+from sim.infra import NatsServer, RedisServer
 from tests.helpers import eventually
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,9 +20,10 @@ from services.cli.main import SERVICES
 from services.cli.main import app as cli_app
 from shared.bus import event_headers
 from shared.contract import DeadLetter, DrainInstance, Event, LaunchInstances, OperatorMessage, TaskEvent
+from shared.processes import free_port
 from shared.streams import COMMANDS, DEMAND, DLQ, OPERATOR
 from shared.subjects import PROVISION_VERBS, Subjects
-from sim.infra import free_port, nats_server_binary
+from sim.infra import nats_server_binary
 from tests.helpers import eventually
 from tests.security.conftest import AUTH_CONF, USERS, SecuredNats, ServiceProcess, password_variable
 

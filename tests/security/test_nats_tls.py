@@ -18,9 +18,10 @@ import pytest
 from typer.testing import CliRunner
 
 from services.cli.main import app as cli_app
+from shared.processes import free_port
 from shared.streams import ALL_STREAMS
 from shared.subjects import Subjects
-from sim.infra import ClusterMembership, NatsCluster, NatsServer, RedisServer, free_port
+from sim.infra import ClusterMembership, NatsCluster, NatsServer, RedisServer
 from tests.helpers import eventually
 from tests.security.conftest import AUTH_CONF, SecuredNats, ServiceProcess
 from tests.security.pki import Issued, TestAuthority

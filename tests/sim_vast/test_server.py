@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from shared.clock import SimulatedClock
-from sim.infra import free_port, wait_for_port
+from shared.processes import free_port, wait_for_port
 from sim.vast.scenario import Endpoint, Fate, OfferSpec, Scenario
 from tests.helpers import eventually
 from tests.sim_vast.harness import API_KEY, StartVast, authed

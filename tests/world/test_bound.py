@@ -22,20 +22,30 @@ SIMULATED = [name for name in POLICY_FACTORIES if name != "predictive"]
 
 def test_the_lp_solver_finds_a_known_optimum() -> None:
     # min x0 + 2 x1 subject to x0 + x1 >= 3 (slack x2), x0 <= 2: optimum 4 at (2, 1), dual price 2
-    problem = lp.StagedLP(
+    problem = lp.LinearProgram(
         c=np.array([1.0, 2.0, 0.0]),
         rows=np.array([0, 0, 0]),
         cols=np.array([0, 1, 2]),
         vals=np.array([1.0, 1.0, -1.0]),
         b=np.array([3.0]),
         ub=np.array([2.0, np.inf, np.inf]),
-        block=1,
     )
     solution = lp.solve(problem)
     assert solution.converged
     assert solution.primal_objective == pytest.approx(4.0, rel=1e-6)
     assert solution.x[:2] == pytest.approx([2.0, 1.0], abs=1e-6)
     assert solution.y[0] == pytest.approx(2.0, rel=1e-6)
+
+
+def test_an_infeasible_relaxation_gives_zero_prices_not_an_error() -> None:
+    # x0 = -1 with x0 >= 0: no solution; the bound then falls back to the work bound
+    problem = lp.LinearProgram(
+        c=np.array([1.0]), rows=np.array([0]), cols=np.array([0]), vals=np.array([1.0]), b=np.array([-1.0]),
+        ub=np.array([np.inf]),
+    )  # fmt: skip
+    solution = lp.solve(problem)
+    assert not solution.converged
+    assert solution.y.tolist() == [0.0]
 
 
 def test_at_the_cheapest_price_per_task_the_bound_is_the_work_alone() -> None:

@@ -8,7 +8,7 @@ from services.provisioner.ranking import OfferConstraints, ThroughputKnowledge, 
 from sim.vast.scenario import Scenario
 from sim.world.engine import Engine
 from sim.world.model import (
-    RANKING_EPOCH,
+    EPOCH,
     Launch,
     MachineState,
     Market,
@@ -37,7 +37,7 @@ def test_without_history_the_world_rents_in_the_provisioners_order() -> None:
         OfferConstraints(allowed_gpu_models=("RTX 4090", "RTX 5090"), max_price_usd_per_h=10.0, verified_only=False),
         ThroughputKnowledge(),
         HostHistory(),
-        RANKING_EPOCH,
+        EPOCH,
     )
     rented = Market(offers).rent(count=40)
     assert [o.offer_id for o in rented] == [r.offer.id for r in provisioners]

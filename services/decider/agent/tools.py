@@ -1,5 +1,6 @@
-"""The agent's tools: JSON schemas the model sees, pydantic models that validate what it sends, and the pure
-translation of a valid call into a contract command or a short result text.
+"""The agent's tools: pydantic models that validate what the model sends and generate the JSON schemas it sees
+(model_json_schema(), each field's description), and the pure translation of a valid call into a contract
+command or a short result text.
 
 Small models skip optional booleans but fill required enums, so every critical parameter is a required enum.
 A call with an unknown name or invalid arguments is answered with a precise error and never executed.
@@ -41,13 +42,23 @@ class ToolArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+INSTANCE_ID = "the instance id, as in the fleet lines (#id)"
+
+
 class LaunchArgs(ToolArgs):
-    count: int = Field(ge=1, le=LAUNCH_COUNT_MAX)
-    gpu_models: list[str] = Field(max_length=8)
-    launch_priority: Literal["normal", "emergency"]
-    reason: LaunchReason
+    count: int = Field(ge=1, le=LAUNCH_COUNT_MAX, description=f"how many machines, 1 to {LAUNCH_COUNT_MAX}")
+    gpu_models: list[str] = Field(max_length=8, description='preferred GPU models, e.g. ["RTX 4090"]; [] = any')
+    launch_priority: Literal["normal", "emergency"] = Field(
+        description="emergency only when workers are stalled with tasks queued"
+    )
+    reason: LaunchReason = Field(description="why")
     # left out (as small models leave optional fields out): every machine on-demand, the safe side
-    interruptible: int = Field(default=0, ge=0, le=LAUNCH_COUNT_MAX)
+    interruptible: int = Field(
+        default=0,
+        ge=0,
+        le=LAUNCH_COUNT_MAX,
+        description="how many of count are interruptible bids (cheaper, paused while outbid); 0 = none",
+    )
 
     @model_validator(mode="after")
     def _interruptible_within_count(self) -> LaunchArgs:
@@ -57,54 +68,68 @@ class LaunchArgs(ToolArgs):
 
 
 class ParkArgs(ToolArgs):
-    instance_id: int
+    instance_id: int = Field(description=INSTANCE_ID)
 
 
 class ResumeArgs(ToolArgs):
-    instance_id: int
-    reason: LaunchReason
+    instance_id: int = Field(description="the parked instance's id (#id)")
+    reason: LaunchReason = Field(description="why it is needed again")
 
 
 class RemovalArgs(ToolArgs):
-    instance_id: int
-    reason: RemovalReason
+    instance_id: int = Field(description=INSTANCE_ID)
+    reason: RemovalReason = Field(description="why it goes")
 
 
 class GetOffersArgs(ToolArgs):
-    gpu_models: list[str] | None = Field(default=None, max_length=8)
-    max_price: float | None = Field(default=None, gt=0, le=100)
+    gpu_models: list[str] | None = Field(default=None, max_length=8, description="only these GPU models (optional)")
+    max_price: float | None = Field(
+        default=None, gt=0, le=100, description="only offers at or under this $/h (optional)"
+    )
 
 
 class BenchmarkArgs(ToolArgs):
-    instance_id: int
-    kind: Literal["gpu", "serving"]
+    instance_id: int = Field(description="the instance id (#id)")
+    kind: Literal["gpu", "serving"] = Field(description="gpu: raw GPU speed; serving: the task endpoint")
 
 
 class RememberArgs(ToolArgs):
-    category: MemoryCategory
-    text: str = Field(min_length=3, max_length=300)
+    category: MemoryCategory = Field(description="what kind of note")
+    text: str = Field(min_length=3, max_length=300, description="one sentence, at most 300 characters")
 
 
 class PlanItemArgs(ToolArgs):
-    content: str = Field(min_length=1, max_length=300)
-    status: PlanStatus
-    priority: PlanPriority
+    content: str = Field(min_length=1, max_length=300, description="the step")
+    status: PlanStatus = Field(description="where it stands")
+    priority: PlanPriority = Field(description="how much it matters")
 
 
 class UpdatePlanArgs(ToolArgs):
-    items: list[PlanItemArgs] = Field(max_length=30)
+    items: list[PlanItemArgs] = Field(max_length=30, description="every plan item")
 
 
 class ScheduleArgs(ToolArgs):
-    delay_s: int = Field(ge=SCHEDULE_MIN_S, le=SCHEDULE_MAX_S)
-    reason: str = Field(min_length=3, max_length=200)
+    delay_s: int = Field(
+        ge=SCHEDULE_MIN_S, le=SCHEDULE_MAX_S, description=f"seconds, {SCHEDULE_MIN_S} to {SCHEDULE_MAX_S}"
+    )
+    reason: str = Field(min_length=3, max_length=200, description="what to look at then")
+
+
+CONVERSATION_ID = "conversation_id"
 
 
 class ReplyArgs(ToolArgs):
     # optional: a 0.5B model called reply_to_operator({}); the reply then gives the policy's reasoning, and every
     # reply ends with the fleet and demand numbers anyway
-    text: str = Field(default="", max_length=4000)
-    conversation_id: str | None = Field(default=None, max_length=128)
+    text: str = Field(
+        default="",
+        max_length=4000,
+        description="the answer, citing the fleet and demand numbers (left out: the policy's reasoning)",
+    )
+    # offered (as a required enum of the waiting ones) only when several conversations wait: see tool_schemas
+    conversation_id: str | None = Field(
+        default=None, max_length=128, description="which operator conversation this answers"
+    )
 
 
 FinishDecision = Literal["done", "hold"]
@@ -113,48 +138,71 @@ FinishDecision = Literal["done", "hold"]
 class FinishArgs(ToolArgs):
     # optional: asked for it as a required enum, a 0.5B model still called finish({}) in 7 of 35 runs; left out,
     # it is read from the calls made (any action: done, else hold), which are what the run is judged on anyway
-    decision: FinishDecision | None = None
-    reason: str = Field(default="", max_length=500)
+    decision: FinishDecision | None = Field(
+        default=None, description="done: the recommended calls were made; hold: nothing changed"
+    )
+    reason: str = Field(default="", max_length=500, description="one sentence citing the numbers")
 
 
-ARGUMENT_MODELS: dict[str, type[ToolArgs]] = {
-    "launch_instances": LaunchArgs,
-    "drain_instance": RemovalArgs,
-    "destroy_instance": RemovalArgs,
-    "park_instance": ParkArgs,
-    "resume_instance": ResumeArgs,
-    "get_offers": GetOffersArgs,
-    "request_benchmark": BenchmarkArgs,
-    "remember": RememberArgs,
-    "update_plan": UpdatePlanArgs,
-    "schedule_next_check": ScheduleArgs,
-    "reply_to_operator": ReplyArgs,
-    "finish": FinishArgs,
-}
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    arguments: type[ToolArgs]
+    description: str
+
+
+TOOLS = (
+    Tool(
+        "launch_instances",
+        LaunchArgs,
+        f"Rent new GPU machines (1 to {LAUNCH_COUNT_MAX}). They produce only after 1-2 hours. Guardrails apply.",
+    ),
+    Tool(
+        "drain_instance",
+        RemovalArgs,
+        "Stop giving a machine new tasks and let it finish; it is then given back. Guardrails apply.",
+    ),
+    Tool("destroy_instance", RemovalArgs, "Give a machine back at once (loses its running tasks). Guardrails apply."),
+    Tool(
+        "park_instance",
+        ParkArgs,
+        "Stop a drained machine but keep its disk (storage billed only) to resume it in minutes later.",
+    ),
+    Tool(
+        "resume_instance",
+        ResumeArgs,
+        "Start a parked machine again: it produces in minutes, unless its GPU was rented meanwhile.",
+    ),
+    Tool(
+        "get_offers",
+        GetOffersArgs,
+        "Look up the best current rental offers, ranked by expected cost per task. Output is capped.",
+    ),
+    Tool("request_benchmark", BenchmarkArgs, "Benchmark a machine whose throughput looks wrong."),
+    Tool("remember", RememberArgs, "Keep one short note for later runs (shown in every observation)."),
+    Tool(
+        "update_plan",
+        UpdatePlanArgs,
+        "Replace the plan for multi-step work (shown every run, survives restarts). Send the whole list.",
+    ),
+    Tool(
+        "schedule_next_check",
+        ScheduleArgs,
+        f"Ask to be woken again in delay_s seconds ({SCHEDULE_MIN_S} to {SCHEDULE_MAX_S}).",
+    ),
+    Tool("reply_to_operator", ReplyArgs, "Answer the operator's message. Cite the fleet and demand numbers."),
+    Tool(
+        "finish",
+        FinishArgs,
+        "The final answer, once the recommended calls are made (or there were none): ends the run.",
+    ),
+)
+ARGUMENT_MODELS: dict[str, type[ToolArgs]] = {tool.name: tool.arguments for tool in TOOLS}
 ACTION_TOOLS = frozenset({"launch_instances", "drain_instance", "destroy_instance", "park_instance", "resume_instance"})
 # offered in the compact style when no recommendation names the tools; park and resume only when recommended
 EVERYDAY_ACTION_TOOLS = frozenset({"launch_instances", "drain_instance", "destroy_instance"})
 FINISH = "finish"
 TOOL_NAMES = tuple(ARGUMENT_MODELS)
-
-
-def _function(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "required": required, "properties": properties},
-        },
-    }
-
-
-def _enum(values: list[str], description: str) -> dict[str, Any]:
-    return {"type": "string", "enum": values, "description": description}
-
-
-_STRING_LIST = {"type": "array", "items": {"type": "string"}}
-
 
 # what a small model may be offered (prompt_style "compact"): the fleet-changing tools, a reply, the final answer
 COMPACT_TOOLS = (
@@ -181,150 +229,64 @@ def tool_schemas(
     enum. A 0.5B model offered nine tools picks ones it has no use for; offered launch_instances on a fleet that
     keeps up, it launched. The set stays the same for the whole run: the tools are part of the prompt prefix the
     server keeps cached between rounds."""
-    schemas = _all_schemas(conversation_ids)
     if not compact:
-        return [schema for schema in schemas if schema["function"]["name"] != FINISH]
-    fleet_tools = EVERYDAY_ACTION_TOOLS if action_tools is None else frozenset(action_tools)
-    wanted = [
-        name
-        for name in COMPACT_TOOLS
-        if name in fleet_tools or name == FINISH or (name == "reply_to_operator" and conversation_ids)
-    ]
-    return [schema for schema in schemas if schema["function"]["name"] in wanted]
+        wanted = [name for name in TOOL_NAMES if name != FINISH]
+    else:
+        fleet_tools = EVERYDAY_ACTION_TOOLS if action_tools is None else frozenset(action_tools)
+        wanted = [
+            name
+            for name in COMPACT_TOOLS
+            if name in fleet_tools or name == FINISH or (name == "reply_to_operator" and conversation_ids)
+        ]
+    return [_function_schema(tool, conversation_ids) for tool in TOOLS if tool.name in wanted]
 
 
-def _all_schemas(conversation_ids: list[str] | None) -> list[dict[str, Any]]:
-    removal = {
-        "instance_id": {"type": "integer", "description": "the instance id, as in the fleet lines (#id)"},
-        "reason": _enum(REMOVAL_REASONS, "why it goes"),
+def _function_schema(tool: Tool, conversation_ids: list[str] | None) -> dict[str, Any]:
+    parameters = parameters_schema(tool.arguments)
+    if CONVERSATION_ID in parameters["properties"]:
+        conversation = parameters["properties"].pop(CONVERSATION_ID)
+        if conversation_ids and len(conversation_ids) > 1:
+            conversation = {**conversation, "enum": list(conversation_ids)}
+            parameters["properties"][CONVERSATION_ID] = _shown(conversation, {})
+            parameters["required"].append(CONVERSATION_ID)
+    return {
+        "type": "function",
+        "function": {"name": tool.name, "description": tool.description, "parameters": parameters},
     }
-    reply_properties: dict[str, Any] = {
-        "text": {
-            "type": "string",
-            "description": "the answer, citing the fleet and demand numbers (left out: the policy's reasoning)",
-        }
-    }
-    reply_required: list[str] = []
-    if conversation_ids and len(conversation_ids) > 1:
-        reply_properties["conversation_id"] = _enum(conversation_ids, "which operator conversation this answers")
-        reply_required.append("conversation_id")
-    return [
-        _function(
-            "launch_instances",
-            f"Rent new GPU machines (1 to {LAUNCH_COUNT_MAX}). They produce only after 1-2 hours. Guardrails apply.",
-            {
-                "count": {"type": "integer", "description": f"how many machines, 1 to {LAUNCH_COUNT_MAX}"},
-                "gpu_models": {**_STRING_LIST, "description": 'preferred GPU models, e.g. ["RTX 4090"]; [] = any'},
-                "launch_priority": _enum(
-                    ["normal", "emergency"], "emergency only when workers are stalled with tasks queued"
-                ),
-                "reason": _enum(LAUNCH_REASONS, "why"),
-                "interruptible": {
-                    "type": "integer",
-                    "description": "how many of count are interruptible bids (cheaper, paused while outbid); 0 = none",
-                },
-            },
-            ["count", "gpu_models", "launch_priority", "reason"],
-        ),
-        _function(
-            "drain_instance",
-            "Stop giving a machine new tasks and let it finish; it is then given back. Guardrails apply.",
-            removal,
-            ["instance_id", "reason"],
-        ),
-        _function(
-            "destroy_instance",
-            "Give a machine back at once (loses its running tasks). Guardrails apply.",
-            removal,
-            ["instance_id", "reason"],
-        ),
-        _function(
-            "park_instance",
-            "Stop a drained machine but keep its disk (storage billed only) to resume it in minutes later.",
-            {"instance_id": {"type": "integer", "description": "the instance id, as in the fleet lines (#id)"}},
-            ["instance_id"],
-        ),
-        _function(
-            "resume_instance",
-            "Start a parked machine again: it produces in minutes, unless its GPU was rented meanwhile.",
-            {
-                "instance_id": {"type": "integer", "description": "the parked instance's id (#id)"},
-                "reason": _enum(LAUNCH_REASONS, "why it is needed again"),
-            },
-            ["instance_id", "reason"],
-        ),
-        _function(
-            "get_offers",
-            "Look up the best current rental offers, ranked by expected cost per task. Output is capped.",
-            {
-                "gpu_models": {**_STRING_LIST, "description": "only these GPU models (optional)"},
-                "max_price": {"type": "number", "description": "only offers at or under this $/h (optional)"},
-            },
-            [],
-        ),
-        _function(
-            "request_benchmark",
-            "Benchmark a machine whose throughput looks wrong.",
-            {
-                "instance_id": {"type": "integer", "description": "the instance id (#id)"},
-                "kind": _enum(["gpu", "serving"], "gpu: raw GPU speed; serving: the task endpoint"),
-            },
-            ["instance_id", "kind"],
-        ),
-        _function(
-            "remember",
-            "Keep one short note for later runs (shown in every observation).",
-            {
-                "category": _enum(["decision", "fact", "failure", "preference"], "what kind of note"),
-                "text": {"type": "string", "description": "one sentence, at most 300 characters"},
-            },
-            ["category", "text"],
-        ),
-        _function(
-            "update_plan",
-            "Replace the plan for multi-step work (shown every run, survives restarts). Send the whole list.",
-            {
-                "items": {
-                    "type": "array",
-                    "description": "every plan item",
-                    "items": {
-                        "type": "object",
-                        "required": ["content", "status", "priority"],
-                        "properties": {
-                            "content": {"type": "string", "description": "the step"},
-                            "status": _enum(["pending", "in_progress", "completed"], "where it stands"),
-                            "priority": _enum(["high", "medium", "low"], "how much it matters"),
-                        },
-                    },
-                }
-            },
-            ["items"],
-        ),
-        _function(
-            "schedule_next_check",
-            f"Ask to be woken again in delay_s seconds ({SCHEDULE_MIN_S} to {SCHEDULE_MAX_S}).",
-            {
-                "delay_s": {"type": "integer", "description": f"seconds, {SCHEDULE_MIN_S} to {SCHEDULE_MAX_S}"},
-                "reason": {"type": "string", "description": "what to look at then"},
-            },
-            ["delay_s", "reason"],
-        ),
-        _function(
-            "reply_to_operator",
-            "Answer the operator's message. Cite the fleet and demand numbers.",
-            reply_properties,
-            reply_required,
-        ),
-        _function(
-            FINISH,
-            "The final answer, once the recommended calls are made (or there were none): ends the run.",
-            {
-                "decision": _enum(["done", "hold"], "done: the recommended calls were made; hold: nothing changed"),
-                "reason": {"type": "string", "description": "one sentence citing the numbers"},
-            },
-            [],
-        ),
-    ]
+
+
+# what the model is shown of each JSON schema node, in this order (the prompt prefix a server caches, and the
+# tokens the stand-in counts, follow it): the limits (minimum, maxLength...) stay in the pydantic models, whose
+# errors name them; titles, defaults and $refs only cost a small model's prompt tokens
+SHOWN_KEYWORDS = ("type", "required", "properties", "items", "enum", "description")
+
+
+def parameters_schema(model: type[ToolArgs]) -> dict[str, Any]:
+    """The model's JSON schema (model_json_schema()) as small models read it best: every $ref inlined, an
+    optional field shown as its value's type (not anyOf with null), and `required` always present."""
+    schema = model.model_json_schema()
+    return _shown(schema, schema.get("$defs", {}))
+
+
+def _shown(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in node:
+        node = {**defs[node["$ref"].rpartition("/")[2]], **{k: v for k, v in node.items() if k != "$ref"}}
+    if "anyOf" in node:
+        values = [branch for branch in node["anyOf"] if branch.get("type") != "null"]
+        if len(values) != 1:  # a small model fills one type per argument; a union would leave it guessing
+            raise TypeError(f"a tool argument has one type, or is optional; not {node['anyOf']}")
+        node = {**values[0], **{k: v for k, v in node.items() if k != "anyOf"}}
+    if "properties" in node:
+        node = {**node, "required": node.get("required", [])}
+    shown: dict[str, Any] = {}
+    for keyword in SHOWN_KEYWORDS:
+        if keyword == "properties" and keyword in node:
+            shown[keyword] = {name: _shown(prop, defs) for name, prop in node[keyword].items()}
+        elif keyword == "items" and keyword in node:
+            shown[keyword] = _shown(node[keyword], defs)
+        elif keyword in node:
+            shown[keyword] = list(node[keyword]) if isinstance(node[keyword], list) else node[keyword]
+    return shown
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -59,12 +59,11 @@ from shared.contract import (
 )
 from shared.settings import Settings
 from sim.vast.scenario import Scenario
-from sim.world.model import Action, Launch, MachineState, Remove, Resume, WorldConfig, WorldView
+from sim.world.model import EPOCH, Action, Launch, MachineState, Remove, Resume, WorldConfig, WorldView
 from sim.world.trace import Trace
 
 # guardrails scaled to a trace allow this many times the catalog machines its busiest hour needs
 TRACE_HEADROOM = 1.5
-EPOCH = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday: the bundled week starts on one
 TASK_TYPE = "default"
 SOURCE_JOBS = "job-system"
 SOURCE_PROVISIONER = "provisioner"

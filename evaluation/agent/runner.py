@@ -13,13 +13,9 @@ from typing import Any
 from ollama import ChatResponse
 from prometheus_client import CollectorRegistry
 
-from services.decider.advisor import RunInputs
-from services.decider.agent.agent import OllamaAgent
-from services.decider.agent.config import AgentConfig
-from services.decider.agent.context import Turn
-from services.decider.agent.dryrun import DryRunPorts
-from services.decider.agent.eval.scenarios import NOW, EvalScenario
-from services.decider.agent.eval.score import (
+from evaluation.agent.dryrun import DryRunPorts
+from evaluation.agent.scenarios import NOW, EvalScenario
+from evaluation.agent.score import (
     ACTION_TOOLS,
     RunRecord,
     Summary,
@@ -28,6 +24,10 @@ from services.decider.agent.eval.score import (
     score_run,
     summarise,
 )
+from services.decider.advisor import RunInputs
+from services.decider.agent.agent import OllamaAgent
+from services.decider.agent.config import AgentConfig
+from services.decider.agent.context import Turn
 from services.decider.agent.store import InMemoryAgentStore
 from services.decider.decision import policy_actions
 from services.decider.policy import PredictivePolicy

@@ -2,7 +2,7 @@
 
 Used by the smoke run against a real Ollama and by the agent's tests: `act` applies
 `services.decider.guardrails.check` to a ledger built from the run's inputs, as the decider's own port does,
-and records the verdict instead of sending a command. Offers come from the scenario.
+and records the verdict instead of sending a command. Offers come from the situation (evaluation/agent/situation.py).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from evaluation.agent import situation
 from services.decider.advisor import RunInputs
-from services.decider.agent import scenario
 from services.decider.guardrails import FleetLedger, GuardrailConfig, check, ledger_from
 from shared.contract import Action, BenchRequest, GuardrailVerdict, OfferList, OfferQuery, OperatorReply
 from shared.settings import Settings
@@ -56,7 +56,7 @@ class DryRunPorts:
 
     async def find_offers(self, query: OfferQuery) -> OfferList:
         self.offer_queries.append(query)
-        return scenario.offer_list(self.now, self.offers_per_query, self.offer_note)
+        return situation.offer_list(self.now, self.offers_per_query, self.offer_note)
 
     async def request_benchmark(self, request: BenchRequest) -> None:
         self.bench_requests.append(request)

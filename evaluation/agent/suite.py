@@ -11,10 +11,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
+from evaluation.agent.runner import EvalTarget, evaluate, record_json, run_line, summary_table
+from evaluation.agent.scenarios import by_name
+from evaluation.agent.targets import host_target, local_target, standin_target
 from services.decider.agent.config import AgentConfig
-from services.decider.agent.eval.runner import EvalTarget, evaluate, record_json, run_line, summary_table
-from services.decider.agent.eval.scenarios import by_name
-from services.decider.agent.eval.targets import host_target, local_target, standin_target
 
 TargetKind = Literal["standin", "local", "host"]
 # a 0.5B model on two shared cores reads a 3k-token prompt in 20-60 s; the agent's default (60 s, sized for an

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from evaluation.agent.score import DecisionClass
+from evaluation.agent.situation import fleet_snapshot
 from services.decider.agent.context import ToolRequest, Turn
-from services.decider.agent.eval.score import DecisionClass
 from services.decider.agent.memory import Anchor, Memory, MemoryCategory
-from services.decider.agent.scenario import fleet_snapshot
 from shared.contract import (
     DemandSignal,
     DemandState,

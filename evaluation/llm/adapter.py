@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from services.llm.ollama_openai import (
+from evaluation.llm.ollama_openai import (
     RequestError,
     StreamAssembler,
     done_fields,

@@ -1,6 +1,6 @@
-"""`python -m services.decider.agent.smoke` (`make agent-smoke`): one real decision with the configured Ollama.
+"""`python -m evaluation.agent.smoke` (`make agent-smoke`): one real decision with the configured Ollama.
 
-A dry run: the scenario's demand and fleet, the decider's real policy and guardrails, an operator question,
+A dry run: the situation's demand and fleet, the decider's real policy and guardrails, an operator question,
 actions recorded and never published, the session kept in memory. Exit 0 when the model gave a usable
 decision, 1 when the agent degraded, 2 when no usable Ollama is reachable.
 """
@@ -16,11 +16,11 @@ import httpx
 from ollama import AsyncClient, ResponseError
 from prometheus_client import CollectorRegistry
 
+from evaluation.agent import situation
+from evaluation.agent.dryrun import DryRunPorts
 from services.decider.advisor import RunInputs
-from services.decider.agent import scenario
 from services.decider.agent.agent import OllamaAgent
 from services.decider.agent.config import AgentConfig
-from services.decider.agent.dryrun import DryRunPorts
 from services.decider.agent.store import InMemoryAgentStore
 from services.decider.decision import policy_actions
 from services.decider.policy import PredictivePolicy
@@ -63,8 +63,8 @@ async def check_ollama(settings: Settings) -> str | None:
 
 def smoke_inputs(question: str) -> RunInputs:
     now = RealClock().now()
-    signal = scenario.demand_signal(now)
-    snapshot = scenario.small_fleet(now)
+    signal = situation.demand_signal(now)
+    snapshot = situation.small_fleet(now)
     recommendation = PredictivePolicy().recommend(signal, snapshot, now)
     run_id = f"smoke-{uuid.uuid4().hex[:12]}"
     message = OperatorMessage(
@@ -114,8 +114,8 @@ async def smoke(settings: Settings, config: AgentConfig, question: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.decider.agent.smoke", description=__doc__.splitlines()[0])
-    parser.add_argument("--question", default=DEFAULT_QUESTION, help="the operator question in the scenario")
+    parser = argparse.ArgumentParser(prog="python -m evaluation.agent.smoke", description=__doc__.splitlines()[0])
+    parser.add_argument("--question", default=DEFAULT_QUESTION, help="the operator question in the situation")
     args = parser.parse_args(argv)
     return asyncio.run(smoke(Settings(), AgentConfig(), args.question))
 

@@ -7,8 +7,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from services.decider.agent.eval.runner import EvalTarget
-from services.llm.runtime import MODEL_CARD, LocalModel, LocalModelPaths
+from evaluation.agent.runner import EvalTarget
+from evaluation.llm.runtime import MODEL_CARD, LocalModel, LocalModelPaths
 from sim.ollama.server import OllamaStandIn
 
 STANDIN_BEHAVIOUR = "follow"  # carries out the policy recommendation the agent is shown, and answers operators

@@ -26,8 +26,6 @@ OPTION_PARAMETERS = {
     "frequency_penalty": "frequency_penalty",
     "num_predict": "max_tokens",
 }
-# options with no per-request meaning on llama-server (set when it starts: -c, -t, -ngl), accepted and ignored
-SERVER_OPTIONS = frozenset({"num_ctx", "num_thread", "num_gpu", "num_batch", "main_gpu", "use_mmap", "num_keep"})
 _TOOL_CALL_TAG = re.compile(r"</?tool_call>")
 _FENCE = re.compile(r"^```(?:json|JSON)?\s*\n?(.*?)\n?```$", re.DOTALL)
 

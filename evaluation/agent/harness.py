@@ -20,8 +20,8 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from redis.asyncio import Redis
 
+from evaluation.agent import situation
 from services.decider.advisor import AdvisorOutcome, DeciderPorts, RunInputs
-from services.decider.agent import scenario
 from services.decider.agent.agent import OllamaAgent
 from services.decider.agent.config import AgentConfig
 from services.decider.agent.store import RedisAgentStore
@@ -142,8 +142,8 @@ class AgentStack:
         """A fresh demand signal and fleet snapshot, as demand and fleet keep them in the LATEST stream."""
         now = self.clock.now()
         subjects, latest = self.settings.subjects, LATEST.name(self.settings.subjects)
-        signal = (signal or scenario.demand_signal(now)).model_copy(update={"occurred_at": now})
-        snapshot = (snapshot or scenario.small_fleet(now)).model_copy(update={"occurred_at": now})
+        signal = (signal or situation.demand_signal(now)).model_copy(update={"occurred_at": now})
+        snapshot = (snapshot or situation.small_fleet(now)).model_copy(update={"occurred_at": now})
         await self.publish(subjects.demand_signal, signal, latest)
         await self.publish(subjects.fleet_snapshot_published, snapshot, latest)
 
@@ -189,6 +189,6 @@ async def answer_offer_queries(nc: NatsClient, settings: Settings, clock: Clock,
     """Stands in for the provisioner's offer look-up: `offers` ranked lines per query, long ones if `note` is."""
 
     async def respond(msg: Msg) -> None:
-        await msg.respond(scenario.offer_list(clock.now(), offers, note).model_dump_json().encode())
+        await msg.respond(situation.offer_list(clock.now(), offers, note).model_dump_json().encode())
 
     await nc.subscribe(settings.subjects.provision_offers, cb=respond)
