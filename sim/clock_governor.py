@@ -20,14 +20,14 @@ from pathlib import Path
 
 from shared.clock import ClockControl
 
-# Fractions of one core: the stack's threads together waited this long on a run queue per wall second. Below
-# LOW the machine keeps up; above HIGH the simulated clock outruns the processes. Chosen from quiet demo runs on
-# a 2-core machine (their wait stays under about 0.1 between bursts) and loaded ones (0.5 and more).
-WAIT_LOW = 0.10
-WAIT_HIGH = 0.25
-SLOW_DOWN = 0.7  # speed × this when the stack waits more than WAIT_HIGH
-SPEED_UP = 1.1  # speed × this when it waits less than WAIT_LOW, up to the asked speed
-MIN_SPEED_SHARE = 0.05  # never below this share of the asked speed (a stopped clock would hide a hung stack)
+# How late the most starved process of the stack fell, in simulated seconds: its run-queue wait over the last
+# interval times the clock's speed (a process that waited 0.1 s at x720 answered 72 simulated seconds late).
+# Tasks take minutes and fleet judges a worker silent after 15: lateness under a minute changes no decision.
+LATE_HIGH_SIM_S = 60.0  # above: slow down
+LATE_LOW_SIM_S = 20.0  # below: speed up again, up to the asked speed
+SLOW_DOWN = 0.7  # speed × this when the stack falls behind
+SPEED_UP = 1.1  # speed × this when it keeps up
+MIN_SPEED_SHARE = 0.02  # never below this share of the asked speed (a stopped clock would hide a hung stack)
 INTERVAL_S = 0.5
 
 
@@ -57,14 +57,17 @@ class SpeedLog:
     started_sim_s: float = 0.0
     slowed_s: float = 0.0  # wall seconds spent below the asked speed
     lowest: float = float("inf")
-    peak_wait: float = 0.0
+    latest_late_sim_s: float = 0.0
 
 
 class ClockGovernor:
     """A daemon thread that adjusts `control`'s speed from the run-queue wait of the processes `pids()` names."""
 
-    def __init__(self, control: ClockControl, asked_speed: float, pids: Callable[[], list[int]]) -> None:
+    def __init__(
+        self, control: ClockControl, asked_speed: float, pids: Callable[[], list[int]], log_path: Path | None = None
+    ) -> None:
         self.control = control
+        self.log_path = log_path  # one line per change of speed: wall time, lateness, new speed
         self.asked = asked_speed
         self.pids = pids
         self.log = SpeedLog(asked_speed)
@@ -110,17 +113,17 @@ class ClockGovernor:
         return (self.control.sim_s(now) - self.log.started_sim_s) / elapsed
 
     def _sample(self) -> float:
-        """Run-queue wait of the stack since the last sample, summed over its processes (new ones start at 0)."""
-        waited = 0.0
+        """The longest run-queue wait of any one process of the stack since the last sample (new ones from 0)."""
+        worst = 0.0
         seen: dict[int, float] = {}
         for pid in self.pids():
             total = run_queue_wait_s(pid)
             if total is None:
                 continue
             seen[pid] = total
-            waited += max(0.0, total - self._last_wait.get(pid, total))
+            worst = max(worst, total - self._last_wait.get(pid, total))
         self._last_wait = seen
-        return waited
+        return worst
 
     def _loop(self) -> None:
         last = time.monotonic()
@@ -128,21 +131,25 @@ class ClockGovernor:
             now = time.monotonic()
             interval_s = max(1e-3, now - last)
             last = now
-            self.step(self._sample() / interval_s, interval_s)
+            self.step(self._sample(), interval_s)
 
-    def step(self, wait_share: float, interval_s: float) -> float:
-        """One adjustment from the wait measured over the last interval; returns the new speed."""
-        speed = self.control.read()[2]
-        if wait_share > WAIT_HIGH:
+    def step(self, worst_wait_s: float, interval_s: float) -> float:
+        """One adjustment from the longest wait of one process over the last interval; returns the new speed."""
+        before = speed = self.control.read()[2]
+        late_sim_s = worst_wait_s * speed
+        if late_sim_s > LATE_HIGH_SIM_S:
             speed = max(self.asked * MIN_SPEED_SHARE, speed * SLOW_DOWN)
-        elif wait_share < WAIT_LOW:
+        elif late_sim_s < LATE_LOW_SIM_S:
             speed = min(self.asked, speed * SPEED_UP)
-        if speed != self.control.read()[2]:
+        if speed != before:
             now = time.time()
             self.control.set_speed(speed, now)
             self.history.append((now, self.control.sim_s(now)))
+            if self.log_path is not None:
+                with contextlib.suppress(OSError), open(self.log_path, "a") as log:
+                    log.write(f"{now:.2f} late {late_sim_s:.0f} sim s: x{before:.0f} -> x{speed:.0f}\n")
         if speed < self.asked:
             self.log.slowed_s += interval_s
         self.log.lowest = min(self.log.lowest, speed)
-        self.log.peak_wait = max(self.log.peak_wait, wait_share)
+        self.log.latest_late_sim_s = late_sim_s
         return speed

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from shared.clock import ClockControl, GovernedClock
 from shared.settings import Settings
-from sim.clock_governor import WAIT_HIGH, WAIT_LOW, ClockGovernor, run_queue_wait_s
+from sim.clock_governor import LATE_HIGH_SIM_S, LATE_LOW_SIM_S, ClockGovernor, run_queue_wait_s
 
 EPOCH = datetime(2026, 3, 2, tzinfo=UTC)
 
@@ -47,15 +47,17 @@ async def test_a_sleeper_follows_a_speed_change_made_while_it_sleeps(tmp_path: P
 
 def test_the_governor_slows_while_the_stack_waits_and_gives_the_speed_back(tmp_path: Path) -> None:
     control = ClockControl.create(tmp_path / "clock", EPOCH, wall_anchor_s=time.time(), speed=360.0)
-    governor = ClockGovernor(control, 360.0, lambda: [])
-    slowed = [governor.step(WAIT_HIGH * 2, 0.5) for _ in range(3)]
+    governor = ClockGovernor(control, 360.0, lambda: [], tmp_path / "clock.log")
+    # a process waited a second for a CPU: at x360 it answered six simulated minutes late
+    slowed = [governor.step(1.0, 0.5) for _ in range(3)]
     assert slowed[0] < 360.0 and slowed[2] < slowed[1] < slowed[0]
     for _ in range(60):
-        speed = governor.step(WAIT_LOW / 2, 0.5)
+        speed = governor.step(LATE_LOW_SIM_S / 2 / 360.0 / 10, 0.5)
     assert speed == 360.0  # back to the asked speed, never above it
     assert governor.log.slowed_s > 0 and governor.log.lowest == slowed[2]
-    steady = governor.step((WAIT_LOW + WAIT_HIGH) / 2, 0.5)
+    steady = governor.step((LATE_LOW_SIM_S + LATE_HIGH_SIM_S) / 2 / 360.0, 0.5)
     assert steady == 360.0  # between the thresholds nothing moves
+    assert "x360 -> x252" in (tmp_path / "clock.log").read_text()
 
 
 def test_the_run_queue_wait_of_a_process_is_read_from_the_kernel() -> None:
