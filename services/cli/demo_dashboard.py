@@ -171,7 +171,7 @@ class DashboardRecorder:
         step_s = max(SCRAPE_INTERVAL_S, (end - self.started_at) / PICTURE_POINTS)
         answers = query_every_panel(self.prometheus, panel_queries(), self.started_at, end, step_s)
         markers = transition_markers(self.prometheus, self.started_at, end, step_s)
-        draw(answers, markers, picture, to_simulated, speed)
+        draw(answers, markers, picture, to_simulated, speed, step_s)
         return {answer.query.where: answer.summary() for answer in answers}
 
     def close(self) -> None:
@@ -198,12 +198,33 @@ def series_label(answer: PanelAnswer, series: Series) -> str:
     return ", ".join(series.labels.values()) or answer.query.ref_id
 
 
+def with_gaps(times: list[float], values: list[float], step_s: float) -> tuple[list[float], list[float]]:
+    """The points, with a NaN wherever Prometheus has no sample for more than two steps: a gap is drawn as a gap,
+    not as a line across the time nobody measured."""
+    out_times: list[float] = []
+    out_values: list[float] = []
+    for index, (at, value) in enumerate(zip(times, values, strict=True)):
+        if index and at - times[index - 1] > 2 * step_s:
+            out_times.append(times[index - 1] + step_s)  # a point without a value breaks the line there
+            out_values.append(math.nan)
+        out_times.append(at)
+        out_values.append(value)
+    return out_times, out_values
+
+
+def local_speed(to_simulated: Callable[[float], datetime], wall_s: float, around_s: float = 1.0) -> float:
+    """Simulated seconds per wall second around a wall moment, as the run's clock went."""
+    before, after = to_simulated(wall_s - around_s), to_simulated(wall_s + around_s)
+    return max(1e-9, (after - before).total_seconds() / (2 * around_s))
+
+
 def draw(
     answers: list[PanelAnswer],
     markers: list[tuple[float, str, str]],
     path: Path,
     to_simulated: Callable[[float], datetime],
     speed: float,
+    step_s: float = SCRAPE_INTERVAL_S,
 ) -> None:
     """Prometheus measures rates per wall-clock second; the picture divides them by the demo's speed, so a rate
     reads per simulated hour like the rest of the picture."""
@@ -219,16 +240,18 @@ def draw(
     fig, axes = plt.subplots(3, 2, figsize=(14, 11), sharex=True)
     fig.suptitle(
         "FleetPilot demo: the Grafana dashboards' queries, answered by Prometheus "
-        f"(rates per simulated time: wall-clock rates ÷ {speed:.0f})"
+        f"(rates per simulated time: wall-clock rates ÷ the clock's speed then, x{speed:.0f} asked)"
     )
     for axis, key in zip(axes.flat, PICTURE_PANELS, strict=True):
         axis.set_title(key[1], fontsize=10)
         for answer in by_panel.get(key, []):
-            scale = 1 / speed if "rate(" in answer.query.expr else 1.0
+            per_wall_s = "rate(" in answer.query.expr
             for series in answer.series:
-                times = [to_simulated(at) for at in series.times]
-                values = [value * scale for value in series.values]
-                axis.plot(times, values, label=series_label(answer, series), linewidth=1.2)
+                times, values = with_gaps(series.times, series.values, step_s)
+                if per_wall_s:  # the clock's speed may have changed during the run: divide by the speed then
+                    values = [v / local_speed(to_simulated, at) for at, v in zip(times, values, strict=True)]
+                axis.plot([to_simulated(at) for at in times], values, label=series_label(answer, series),
+                          linewidth=1.2)  # fmt: skip
         seen: set[str] = set()
         for at, label, colour in markers:
             axis.axvline(

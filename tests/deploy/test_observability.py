@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -252,3 +253,23 @@ def test_an_answer_of_only_nan_is_no_data() -> None:
     assert PanelAnswer(query, [Series({}, [1.0, 2.0], [float("nan"), float("nan")])]).points == 0
     assert PanelAnswer(query, [Series({}, [1.0, 2.0], [float("nan"), 0.0])]).points == 1
     assert PanelAnswer(query, error="bad_data").summary() == {"series": 0, "points": 0, "error": "bad_data"}
+
+
+def test_the_picture_leaves_a_gap_where_nothing_was_scraped_and_reads_rates_at_the_speed_of_the_time() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from services.cli.demo_dashboard import local_speed, with_gaps
+
+    times, values = with_gaps([0.0, 1.0, 2.0, 10.0, 11.0], [1.0, 1.0, 1.0, 5.0, 5.0], step_s=1.0)
+    assert times == [0.0, 1.0, 2.0, 3.0, 10.0, 11.0]
+    assert math.isnan(values[3]) and values[4] == 5.0  # no line drawn across 2 s .. 10 s
+    assert with_gaps([0.0, 1.0, 2.0], [1.0, 2.0, 3.0], step_s=1.0) == ([0.0, 1.0, 2.0], [1.0, 2.0, 3.0])
+
+    epoch = datetime(2026, 3, 2, tzinfo=UTC)
+
+    def slowed_at_100(wall_s: float) -> datetime:  # x360, then x36 from wall second 100
+        sim_s = 360 * min(wall_s, 100.0) + 36 * max(0.0, wall_s - 100.0)
+        return epoch + timedelta(seconds=sim_s)
+
+    assert local_speed(slowed_at_100, 50.0) == 360.0
+    assert local_speed(slowed_at_100, 150.0) == 36.0
