@@ -57,6 +57,9 @@ CLOSE_STEP_S = 30.0  # wall seconds one teardown step may take before it is aban
 # processes than an idle one; a bound that is merely tight turns slowness into a reported loss or outage.
 WARM_UP_S = 180.0
 RECOVER_S = 120.0
+# wall seconds for the first act of a service just restarted, or a stream's new leader: a Python service's imports
+# and one JetStream consumer per subject took over 30 s on a loaded 2-core machine (a fault test failed so)
+RESTART_WAIT_S = 120.0
 SETTLE_S = 90.0
 
 

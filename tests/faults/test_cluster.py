@@ -17,7 +17,7 @@ from shared.contract import DecisionRecord
 from shared.processes import free_port
 from shared.streams import ALL_STREAMS, AUDIT, DEMAND
 from sim.infra import NatsCluster
-from tests.faults.harness import DEFAULT_PROCESS_ENV, SUBJECTS, FaultStack, Row, running_stack
+from tests.faults.harness import DEFAULT_PROCESS_ENV, RESTART_WAIT_S, SUBJECTS, FaultStack, Row, running_stack
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -96,7 +96,7 @@ async def test_stream_leader_killed_then_a_second_node_for_a_short_window(
     replayer = stack.replayer
     cluster = cluster_of(stack)
     stream = DEMAND.name(SUBJECTS)
-    leader = await eventually(lambda: stream_leader(stack, stream), timeout_s=30)
+    leader = await eventually(lambda: stream_leader(stack, stream), timeout_s=RESTART_WAIT_S)
     runs_before = len(await decision_records(stack))
     window = await stack.begin(f"3-node cluster: {stream} leader SIGKILL, then a 2nd node {SECOND_NODE_DOWN_S:.0f} s")
 
@@ -105,7 +105,7 @@ async def test_stream_leader_killed_then_a_second_node_for_a_short_window(
     # mid-traffic: the two survivors elect a new leader and keep acknowledging the job system's events
     acked_at_kill = len(replayer.acked)
     await eventually(lambda: len(replayer.acked) >= acked_at_kill + ACKED_WITHOUT_THE_LEADER, timeout_s=60)
-    new_leader = await eventually(lambda: stream_leader(stack, stream), timeout_s=30)
+    new_leader = await eventually(lambda: stream_leader(stack, stream), timeout_s=RESTART_WAIT_S)
     assert new_leader != leader
 
     # the second node (the new leader) goes too: one node of three, no quorum, publishes wait and retry

@@ -14,7 +14,7 @@ import pytest_asyncio
 from services.provisioner.reconcile import parse_label
 from shared.contract import DecisionRecord, LaunchInstances, OperatorMessage, OperatorReply
 from shared.streams import AUDIT, COMMANDS, OPERATOR
-from tests.faults.harness import SUBJECTS, FaultStack, Row, running_stack
+from tests.faults.harness import RESTART_WAIT_S, SUBJECTS, FaultStack, Row, running_stack
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -86,7 +86,7 @@ async def test_ambiguous_creates(stack: FaultStack, fault_rows: list[Row]) -> No
     await stack.vast_admin("faults", [{"endpoint": "create", "kind": "error_after", "status": 503, "count": 3}])
     key = f"ambiguous-{uuid.uuid4().hex[:12]}"
     await launch_twice(stack, key)
-    await eventually(lambda: _faults_used(stack), timeout_s=30)
+    await eventually(lambda: _faults_used(stack), timeout_s=RESTART_WAIT_S)
     await stack.conclude(window, fault_rows)
     ledger = await stack.ledger()
     assert ledger is not None
@@ -114,7 +114,7 @@ async def test_v0_instance_list_answers_410(stack: FaultStack, fault_rows: list[
     # read after the v1 provisioner has exited: a launch it was finishing when the window began is not the v0 one's
     before = await stack.ledger()
     # the window counts from the v0 provisioner's first list (a slow start would otherwise leave it none)
-    await eventually(lambda: _v0_list_refused(stack), timeout_s=30)
+    await eventually(lambda: _v0_list_refused(stack), timeout_s=RESTART_WAIT_S)
     await stack.sleep_sim(V0_SIM_S)
     during = await stack.ledger()
     snapshot = await stack.fleet_snapshot()
@@ -167,7 +167,7 @@ async def test_model_down_or_answering_garbage(stack: FaultStack, fault_rows: li
     else:
         await stack.ollama_admin("behaviour", {"behaviour": "malformed_json"})
     message = await ask_operator_question(stack)
-    await eventually(lambda: replies_to(stack, message), timeout_s=30)
+    await eventually(lambda: replies_to(stack, message), timeout_s=RESTART_WAIT_S)
     await stack.sleep_sim(MODEL_FAULT_SIM_S)
     if how == "down":
         await asyncio.to_thread(stack.stack.restart, "ollama")
