@@ -18,6 +18,7 @@ from services.cli.config import config, load_dotenv_file
 from services.cli.demo import demo
 from services.cli.dlq import dlq_app
 from services.cli.errors import FleetPilotApp, UserMistake
+from services.cli.history import history
 from services.cli.llm import llm_app
 from services.cli.ops import audit_app, publish_app, status
 from services.cli.service_apps import SERVICES
@@ -111,6 +112,7 @@ app.add_typer(streams_app, name="streams")
 app.command("asyncapi")(asyncapi)
 app.command("config")(config)
 app.command("demo")(demo)
+app.command("history")(history)
 app.command("ask")(ask)
 app.command("status")(status)
 app.command("up")(up)

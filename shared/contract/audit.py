@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Discriminator, Field, Tag
 
 from shared.contract.base import ContractModel, Event, UtcDatetime
-from shared.contract.commands import DestroyInstance, DrainInstance, LaunchInstances, ResumeInstance, StopInstance
+from shared.contract.commands import (
+    DestroyInstance,
+    DrainInstance,
+    LaunchInstances,
+    LaunchReason,
+    ResumeInstance,
+    StopInstance,
+)
 from shared.contract.demand import DemandSignal
 from shared.contract.triggers import TriggerReason
 
@@ -23,7 +30,28 @@ class TriggerRef(ContractModel):
     event_id: str | None = None
 
 
-Action = LaunchInstances | StopInstance | DestroyInstance | DrainInstance | ResumeInstance
+def _verb_of(value: Any) -> str:
+    """The command's `verb`; a record written before commands said it is read by its fields (a removal as a stop,
+    all that could be told of it then)."""
+    if isinstance(value, dict):
+        if "verb" in value:
+            return str(value["verb"])
+        if "count" in value:
+            return "launch"
+        return "resume" if value.get("reason") in LAUNCH_REASONS else "stop"
+    return str(getattr(value, "verb", "stop"))
+
+
+LAUNCH_REASONS = frozenset(reason.value for reason in LaunchReason)
+
+Action = Annotated[
+    Annotated[LaunchInstances, Tag("launch")]
+    | Annotated[StopInstance, Tag("stop")]
+    | Annotated[DestroyInstance, Tag("destroy")]
+    | Annotated[DrainInstance, Tag("drain")]
+    | Annotated[ResumeInstance, Tag("resume")],
+    Discriminator(_verb_of),
+]
 """Anything the decider (policy or agent) may do to the fleet; every one passes the guardrails."""
 
 

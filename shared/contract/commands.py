@@ -54,6 +54,9 @@ class ProvisionCommand(Event):
 
 
 class LaunchInstances(ProvisionCommand):
+    # what the command is, said in the message: a stop, a destroy and a drain have the same fields, and a decision
+    # record read back (the audit, `fleetpilot history`) must not take one for another
+    verb: Literal["launch"] = "launch"
     count: int = Field(ge=1, le=100)
     gpu_models: list[str] = Field(default_factory=list, description="preferred models; empty means any allowed")
     launch_priority: LaunchPriority
@@ -78,6 +81,7 @@ def bid_usd_per_h(min_bid_usd_per_h: float, on_demand_usd_per_h: float, bid_mark
 
 
 class StopInstance(ProvisionCommand):
+    verb: Literal["stop"] = "stop"
     instance_id: int
     reason: RemovalReason
 
@@ -86,11 +90,13 @@ class ResumeInstance(ProvisionCommand):
     """Start a parked instance again: its image and data are on disk, so it produces in minutes unless its GPU was
     rented meanwhile. Budgeted like a launch at the instance's full price."""
 
+    verb: Literal["resume"] = "resume"
     instance_id: int
     reason: LaunchReason
 
 
 class DestroyInstance(ProvisionCommand):
+    verb: Literal["destroy"] = "destroy"
     instance_id: int
     reason: RemovalReason
 
@@ -98,6 +104,7 @@ class DestroyInstance(ProvisionCommand):
 class DrainInstance(ProvisionCommand):
     """To fleet, not the provisioner: stop counting the instance as capacity and let it finish its tasks."""
 
+    verb: Literal["drain"] = "drain"
     instance_id: int
     reason: RemovalReason
 
