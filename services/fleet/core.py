@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.fleet.config import FleetSettings
-from services.fleet.lifecycle import ARRIVING, allowed, is_backwards
+from services.fleet.lifecycle import ARRIVING, allowed, is_backwards, trigger_for
 from services.fleet.lines import SnapshotLines
 from shared.contract import (
     BenchResult,
@@ -28,6 +28,7 @@ from shared.contract import (
     ParkReason,
     QueueSnapshot,
     TaskEvent,
+    TriggerPriority,
     TriggerReason,
 )
 from shared.contract.fleet import BidOutcome
@@ -176,6 +177,9 @@ class Transition:
     price_usd_per_h: float
     host_id: int | None
     machine_id: int | None
+    # how urgently it wakes the decider (lifecycle.trigger_for): fleet publishes it, the world simulator reads it
+    trigger_priority: TriggerPriority
+    trigger_reason: TriggerReason
     park_reason: ParkReason | None = None
     visit: int = 1  # how many times the instance has entered this state (parked machines come back)
 
@@ -619,6 +623,7 @@ class FleetCore:
         self._schedule(record, self._first_deadline(record))
         self._touch(record)
         self.changed = True
+        priority, reason = trigger_for(from_state, to_state, record.failure_reason, record.park_reason)
         return Transition(
             instance_id=record.instance_id,
             from_state=from_state,
@@ -632,6 +637,8 @@ class FleetCore:
             machine_id=record.machine_id,
             park_reason=record.park_reason,
             visit=visit,
+            trigger_priority=priority,
+            trigger_reason=reason,
         )
 
     def _move(
