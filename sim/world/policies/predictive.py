@@ -18,14 +18,14 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from services.decider.guardrails import GuardrailConfig, SentLaunch, worst_price_usd_per_h
 from services.decider.policy import PolicyConfig, PredictivePolicy
 from services.decider.step import RunPlan, plan_run
-from services.decider.triggering import TriggerConfig, TriggerScheduler
+from services.decider.triggering import RunBatch, TriggerConfig, TriggerScheduler
 from services.demand.config import DemandSettings
 from services.demand.core import DemandCore, TaskCounts
 from services.fleet.config import FleetSettings
@@ -131,6 +131,14 @@ class _Carry:
         return max(0, delta)
 
 
+class DeciderRun(NamedTuple):
+    """One run of the decider in the world: the triggers it took, the step's plan, the snapshot it read."""
+
+    batch: RunBatch
+    plan: RunPlan
+    snapshot: FleetSnapshot
+
+
 class PredictiveAdapter:
     name = "predictive"
     runs_guardrails = True  # every action goes through the decider's guardrails here, as the runner does
@@ -188,19 +196,18 @@ class PredictiveAdapter:
         refs += self._refs(tick.transitions)
         refs += [TriggerRef(priority="p0", reason=alert.reason) for alert in tick.alerts]
         evaluation = self.demand.evaluate(now)
-        self.signal = evaluation.signal
         refs += [TriggerRef(priority=t.priority, reason=t.reason) for t in evaluation.triggers]
-        ran = self.run_if_due(refs, now)
-        if ran is None:
+        run = self.run_if_due(refs, evaluation.signal, now)
+        if run is None:
             return []
-        plan, snapshot = ran
         # demand reads fleet's published snapshot; runs come at least every heartbeat, inside its staleness limit
-        self.demand.observe_fleet(snapshot, now)
-        return self._world_actions(plan, view, snapshot)
+        self.demand.observe_fleet(run.snapshot, now)
+        return self._world_actions(run.plan, view)
 
-    def run_if_due(self, refs: Sequence[TriggerRef], now: datetime) -> tuple[RunPlan, FleetSnapshot] | None:
+    def run_if_due(self, refs: Sequence[TriggerRef], signal: DemandSignal, now: datetime) -> DeciderRun | None:
         """The triggers to the decider's scheduler; when it says a run is due, the decider's step on fleet's
-        snapshot and demand's latest signal (None: no run, or no signal yet)."""
+        snapshot and demand's latest signal (None: no run due)."""
+        self.signal = signal
         for ref in refs:
             self.scheduler.offer(ref, now)
         batch = self.scheduler.poll(now)
@@ -209,7 +216,7 @@ class PredictiveAdapter:
         self.scheduler.begin(batch, now)
         try:
             snapshot = self._fresh_snapshot(now)
-            return (self._plan(now, snapshot), snapshot) if self.signal is not None else None
+            return DeciderRun(batch, self._plan(now, snapshot), snapshot)
         finally:
             self.scheduler.finish(now)
             self.runs += 1
@@ -480,7 +487,7 @@ class PredictiveAdapter:
             self.explanations.append(((now - EPOCH).total_seconds(), plan.recommendation.explanation))
         return plan
 
-    def _world_actions(self, plan: RunPlan, view: WorldView, snapshot: FleetSnapshot) -> list[Action]:
+    def _world_actions(self, plan: RunPlan, view: WorldView) -> list[Action]:
         """The plan's verdicts counted for the report, its commands as the world's actions (drains told to fleet,
         as the decider's drain command is)."""
         for asked, verdict in zip(plan.actions, plan.verdicts, strict=True):
