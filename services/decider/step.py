@@ -67,6 +67,21 @@ def judge(
     return verdict, after
 
 
+def ledger_of_totals(committed_usd_per_h: float, instance_count: int, sent: Sequence[SentLaunch]) -> FleetLedger:
+    """The guardrails' view of a fleet known only by its totals, for judging launches alone (the world's baseline
+    policies): no instance is named, so no removal or resume could pass, and demand counts as present, as it
+    does for any launch that interruptible cover reads."""
+    return FleetLedger(
+        states={},
+        committed_usd_per_h=committed_usd_per_h,
+        instance_count=instance_count,
+        launches=tuple(sent),
+        demand_present=True,
+        workers_stalled=False,
+        stale=False,
+    )
+
+
 def plan_run(
     signal: DemandSignal | None,
     snapshot: FleetSnapshot | None,

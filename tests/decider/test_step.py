@@ -1,0 +1,89 @@
+"""The decider's step on plain contract messages: the policy's actions judged in order, holds on stale inputs, an
+operator's question refused, a policy bug held, a second plan counting what the run already launched."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from services.decider.guardrails import GuardrailConfig, GuardrailRule
+from services.decider.policy import PolicyConfig, PredictivePolicy, Recommendation
+from services.decider.step import OPERATOR_QUESTION, ledger_of_totals, plan_run
+from shared.contract import Action, DemandSignal, DemandState, FleetSnapshot, LaunchInstances
+from tests.decider.factories import producing, signal, snapshot
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+POLICY = PredictivePolicy(PolicyConfig())
+# room for 5 more machines at the normal cap's $0.80/h beside two producing at $0.50/h
+GUARDRAILS = GuardrailConfig(budget_usd_per_h=5.0, max_instances=40, normal_max_price_usd_per_h=0.8,
+                             emergency_max_price_usd_per_h=1.2)  # fmt: skip
+
+
+def short_fleet() -> tuple[DemandSignal, FleetSnapshot]:
+    """600 tasks/h sustained against 2 machines: the policy launches more than the budget allows."""
+    demand = signal(NOW, state=DemandState.UNDER_PROVISIONED, pending=60, rate_per_h=600, producing_workers=2,
+                    above_capacity_for_s=1800)  # fmt: skip
+    return demand, snapshot(NOW, producing(2, NOW))
+
+
+def launched(commands: Sequence[Action]) -> int:
+    return sum(c.count for c in commands if isinstance(c, LaunchInstances))
+
+
+def test_every_action_is_judged_in_order_and_the_budget_trims_the_launches() -> None:
+    demand, fleet = short_fleet()
+    plan = plan_run(demand, fleet, [], NOW, POLICY, GUARDRAILS, run_id="run-0001")
+    assert plan.recommendation is not None and plan.recommendation.launch_count > 5
+    assert [v.action.idempotency_key for v in plan.verdicts] == [a.idempotency_key for a in plan.actions]
+    assert launched(plan.commands) == 5
+    assert GuardrailRule.BUDGET.value in {v.rule for v in plan.verdicts}
+    assert plan.ledger.instance_count == plan.ledger_at_start.instance_count + 5
+    assert [s.count for s in plan.ledger.launches] == [c.count for c in plan.commands if isinstance(c, LaunchInstances)]
+
+
+def test_stale_inputs_hold_and_judge_nothing() -> None:
+    demand, fleet = short_fleet()
+    plan = plan_run(demand, fleet, [], NOW, POLICY, GUARDRAILS, run_id="run-0001", stale_inputs="signal stale")
+    assert plan.actions and not plan.verdicts and not plan.commands
+    assert plan.explanation.startswith("hold, inputs stale (signal stale); policy alone would: ")
+    assert plan.ledger_at_start.stale
+
+
+def test_a_run_an_operator_question_started_refuses_every_action() -> None:
+    demand, fleet = short_fleet()
+    plan = plan_run(demand, fleet, [], NOW, POLICY, GUARDRAILS, run_id="run-0001", answer_only=True)
+    assert plan.verdicts and {(v.verdict, v.rule) for v in plan.verdicts} == {("refused", OPERATOR_QUESTION)}
+    assert plan.ledger == plan.ledger_at_start
+
+
+class BrokenPolicy:
+    name = "broken"
+
+    def recommend(self, *args: object, **kwargs: object) -> Recommendation:
+        raise ZeroDivisionError("odd data")
+
+
+def test_a_policy_that_raises_leaves_a_hold_with_its_error() -> None:
+    demand, fleet = short_fleet()
+    plan = plan_run(demand, fleet, [], NOW, BrokenPolicy(), GUARDRAILS, run_id="run-0001")
+    assert plan.recommendation is None and not plan.actions and not plan.verdicts
+    assert isinstance(plan.policy_error, ZeroDivisionError)
+
+
+def test_a_second_plan_in_a_run_counts_what_the_run_already_launched() -> None:
+    demand, fleet = short_fleet()
+    first = plan_run(demand, fleet, [], NOW, POLICY, GUARDRAILS, run_id="run-0001")
+    wanted = first.recommendation.launch_count if first.recommendation else 0
+    again = plan_run(demand, fleet, [], NOW, POLICY, GUARDRAILS, run_id="run-0001-p", ledger=first.ledger,
+                     launched_this_run=3)  # fmt: skip
+    assert again.pending_launches == 3
+    assert again.recommendation is not None and again.recommendation.launch_count == wanted - 3
+    assert launched(again.commands) == 0  # the first plan's launches already took the budget
+
+
+def test_a_fleet_known_by_its_totals_is_judged_by_the_same_launch_rules() -> None:
+    demand, fleet = short_fleet()
+    plan = plan_run(demand, fleet, [], NOW, POLICY, GUARDRAILS, run_id="run-0001")
+    totals = ledger_of_totals(fleet.spend_usd_per_h, len(fleet.instances), [])
+    assert totals.committed_usd_per_h == plan.ledger_at_start.committed_usd_per_h
+    assert totals.instance_count == plan.ledger_at_start.instance_count
