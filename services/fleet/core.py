@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from services.fleet.bids import BidBook
 from services.fleet.config import FleetSettings
 from services.fleet.lifecycle import ARRIVING, allowed, is_backwards, trigger_for
 from services.fleet.lines import SnapshotLines
+from services.fleet.record import HistoryEntry, InstanceRecord
 from shared.contract import (
     BenchResult,
     DrainInstance,
@@ -31,7 +33,6 @@ from shared.contract import (
     TriggerPriority,
     TriggerReason,
 )
-from shared.contract.fleet import BidOutcome
 
 S = InstanceState
 SOURCE = "fleet"
@@ -47,122 +48,8 @@ UNCLAIMED_EVENTS_KEPT = 50  # per instance: the first (it dates the registration
 # how often an idle, unregistered machine is looked at again (cheap: one heap entry per such machine)
 IDLE_RECHECK_S = 60.0
 
-# A bid's exposure is booked in this many slices of the trailing window: the window's far edge is exact to one
-# slice (an hour of a day), and the book stays a few dozen numbers per GPU model however many bids come and go.
-BID_SLICES_PER_WINDOW = 24
 # the model a bid is booked under when vast did not name its GPU
 UNKNOWN_GPU_MODEL = "unknown"
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    at_s: float
-    from_state: InstanceState | None
-    to_state: InstanceState
-    detail: str
-    applied: bool  # False: a move the table does not allow (backwards or sideways), recorded and ignored
-
-    def to_list(self) -> list[Any]:
-        from_state = self.from_state.value if self.from_state else None
-        return [self.at_s, from_state, self.to_state.value, self.detail, self.applied]
-
-    @classmethod
-    def from_list(cls, values: list[Any]) -> HistoryEntry:
-        at_s, from_state, to_state, detail, applied = values
-        return cls(at_s, S(from_state) if from_state else None, S(to_state), detail, applied)
-
-
-@dataclass
-class InstanceRecord:
-    instance_id: int
-    state: InstanceState
-    created_at_s: float
-    state_since_s: float
-    failure_reason: FailureReason | None = None
-    history: list[HistoryEntry] = field(default_factory=list)
-    gpu_model: str | None = None
-    num_gpus: int = 1
-    price_usd_per_h: float = 0.0
-    storage_usd_per_h: float | None = None
-    park_reason: ParkReason | None = None
-    host_id: int | None = None
-    machine_id: int | None = None
-    vast_status: str | None = None
-    label: str | None = None
-    workers: list[str] = field(default_factory=list)
-    last_task_at_s: float | None = None
-    tasks_completed: int = 0
-    producing_since_s: float | None = None
-    # the first time it produced: a resumed machine produces again days after its creation, which is no startup
-    first_producing_s: float | None = None
-    bench_verdict: str | None = None
-    interruptible: bool = False  # a bid: paused whenever outbid
-    bid_model: str | None = None  # the GPU model its exposure to the market is booked under; None: not exposed
-    # completions in the current and previous throughput window (a sliding-window estimate)
-    window_start_s: float = 0.0
-    window_count: int = 0
-    previous_window_count: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "instance_id": self.instance_id,
-            "state": self.state.value,
-            "created_at_s": self.created_at_s,
-            "state_since_s": self.state_since_s,
-            "failure_reason": self.failure_reason.value if self.failure_reason else None,
-            "history": [entry.to_list() for entry in self.history],
-            "gpu_model": self.gpu_model,
-            "num_gpus": self.num_gpus,
-            "price_usd_per_h": self.price_usd_per_h,
-            "storage_usd_per_h": self.storage_usd_per_h,
-            "park_reason": self.park_reason.value if self.park_reason else None,
-            "host_id": self.host_id,
-            "machine_id": self.machine_id,
-            "vast_status": self.vast_status,
-            "label": self.label,
-            "workers": self.workers,
-            "last_task_at_s": self.last_task_at_s,
-            "tasks_completed": self.tasks_completed,
-            "producing_since_s": self.producing_since_s,
-            "first_producing_s": self.first_producing_s,
-            "bench_verdict": self.bench_verdict,
-            "interruptible": self.interruptible,
-            "window": [self.window_start_s, self.window_count, self.previous_window_count],
-        }
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> InstanceRecord:
-        window_start_s, window_count, previous_window_count = values["window"]
-        reason = values["failure_reason"]
-        park_reason = values.get("park_reason")  # absent in records saved before parking existed
-        return cls(
-            instance_id=values["instance_id"],
-            state=S(values["state"]),
-            created_at_s=values["created_at_s"],
-            state_since_s=values["state_since_s"],
-            failure_reason=FailureReason(reason) if reason else None,
-            history=[HistoryEntry.from_list(entry) for entry in values["history"]],
-            gpu_model=values["gpu_model"],
-            num_gpus=values["num_gpus"],
-            price_usd_per_h=values["price_usd_per_h"],
-            storage_usd_per_h=values.get("storage_usd_per_h"),
-            park_reason=ParkReason(park_reason) if park_reason else None,
-            host_id=values["host_id"],
-            machine_id=values["machine_id"],
-            vast_status=values["vast_status"],
-            label=values["label"],
-            workers=list(values["workers"]),
-            last_task_at_s=values["last_task_at_s"],
-            tasks_completed=values["tasks_completed"],
-            producing_since_s=values["producing_since_s"],
-            # absent in records saved before parking: a machine that produced then, produced first by then
-            first_producing_s=values.get("first_producing_s", values["producing_since_s"]),
-            bench_verdict=values["bench_verdict"],
-            interruptible=values.get("interruptible", False),  # absent in records saved before bids were booked
-            window_start_s=window_start_s,
-            window_count=window_count,
-            previous_window_count=previous_window_count,
-        )
 
 
 @dataclass(frozen=True)
@@ -195,97 +82,6 @@ class Alert:
 class Tick:
     transitions: list[Transition]
     alerts: list[Alert]
-
-
-@dataclass
-class _ModelBids:
-    """One GPU model's bids: how many are exposed now, and the trailing window's slices, oldest first."""
-
-    exposed: int = 0
-    since_s: float = 0.0  # since when `exposed` holds: its machine-seconds are not booked in a slice yet
-    # [slice start s, machine-seconds exposed, outbid pauses]
-    slices: deque[list[float]] = field(default_factory=deque)
-
-
-class BidBook:
-    """Per GPU model, over a trailing window: machine-hours our bids were exposed to the market (up, loading,
-    or paused by a higher bid) and how many times one was paused. The decider sets bids from the ratio.
-
-    Every change costs O(1) amortised (a week's replay moves 1000+ bids through it), a query O(slices)."""
-
-    def __init__(self, window_s: float) -> None:
-        self.window_s = window_s
-        self.slice_s = window_s / BID_SLICES_PER_WINDOW
-        self.models: dict[str, _ModelBids] = {}
-
-    def expose(self, gpu_model: str, change: int, at_s: float) -> None:
-        """`change` more (or fewer) bids of this model exposed from `at_s` on."""
-        bids = self._booked_to(gpu_model, at_s)
-        bids.exposed = max(0, bids.exposed + change)
-
-    def pause(self, gpu_model: str, at_s: float) -> None:
-        bids = self._booked_to(gpu_model, at_s)
-        self._slice(bids, bids.since_s)[2] += 1
-
-    def outcomes(self, now_s: float) -> list[BidOutcome]:
-        window_start_s = now_s - self.window_s
-        outcomes = []
-        for gpu_model, bids in sorted(self.models.items()):
-            self._prune(bids, now_s)
-            open_s = max(0.0, now_s - max(bids.since_s, window_start_s))
-            machine_s = sum(entry[1] for entry in bids.slices) + bids.exposed * open_s
-            pauses = round(sum(entry[2] for entry in bids.slices))
-            if machine_s > 0 or pauses:
-                outcomes.append(
-                    BidOutcome(
-                        gpu_model=gpu_model,
-                        interruptible_machine_h=round(machine_s / 3600, 6),
-                        outbid_pauses=pauses,
-                        window_s=self.window_s,
-                    )
-                )
-        return outcomes
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            model: [bids.exposed, bids.since_s, [list(entry) for entry in bids.slices]]
-            for model, bids in self.models.items()
-        }
-
-    def restore(self, saved: dict[str, Any], now_s: float) -> None:
-        """The saved book, its bids counted exposed until `now_s` (bids stay up while fleet is down, and hours
-        left out would overstate the outbid rate). Who is exposed from then on is rebuilt from the records."""
-        for gpu_model, (exposed, since_s, slices) in saved.items():
-            self.models[gpu_model] = _ModelBids(exposed, since_s, deque(list(entry) for entry in slices))
-            self._booked_to(gpu_model, now_s).exposed = 0
-
-    def _booked_to(self, gpu_model: str, at_s: float) -> _ModelBids:
-        """The model's exposure booked up to `at_s` (a late event counts at the latest booked moment)."""
-        bids = self.models.get(gpu_model)
-        if bids is None:
-            bids = self.models[gpu_model] = _ModelBids(since_s=at_s)
-        at_s = max(at_s, bids.since_s)
-        if bids.exposed:
-            moment_s = max(bids.since_s, at_s - self.window_s)
-            while moment_s < at_s:
-                entry = self._slice(bids, moment_s)
-                end_s = min(at_s, entry[0] + self.slice_s)
-                entry[1] += bids.exposed * (end_s - moment_s)
-                moment_s = end_s
-        bids.since_s = at_s
-        self._prune(bids, at_s)
-        return bids
-
-    def _slice(self, bids: _ModelBids, at_s: float) -> list[float]:
-        start_s = (at_s // self.slice_s) * self.slice_s
-        if not bids.slices or bids.slices[-1][0] < start_s:
-            bids.slices.append([start_s, 0.0, 0])
-        return bids.slices[-1]
-
-    def _prune(self, bids: _ModelBids, now_s: float) -> None:
-        """Slices wholly before the window go; the one the window's edge cuts is kept whole."""
-        while bids.slices and bids.slices[0][0] + self.slice_s <= now_s - self.window_s:
-            bids.slices.popleft()
 
 
 class FleetCore:
