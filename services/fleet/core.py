@@ -16,7 +16,15 @@ from typing import Any
 
 from services.fleet.bids import BidBook
 from services.fleet.config import FleetSettings
-from services.fleet.lifecycle import ARRIVING, allowed, is_backwards, trigger_for
+from services.fleet.lifecycle import (
+    ARRIVING,
+    CountsFrom,
+    allowed,
+    first_limit_s,
+    is_backwards,
+    time_limit,
+    trigger_for,
+)
 from services.fleet.lines import SnapshotLines
 from services.fleet.record import HistoryEntry, InstanceRecord
 from shared.contract import (
@@ -487,86 +495,38 @@ class FleetCore:
 
     def _first_deadline(self, record: InstanceRecord) -> float:
         """A lower bound of when this state could need action (refined when it comes due)."""
-        limits = {
-            S.REQUESTED: self.config.stuck_loading_s,
-            S.LOADING: self.config.stuck_loading_s,
-            S.RUNNING: self.config.never_registered_s,
-            S.BENCHMARKED: self.config.silent_dead_s,
-            S.PRODUCING: self.config.silent_dead_s,
-            S.RESUMING: min(self.config.resume_wait_s, self.config.stuck_loading_s, self.config.never_registered_s),
-            S.GONE: self.config.gone_retention_s,
-        }
-        limit = limits.get(record.state)
-        return float("inf") if limit is None else record.state_since_s + limit
+        limit_s = first_limit_s(record.state, self.config)
+        return float("inf") if limit_s is None else record.state_since_s + limit_s
 
     def _schedule(self, record: InstanceRecord, due_s: float) -> None:
         if due_s != float("inf"):
             heapq.heappush(self._deadlines, (due_s, next(self._order), record.instance_id, record.state))
 
     def _due(self, record: InstanceRecord, now_s: float) -> tuple[float, FailureReason | None, str]:
-        c = self.config
-        since = record.state_since_s
-        if record.state in (S.REQUESTED, S.LOADING):
-            detail = f"{record.state.value} for {c.stuck_loading_s / 3600:g} h"
-            return since + c.stuck_loading_s, FailureReason.STUCK_LOADING, detail
-        if record.state == S.RUNNING:
-            # Workers register with their first task, and the job system feeds its oldest workers first: a
-            # machine that arrives while the others cover the load gets no task and so cannot register. Only
-            # time with tasks waiting proves a worker broken (the world simulator saw 39 of 98 spike launches
-            # failed as idle newcomers before this).
-            if not self.tasks_queued(now_s):
-                # look again soon: the clock starts when tasks wait, not a full limit from now
-                return now_s + min(c.never_registered_s, IDLE_RECHECK_S), None, ""
-            waiting_since_s = max(since, self.queued_since_s or since, self.watching_since_s or since)
-            return (
-                waiting_since_s + c.never_registered_s,
-                FailureReason.NEVER_REGISTERED,
-                (f"running and no worker registered for {c.never_registered_s / 60:g} min while tasks were queued"),
-            )
-        if record.state in SILENCE_JUDGED:
-            if not self.tasks_queued(now_s):
-                return now_s + c.silent_dead_s, None, ""  # nothing waiting: silence means nothing
-            return (
-                self._last_heard_s(record) + c.silent_dead_s,
-                FailureReason.DEAD,
-                (f"no task event for {c.silent_dead_s / 60:g} min while {self.queue_pending} tasks were queued"),
-            )
-        if record.state == S.RESUMING:
-            return self._resume_due(record, now_s)
-        if record.state == S.GONE:
-            return since + c.gone_retention_s, None, ""
-        return float("inf"), None, ""  # parked included: a kept machine is never stuck nor dead
+        """When the state's time limit (lifecycle.TIME_LIMITS) runs out, the failure it means, and why."""
+        limit = time_limit(record.state, record.vast_status)
+        if limit is None:
+            return float("inf"), None, ""
+        limit_s = limit.limit_s(self.config)
+        start_s = record.state_since_s
+        if limit.counts_from is not CountsFrom.IN_STATE:
+            if not self.tasks_queued(now_s):  # nothing waiting: silence means nothing, look again later
+                soon = limit.counts_from is CountsFrom.SILENT_WHILE_QUEUED_LOOK_SOON
+                return now_s + (min(limit_s, IDLE_RECHECK_S) if soon else limit_s), None, ""
+            start_s = self._last_heard_s(record)
+        detail = limit.detail.format(
+            state=record.state.value,
+            status=(record.vast_status or "stopped").lower(),
+            limit_h=limit_s / 3600,
+            limit_min=limit_s / 60,
+            pending=self.queue_pending,
+        )
+        return start_s + limit_s, limit.reason, detail
 
     def _last_heard_s(self, record: InstanceRecord) -> float:
         """Since when silence counts: its last task, its state's start, the queue filling, or fleet watching."""
         since = record.state_since_s
         return max(record.last_task_at_s or since, since, self.queued_since_s or since, self.watching_since_s or since)
-
-    def _resume_due(self, record: InstanceRecord, now_s: float) -> tuple[float, FailureReason | None, str]:
-        """A start waits for its GPU (vast still says stopped): past the limit someone else holds it, and a new
-        launch is the faster way back. Pulling again is judged like loading; running, like a silent worker."""
-        c = self.config
-        since = record.state_since_s
-        status = (record.vast_status or "stopped").lower()
-        if status == "loading":
-            return (
-                since + c.stuck_loading_s,
-                FailureReason.STUCK_LOADING,
-                f"resuming and loading for {c.stuck_loading_s / 3600:g} h",
-            )
-        if status != "running":
-            return (
-                since + c.resume_wait_s,
-                FailureReason.GPU_TAKEN,
-                f"resume waited {c.resume_wait_s / 60:g} min for its GPU (vast {status}): rented by someone else",
-            )
-        if not self.tasks_queued(now_s):
-            return now_s + min(c.never_registered_s, IDLE_RECHECK_S), None, ""
-        return (
-            self._last_heard_s(record) + c.never_registered_s,
-            FailureReason.DEAD,
-            f"resumed and running, but no task event for {c.never_registered_s / 60:g} min while tasks were queued",
-        )
 
     def _forget(self, record: InstanceRecord) -> None:
         del self.instances[record.instance_id]
