@@ -10,7 +10,6 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +26,7 @@ from services.fleet.lifecycle import (
 )
 from services.fleet.lines import SnapshotLines
 from services.fleet.record import HistoryEntry, InstanceRecord
+from services.fleet.transitions import Alert, Tick, Transition
 from shared.contract import (
     BenchResult,
     DrainInstance,
@@ -38,7 +38,6 @@ from shared.contract import (
     ParkReason,
     QueueSnapshot,
     TaskEvent,
-    TriggerPriority,
     TriggerReason,
 )
 
@@ -47,7 +46,6 @@ SOURCE = "fleet"
 STATE_VERSION = 1
 # vast's own view is coarser than ours: "running" is all it can say about these
 RUNNING_REFINEMENTS = frozenset({S.REGISTERED, S.BENCHMARKED, S.PRODUCING, S.DRAINING})
-SILENCE_JUDGED = frozenset({S.BENCHMARKED, S.PRODUCING})
 # Task events of instances the provisioner has not reported yet wait here, bounded: a worker can speak a poll
 # before the provisioner sees its machine, but a replayed week of events must not fill memory.
 UNCLAIMED_INSTANCES_KEPT = 1000
@@ -58,38 +56,6 @@ IDLE_RECHECK_S = 60.0
 
 # the model a bid is booked under when vast did not name its GPU
 UNKNOWN_GPU_MODEL = "unknown"
-
-
-@dataclass(frozen=True)
-class Transition:
-    instance_id: int
-    from_state: InstanceState | None
-    to_state: InstanceState
-    at: datetime
-    failure_reason: FailureReason | None
-    detail: str
-    gpu_model: str | None
-    price_usd_per_h: float
-    host_id: int | None
-    machine_id: int | None
-    # how urgently it wakes the decider (lifecycle.trigger_for): fleet publishes it, the world simulator reads it
-    trigger_priority: TriggerPriority
-    trigger_reason: TriggerReason
-    park_reason: ParkReason | None = None
-    visit: int = 1  # how many times the instance has entered this state (parked machines come back)
-
-
-@dataclass(frozen=True)
-class Alert:
-    reason: TriggerReason
-    detail: str
-    at: datetime
-
-
-@dataclass(frozen=True)
-class Tick:
-    transitions: list[Transition]
-    alerts: list[Alert]
 
 
 class FleetCore:
@@ -186,7 +152,7 @@ class FleetCore:
             self._producer_spoke(at_s)
         if event.kind == "completed":
             record.tasks_completed += 1
-            self._count_completion(record, at_s)
+            record.count_completion(at_s, self.config.throughput_window_s)
             if record.state in (S.REGISTERED, S.BENCHMARKED):
                 transitions += self._move(record, S.PRODUCING, at_s, f"first completed task ({event.task_id})")
                 self._producer_spoke(at_s)
@@ -292,16 +258,7 @@ class FleetCore:
         )
 
     def throughput(self, record: InstanceRecord, now_s: float) -> float | None:
-        """Tasks/h over the last window: the previous window's count weighted by how much of it still overlaps."""
-        if record.tasks_completed == 0 or record.state in (S.GONE, S.FAILED):
-            return None
-        window_s = self.config.throughput_window_s
-        start_s, current, previous = self._rolled(record, now_s)
-        overlap = max(0.0, 1.0 - (now_s - start_s) / window_s)
-        estimate = current + previous * overlap
-        since_s = record.producing_since_s if record.producing_since_s is not None else record.created_at_s
-        span_s = min(window_s, max(now_s - since_s, 60.0))
-        return estimate * 3600 / span_s
+        return record.throughput_tasks_per_h(now_s, self.config.throughput_window_s)
 
     # ---- persistence -------------------------------------------------------------------------------------
     def take_changes(self) -> tuple[list[dict[str, Any]], list[int]]:
@@ -563,24 +520,6 @@ class FleetCore:
             f" with {self.queue_pending} tasks queued"
         )
         return [Alert(TriggerReason.ALL_PRODUCERS_SILENT, detail, _utc(now_s))]
-
-    def _count_completion(self, record: InstanceRecord, at_s: float) -> None:
-        start_s, current, previous = self._rolled(record, at_s)
-        if at_s >= start_s:
-            current += 1
-        elif at_s >= start_s - self.config.throughput_window_s:
-            previous += 1  # a late completion still belongs to the previous window
-        record.window_start_s, record.window_count, record.previous_window_count = start_s, current, previous
-
-    def _rolled(self, record: InstanceRecord, at_s: float) -> tuple[float, int, int]:
-        """The instance's throughput windows as they stand at `at_s` (aligned to the window length)."""
-        window_s = self.config.throughput_window_s
-        start_s = record.window_start_s
-        if at_s < start_s + window_s:
-            return start_s, record.window_count, record.previous_window_count
-        aligned_s = (at_s // window_s) * window_s
-        previous = record.window_count if aligned_s - start_s < 2 * window_s else 0
-        return aligned_s, 0, previous
 
 
 def _utc(at_s: float) -> datetime:

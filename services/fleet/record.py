@@ -59,6 +59,34 @@ class InstanceRecord:
     window_count: int = 0
     previous_window_count: int = 0
 
+    def count_completion(self, at_s: float, window_s: float) -> None:
+        start_s, current, previous = self._rolled(at_s, window_s)
+        if at_s >= start_s:
+            current += 1
+        elif at_s >= start_s - window_s:
+            previous += 1  # a late completion still belongs to the previous window
+        self.window_start_s, self.window_count, self.previous_window_count = start_s, current, previous
+
+    def throughput_tasks_per_h(self, now_s: float, window_s: float) -> float | None:
+        """Tasks/h over the last window: the previous window's count weighted by how much of it still overlaps."""
+        if self.tasks_completed == 0 or self.state in (S.GONE, S.FAILED):
+            return None
+        start_s, current, previous = self._rolled(now_s, window_s)
+        overlap = max(0.0, 1.0 - (now_s - start_s) / window_s)
+        estimate = current + previous * overlap
+        since_s = self.producing_since_s if self.producing_since_s is not None else self.created_at_s
+        span_s = min(window_s, max(now_s - since_s, 60.0))
+        return estimate * 3600 / span_s
+
+    def _rolled(self, at_s: float, window_s: float) -> tuple[float, int, int]:
+        """The throughput windows as they stand at `at_s` (aligned to the window length)."""
+        start_s = self.window_start_s
+        if at_s < start_s + window_s:
+            return start_s, self.window_count, self.previous_window_count
+        aligned_s = (at_s // window_s) * window_s
+        previous = self.window_count if aligned_s - start_s < 2 * window_s else 0
+        return aligned_s, 0, previous
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "instance_id": self.instance_id,
