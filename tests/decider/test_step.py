@@ -9,8 +9,19 @@ from datetime import UTC, datetime
 from services.decider.guardrails import GuardrailConfig, GuardrailRule
 from services.decider.policy import PolicyConfig, PredictivePolicy, Recommendation
 from services.decider.step import OPERATOR_QUESTION, ledger_of_totals, plan_run
-from shared.contract import Action, DemandSignal, DemandState, FleetSnapshot, LaunchInstances
-from tests.decider.factories import producing, signal, snapshot
+from shared.contract import (
+    Action,
+    DemandSignal,
+    DemandState,
+    DestroyInstance,
+    FleetSnapshot,
+    InstanceState,
+    LaunchInstances,
+    LaunchReason,
+    ParkReason,
+    RemovalReason,
+)
+from tests.decider.factories import line, producing, signal, snapshot
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 POLICY = PredictivePolicy(PolicyConfig())
@@ -30,15 +41,25 @@ def launched(commands: Sequence[Action]) -> int:
     return sum(c.count for c in commands if isinstance(c, LaunchInstances))
 
 
-def test_every_action_is_judged_in_order_and_the_budget_trims_the_launches() -> None:
+def test_every_action_is_judged_in_order_on_the_ledger_the_ones_before_left() -> None:
     demand, fleet = short_fleet()
+    # a bid paused by a higher one: the policy replaces it, launches for the sustained demand, and gives it up
+    paused = line(300, InstanceState.PARKED, NOW).model_copy(update={"park_reason": ParkReason.OUTBID})
+    fleet = snapshot(NOW, [*fleet.instances, paused])
     plan = plan_run(demand, fleet, [], NOW, POLICY, GUARDRAILS, run_id="run-0001")
-    assert plan.recommendation is not None and plan.recommendation.launch_count > 5
+    reasons = [LaunchReason.REPLACEMENT, LaunchReason.SUSTAINED_DEMAND, RemovalReason.OUTBID]
+    assert [a.reason for a in plan.actions] == reasons
     assert [v.action.idempotency_key for v in plan.verdicts] == [a.idempotency_key for a in plan.actions]
-    assert launched(plan.commands) == 5
-    assert GuardrailRule.BUDGET.value in {v.rule for v in plan.verdicts}
-    assert plan.ledger.instance_count == plan.ledger_at_start.instance_count + 5
-    assert [s.count for s in plan.ledger.launches] == [c.count for c in plan.commands if isinstance(c, LaunchInstances)]
+    # $1.50/h committed: the replacement takes $0.80 of the $3.50 left, and the budget trims the next launch to 3
+    assert [(launched([v.action]), v.verdict, v.rule) for v in plan.verdicts] == [
+        (1, "allowed", None),
+        (3, "allowed", GuardrailRule.BUDGET.value),
+        (0, "allowed", None),
+    ]
+    assert isinstance(plan.commands[2], DestroyInstance) and plan.commands[2].instance_id == 300
+    assert plan.ledger.instance_count == plan.ledger_at_start.instance_count + 4
+    assert [s.count for s in plan.ledger.launches] == [1, 3]
+    assert plan.ledger.removed == {300}
 
 
 def test_stale_inputs_hold_and_judge_nothing() -> None:
