@@ -15,11 +15,10 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from services.decider.advisor import Advisor, AdvisorOutcome, RunInputs
 from services.decider.config import DeciderSettings
-from services.decider.decision import clamp_next_check_s, run_outcome, snapshot_digest
+from services.decider.decision import clamp_next_check_s, reply_without_agent, run_outcome, snapshot_digest
 from services.decider.guardrails import (
     FleetLedger,
     GuardrailConfig,
@@ -408,8 +407,32 @@ class Decider:
             lease, run_id, refs, started_at, wall_start, data, plan.explanation, ports, outcome, degraded
         )
 
-    def _plan(self, data: RunData, sent: list[SentLaunch], now: datetime, run_id: str, **step: Any) -> RunPlan:
-        plan = plan_run(data.signal, data.snapshot, sent, now, self.policy, self.guardrails, run_id=run_id, **step)
+    def _plan(
+        self,
+        data: RunData,
+        sent: list[SentLaunch],
+        now: datetime,
+        run_id: str,
+        *,
+        stale_inputs: str | None = None,
+        answer_only: bool = False,
+        ledger: FleetLedger | None = None,
+        launched_this_run: int = 0,
+    ) -> RunPlan:
+        """The step on this run's inputs; a policy that raised is alerted here (the plan holds)."""
+        plan = plan_run(
+            data.signal,
+            data.snapshot,
+            sent,
+            now,
+            self.policy,
+            self.guardrails,
+            run_id=run_id,
+            stale_inputs=stale_inputs,
+            answer_only=answer_only,
+            ledger=ledger,
+            launched_this_run=launched_this_run,
+        )
         if plan.policy_error is not None:
             log.error("policy failed", exc_info=plan.policy_error)
             self.alert("policy_error", f"policy failed, holding: {plan.policy_error!r}")
@@ -427,17 +450,7 @@ class Decider:
     async def _reply_without_agent(
         self, ports: RunPorts, messages: list[OperatorMessage], explanation: str, now: datetime
     ) -> None:
-        done = [v.explanation for v in ports.verdicts if v.verdict == "allowed"]
-        text = (
-            "The agent is not available; the deterministic policy decided. "
-            f"{explanation}. Actions: {'; '.join(done) if done else 'none'}."
-        )
-        if ports.answer_only:
-            text = (
-                f"The agent is not available. Now: {explanation}. Your question starts no action."
-                f"{previous_decision_line(self.last_record)}"
-            )
-        text = text[:8000]
+        text = reply_without_agent(explanation, ports.verdicts, answer_only=ports.answer_only, last=self.last_record)
         for message in messages:
             if message.event_id in ports.answered:
                 continue  # the agent answered before it degraded: one question, one answer (the audit has the rest)
@@ -508,15 +521,3 @@ class Decider:
         self.metrics.run_duration.observe(time.perf_counter() - wall_start)
         log.info("run %s [%s → %s] %s", run_id, label_of(list(refs)), result, explanation[:300])
         return record
-
-
-def previous_decision_line(record: DecisionRecord | None) -> str:
-    """The last decision of this replica as one sentence of a reply (the audit trail has every one)."""
-    if record is None:
-        return " No decision recorded by this replica yet (`fleetpilot audit tail` shows every replica's)."
-    sent = record.commands_sent or record.commands_withheld
-    what = f"{'withheld (shadow mode)' if record.commands_withheld else 'sent'}: {', '.join(sent)}" if sent else "none"
-    return (
-        f" Last decision, run {record.run_id} at {record.finished_at:%Y-%m-%d %H:%M} UTC: {record.outcome};"
-        f" {record.recommendation[:1000]}; commands {what}."
-    )
