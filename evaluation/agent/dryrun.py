@@ -1,8 +1,8 @@
 """`DeciderPorts` for a dry run: the decider's real guardrails decide, nothing is published.
 
-Used by the smoke run against a real Ollama and by the agent's tests: `act` applies
-`services.decider.guardrails.check` to a ledger built from the run's inputs, as the decider's own port does,
-and records the verdict instead of sending a command. Offers come from the situation (evaluation/agent/situation.py).
+Used by the smoke run against a real Ollama and by the agent's tests: `act` applies the decider step's `judge`
+(services/decider/step.py) to a ledger built from the run's inputs, as the decider's own port does, and records
+the verdict instead of sending a command. Offers come from the situation (evaluation/agent/situation.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from datetime import datetime
 
 from evaluation.agent import situation
 from services.decider.advisor import RunInputs
-from services.decider.guardrails import FleetLedger, GuardrailConfig, check, ledger_from
+from services.decider.guardrails import FleetLedger, GuardrailConfig, ledger_from
+from services.decider.step import judge
 from shared.contract import Action, BenchRequest, GuardrailVerdict, OfferList, OfferQuery, OperatorReply
 from shared.settings import Settings
 
@@ -50,7 +51,7 @@ class DryRunPorts:
         return [v.action for v in self.verdicts if v.verdict == "allowed"]
 
     async def act(self, action: Action) -> GuardrailVerdict:
-        verdict, self.ledger = check(action, self.ledger, self.now, self.config)
+        verdict, self.ledger = judge(action, self.ledger, self.now, self.config)
         self.verdicts.append(verdict)
         return verdict
 

@@ -10,6 +10,7 @@ from services.decider.policy import Recommendation
 from shared.contract import (
     Action,
     DataFreshness,
+    DecisionRecord,
     DestroyInstance,
     DrainInstance,
     FleetSnapshot,
@@ -135,3 +136,34 @@ def run_outcome(
     if any(v.verdict == "refused" for v in verdicts):
         return "refused"
     return "hold"
+
+
+def reply_without_agent(
+    explanation: str, verdicts: Sequence[GuardrailVerdict], *, answer_only: bool, last: DecisionRecord | None
+) -> str:
+    """The decider's answer to an operator when no agent does: what the policy decided, or for a question alone
+    what it would do and the last decision."""
+    if answer_only:
+        text = (
+            f"The agent is not available. Now: {explanation}. Your question starts no action."
+            f"{previous_decision_line(last)}"
+        )
+    else:
+        done = [v.explanation for v in verdicts if v.verdict == "allowed"]
+        text = (
+            "The agent is not available; the deterministic policy decided. "
+            f"{explanation}. Actions: {'; '.join(done) if done else 'none'}."
+        )
+    return text[:8000]
+
+
+def previous_decision_line(record: DecisionRecord | None) -> str:
+    """The last decision of this replica as one sentence of a reply (the audit trail has every one)."""
+    if record is None:
+        return " No decision recorded by this replica yet (`fleetpilot audit tail` shows every replica's)."
+    sent = record.commands_sent or record.commands_withheld
+    what = f"{'withheld (shadow mode)' if record.commands_withheld else 'sent'}: {', '.join(sent)}" if sent else "none"
+    return (
+        f" Last decision, run {record.run_id} at {record.finished_at:%Y-%m-%d %H:%M} UTC: {record.outcome};"
+        f" {record.recommendation[:1000]}; commands {what}."
+    )

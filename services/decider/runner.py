@@ -1,7 +1,9 @@
 """The decider's imperative shell: triggers in, the timer loop, the lock, one run, commands and the audit out.
 
-One run: take the lock → read inputs → policy → fast path (hold, nothing P0: no advisor) or the advisor, whose
-`act` passes the guardrails → policy alone when there is no advisor or it degraded → DecisionRecord.
+One run: take the lock → read inputs → the step's plan (services/decider/step.py: policy and guardrails, pure) →
+fast path (hold, nothing P0: no advisor) or the advisor, whose `act` passes the step's guardrails → the plan's
+commands when there is no advisor or it degraded → DecisionRecord. Only the lock, the fence, publishing and the
+audit are here.
 """
 
 from __future__ import annotations
@@ -11,33 +13,26 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from services.decider.advisor import Advisor, AdvisorOutcome, RunInputs
 from services.decider.config import DeciderSettings
-from services.decider.decision import (
-    clamp_next_check_s,
-    policy_actions,
-    run_outcome,
-    snapshot_digest,
-    without_removals_in_flight,
-)
+from services.decider.decision import clamp_next_check_s, reply_without_agent, run_outcome, snapshot_digest
 from services.decider.guardrails import (
     FleetLedger,
     GuardrailConfig,
     GuardrailRule,
     SentLaunch,
     SentRemoval,
-    check,
-    ledger_from,
-    unobserved_launches,
     worst_price_usd_per_h,
 )
 from services.decider.inputs import InputReader, RunData
 from services.decider.lock import Lease, LockUnavailable, RedisSingleFlight, keep_renewed
 from services.decider.metrics import DeciderMetrics
-from services.decider.policy import Policy, Recommendation
+from services.decider.policy import Policy
+from services.decider.step import OPERATOR_QUESTION, RunPlan, judge, plan_run
 from services.decider.triggering import RunBatch, TriggerScheduler, label_of, uncovered
 from shared.bus import publish_event
 from shared.contract import (
@@ -66,9 +61,6 @@ SERVICE = "decider"
 OFFER_REQUEST_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0  # a run in progress when the service stops may finish (an advisor call is cut short)
 PUBLISH_FAILED = "publish_failed"  # not a guardrail: the bus refused the command
-# not a guardrail either: a run that only an operator's message started answers it and sends nothing (`fleetpilot
-# ask` is a question; an instruction the agent should carry out waits for the next run that another trigger starts)
-OPERATOR_QUESTION = "operator_question"
 
 log = logging.getLogger("fleetpilot.decider")
 
@@ -98,17 +90,21 @@ class RunPorts:
     answered: set[str] = field(default_factory=set)  # operator messages (event ids) replied to in this run
 
     async def act(self, action: Action) -> GuardrailVerdict:
+        """An agent's action: judged by the step's guardrails, then carried out if allowed."""
         d = self.decider
         now = d.ctx.clock.now()
-        verdict, ledger = check(action, self.ledger, now, d.guardrails)
-        if verdict.verdict == "allowed" and self.answer_only:
-            verdict = verdict.model_copy(
-                update={
-                    "verdict": "refused",
-                    "rule": OPERATOR_QUESTION,
-                    "explanation": "a run started by an operator's question answers it and sends no command",
-                }
-            )
+        verdict, ledger = judge(action, self.ledger, now, d.guardrails, answer_only=self.answer_only)
+        return await self._carry_out(verdict, ledger, now)
+
+    async def carry_out(self, plan: RunPlan, now: datetime) -> None:
+        """A plan's verdicts, in order: the allowed ones sent (a send refused by the fence or the bus is recorded
+        as refused; its room in the ledger stays taken, as a command that may have reached the bus should)."""
+        for verdict in plan.verdicts:
+            await self._carry_out(verdict, plan.ledger, now)
+        self.ledger = plan.ledger
+
+    async def _carry_out(self, verdict: GuardrailVerdict, ledger: FleetLedger, now: datetime) -> GuardrailVerdict:
+        d = self.decider
         if verdict.verdict == "allowed":
             verdict, self.ledger = await self._send(verdict, ledger, now)
         if verdict.rule and verdict.rule not in (PUBLISH_FAILED, OPERATOR_QUESTION):
@@ -119,6 +115,7 @@ class RunPorts:
     async def _send(
         self, verdict: GuardrailVerdict, ledger: FleetLedger, now: datetime
     ) -> tuple[GuardrailVerdict, FleetLedger]:
+        """The fence, then the bus (or shadow mode's record); the ledger as it stands after."""
         d, action = self.decider, verdict.action
         try:
             holds = await d.single_flight.holds(self.lease)
@@ -373,19 +370,12 @@ class Decider:
             removals = await self.single_flight.recent_removals(started_at)
         except LockUnavailable:
             lease.lost, sent, removals = True, [], []
-        ledger = ledger_from(data.snapshot, data.signal, sent, started_at, stale=data.stale, removals=removals)
-        pending_launches = (
-            sum(p.count for p in unobserved_launches(sent, data.snapshot, started_at)) if data.snapshot else 0
+        has_p0 = any(r.priority == "p0" for r in refs)
+        answer_only = all(ref.reason is TriggerReason.OPERATOR_MESSAGE for ref in refs)
+        stale_inputs = f"signal {data.signal_freshness}, snapshot {data.snapshot_freshness}" if data.stale else None
+        plan = self._plan(
+            data, sent, started_at, run_id, stale_inputs=stale_inputs, answer_only=answer_only, removals=removals
         )
-        recommendation = self._recommend(data, started_at, pending_launches)
-        explanation = recommendation.explanation if recommendation else "hold: no usable signal or snapshot"
-        if data.stale:
-            explanation = (
-                f"hold, inputs stale (signal {data.signal_freshness}, snapshot {data.snapshot_freshness});"
-                f" policy alone would: {explanation}"
-            )
-        actions = policy_actions(recommendation, run_id, started_at, SERVICE) if recommendation else []
-        actions, explanation = without_removals_in_flight(actions, ledger, explanation)
         messages = [self.operator_messages[r.event_id] for r in refs if r.event_id in self.operator_messages]
         inputs = RunInputs(
             run_id=run_id,
@@ -393,44 +383,74 @@ class Decider:
             triggers=list(refs),
             signal=data.signal,
             snapshot=data.snapshot,
-            recommendation=explanation,
-            recommended_actions=actions,
+            recommendation=plan.explanation,
+            recommended_actions=list(plan.actions),
             operator_messages=messages,
             stale=data.stale,
         )
-        answer_only = all(ref.reason is TriggerReason.OPERATOR_MESSAGE for ref in refs)
-        ports = RunPorts(self, lease, ledger, answer_only=answer_only)
-        has_p0 = any(r.priority == "p0" for r in refs)
+        ports = RunPorts(self, lease, plan.ledger_at_start, answer_only=answer_only)
         outcome: AdvisorOutcome | None = None
         degraded = False
         if data.stale:
             if messages and self.advisor:
                 outcome = await self._advise(inputs, ports)  # it may explain; every act is refused as stale
-        elif (recommendation is None or recommendation.is_hold) and not has_p0:
+        elif (plan.recommendation is None or plan.recommendation.is_hold) and not has_p0:
             self.metrics.fast_path.inc()
         elif self.advisor:
             outcome = await self._advise(inputs, ports)
             degraded = outcome.status == "degraded"
             if degraded:
-                await self._apply_policy(ports, data, started_at, pending_launches, run_id)
+                # the policy again, counting what the advisor already launched this run
+                again = self._plan(
+                    data,
+                    sent,
+                    started_at,
+                    f"{run_id}-p",
+                    answer_only=answer_only,
+                    ledger=ports.ledger,
+                    launched_this_run=ports.launched,
+                )
+                await ports.carry_out(again, started_at)
         else:
-            for action in actions:
-                await ports.act(action)
+            await ports.carry_out(plan, started_at)
         if messages and (self.advisor is None or degraded):
-            await self._reply_without_agent(ports, messages, explanation, started_at)
+            await self._reply_without_agent(ports, messages, plan.explanation, started_at)
         return await self._finish(
-            lease, run_id, refs, started_at, wall_start, data, explanation, ports, outcome, degraded
+            lease, run_id, refs, started_at, wall_start, data, plan.explanation, ports, outcome, degraded
         )
 
-    def _recommend(self, data: RunData, now: datetime, pending_launches: int) -> Recommendation | None:
-        if data.signal is None or data.snapshot is None:
-            return None
-        try:
-            return self.policy.recommend(data.signal, data.snapshot, now, unobserved_launches=pending_launches)
-        except Exception as error:  # a policy bug on odd data must leave an audited hold, not a silent gap
-            log.exception("policy failed")
-            self.alert("policy_error", f"policy failed, holding: {error!r}")
-            return None
+    def _plan(
+        self,
+        data: RunData,
+        sent: list[SentLaunch],
+        now: datetime,
+        run_id: str,
+        *,
+        stale_inputs: str | None = None,
+        answer_only: bool = False,
+        ledger: FleetLedger | None = None,
+        launched_this_run: int = 0,
+        removals: Sequence[SentRemoval] = (),
+    ) -> RunPlan:
+        """The step on this run's inputs; a policy that raised is alerted here (the plan holds)."""
+        plan = plan_run(
+            data.signal,
+            data.snapshot,
+            sent,
+            now,
+            self.policy,
+            self.guardrails,
+            run_id=run_id,
+            stale_inputs=stale_inputs,
+            answer_only=answer_only,
+            ledger=ledger,
+            launched_this_run=launched_this_run,
+            removals=removals,
+        )
+        if plan.policy_error is not None:
+            log.error("policy failed", exc_info=plan.policy_error)
+            self.alert("policy_error", f"policy failed, holding: {plan.policy_error!r}")
+        return plan
 
     async def _advise(self, inputs: RunInputs, ports: RunPorts) -> AdvisorOutcome:
         assert self.advisor is not None
@@ -441,30 +461,10 @@ class Decider:
             trace = AgentTrace(status="degraded", decision=f"advisor failed: {error!r}"[:8000])
             return AdvisorOutcome(trace=trace, status="degraded")
 
-    async def _apply_policy(
-        self, ports: RunPorts, data: RunData, now: datetime, pending_launches: int, run_id: str
-    ) -> None:
-        """After a degraded advisor: the policy again, counting what the advisor already launched this run."""
-        recommendation = self._recommend(data, now, pending_launches + ports.launched)
-        if recommendation is None:
-            return
-        for action in policy_actions(recommendation, f"{run_id}-p", now, SERVICE):
-            await ports.act(action)
-
     async def _reply_without_agent(
         self, ports: RunPorts, messages: list[OperatorMessage], explanation: str, now: datetime
     ) -> None:
-        done = [v.explanation for v in ports.verdicts if v.verdict == "allowed"]
-        text = (
-            "The agent is not available; the deterministic policy decided. "
-            f"{explanation}. Actions: {'; '.join(done) if done else 'none'}."
-        )
-        if ports.answer_only:
-            text = (
-                f"The agent is not available. Now: {explanation}. Your question starts no action."
-                f"{previous_decision_line(self.last_record)}"
-            )
-        text = text[:8000]
+        text = reply_without_agent(explanation, ports.verdicts, answer_only=ports.answer_only, last=self.last_record)
         for message in messages:
             if message.event_id in ports.answered:
                 continue  # the agent answered before it degraded: one question, one answer (the audit has the rest)
@@ -535,15 +535,3 @@ class Decider:
         self.metrics.run_duration.observe(time.perf_counter() - wall_start)
         log.info("run %s [%s → %s] %s", run_id, label_of(list(refs)), result, explanation[:300])
         return record
-
-
-def previous_decision_line(record: DecisionRecord | None) -> str:
-    """The last decision of this replica as one sentence of a reply (the audit trail has every one)."""
-    if record is None:
-        return " No decision recorded by this replica yet (`fleetpilot audit tail` shows every replica's)."
-    sent = record.commands_sent or record.commands_withheld
-    what = f"{'withheld (shadow mode)' if record.commands_withheld else 'sent'}: {', '.join(sent)}" if sent else "none"
-    return (
-        f" Last decision, run {record.run_id} at {record.finished_at:%Y-%m-%d %H:%M} UTC: {record.outcome};"
-        f" {record.recommendation[:1000]}; commands {what}."
-    )

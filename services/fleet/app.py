@@ -11,7 +11,6 @@ from faststream.asgi import AsgiFastStream
 
 from services.fleet.config import FleetSettings
 from services.fleet.core import Alert, FleetCore, Transition
-from services.fleet.lifecycle import trigger_for
 from services.fleet.metrics import FleetMetrics
 from services.fleet.store import FleetStore
 from shared.bus import durable_pull, publish_event
@@ -111,14 +110,13 @@ class FleetRuntime:
             self.ctx.broker, subjects.fleet_instance(t.to_state), event, stream=INSTANCES.name(subjects)
         )
         self.metrics.transitioned(t)
-        priority, reason = trigger_for(t.from_state, t.to_state, t.failure_reason, t.park_reason)
         from_text = t.from_state.value if t.from_state else "new"
         trigger = Trigger(
             event_id=f"{key}-trigger",
             occurred_at=t.at,
             source=SERVICE,
-            priority=priority,
-            reason=reason,
+            priority=t.trigger_priority,
+            reason=t.trigger_reason,
             detail=f"#{t.instance_id} {from_text} -> {t.to_state.value}: {t.detail}"[:500],
             instance_id=t.instance_id,
         )

@@ -9,14 +9,24 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
 
+from services.fleet.bids import BidBook
 from services.fleet.config import FleetSettings
-from services.fleet.lifecycle import ARRIVING, allowed, is_backwards
+from services.fleet.lifecycle import (
+    ARRIVING,
+    CountsFrom,
+    allowed,
+    first_limit_s,
+    is_backwards,
+    time_limit,
+    trigger_for,
+)
 from services.fleet.lines import SnapshotLines
+from services.fleet.record import HistoryEntry, InstanceRecord
+from services.fleet.transitions import Alert, Tick, Transition
 from shared.contract import (
     BenchResult,
     DrainInstance,
@@ -30,7 +40,6 @@ from shared.contract import (
     TaskEvent,
     TriggerReason,
 )
-from shared.contract.fleet import BidOutcome
 from shared.seen_ids import SeenIds
 
 S = InstanceState
@@ -38,7 +47,6 @@ SOURCE = "fleet"
 STATE_VERSION = 1
 # vast's own view is coarser than ours: "running" is all it can say about these
 RUNNING_REFINEMENTS = frozenset({S.REGISTERED, S.BENCHMARKED, S.PRODUCING, S.DRAINING})
-SILENCE_JUDGED = frozenset({S.BENCHMARKED, S.PRODUCING})
 # Task events of instances the provisioner has not reported yet wait here, bounded: a worker can speak a poll
 # before the provisioner sees its machine, but a replayed week of events must not fill memory.
 UNCLAIMED_INSTANCES_KEPT = 1000
@@ -47,242 +55,8 @@ UNCLAIMED_EVENTS_KEPT = 50  # per instance: the first (it dates the registration
 # how often an idle, unregistered machine is looked at again (cheap: one heap entry per such machine)
 IDLE_RECHECK_S = 60.0
 
-# A bid's exposure is booked in this many slices of the trailing window: the window's far edge is exact to one
-# slice (an hour of a day), and the book stays a few dozen numbers per GPU model however many bids come and go.
-BID_SLICES_PER_WINDOW = 24
 # the model a bid is booked under when vast did not name its GPU
 UNKNOWN_GPU_MODEL = "unknown"
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    at_s: float
-    from_state: InstanceState | None
-    to_state: InstanceState
-    detail: str
-    applied: bool  # False: a move the table does not allow (backwards or sideways), recorded and ignored
-
-    def to_list(self) -> list[Any]:
-        from_state = self.from_state.value if self.from_state else None
-        return [self.at_s, from_state, self.to_state.value, self.detail, self.applied]
-
-    @classmethod
-    def from_list(cls, values: list[Any]) -> HistoryEntry:
-        at_s, from_state, to_state, detail, applied = values
-        return cls(at_s, S(from_state) if from_state else None, S(to_state), detail, applied)
-
-
-@dataclass
-class InstanceRecord:
-    instance_id: int
-    state: InstanceState
-    created_at_s: float
-    state_since_s: float
-    failure_reason: FailureReason | None = None
-    history: list[HistoryEntry] = field(default_factory=list)
-    gpu_model: str | None = None
-    num_gpus: int = 1
-    price_usd_per_h: float = 0.0
-    storage_usd_per_h: float | None = None
-    park_reason: ParkReason | None = None
-    host_id: int | None = None
-    machine_id: int | None = None
-    vast_status: str | None = None
-    label: str | None = None
-    workers: list[str] = field(default_factory=list)
-    last_task_at_s: float | None = None
-    tasks_completed: int = 0
-    producing_since_s: float | None = None
-    # the first time it produced: a resumed machine produces again days after its creation, which is no startup
-    first_producing_s: float | None = None
-    bench_verdict: str | None = None
-    interruptible: bool = False  # a bid: paused whenever outbid
-    bid_model: str | None = None  # the GPU model its exposure to the market is booked under; None: not exposed
-    # completions in the current and previous throughput window (a sliding-window estimate)
-    window_start_s: float = 0.0
-    window_count: int = 0
-    previous_window_count: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "instance_id": self.instance_id,
-            "state": self.state.value,
-            "created_at_s": self.created_at_s,
-            "state_since_s": self.state_since_s,
-            "failure_reason": self.failure_reason.value if self.failure_reason else None,
-            "history": [entry.to_list() for entry in self.history],
-            "gpu_model": self.gpu_model,
-            "num_gpus": self.num_gpus,
-            "price_usd_per_h": self.price_usd_per_h,
-            "storage_usd_per_h": self.storage_usd_per_h,
-            "park_reason": self.park_reason.value if self.park_reason else None,
-            "host_id": self.host_id,
-            "machine_id": self.machine_id,
-            "vast_status": self.vast_status,
-            "label": self.label,
-            "workers": self.workers,
-            "last_task_at_s": self.last_task_at_s,
-            "tasks_completed": self.tasks_completed,
-            "producing_since_s": self.producing_since_s,
-            "first_producing_s": self.first_producing_s,
-            "bench_verdict": self.bench_verdict,
-            "interruptible": self.interruptible,
-            "window": [self.window_start_s, self.window_count, self.previous_window_count],
-        }
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> InstanceRecord:
-        window_start_s, window_count, previous_window_count = values["window"]
-        reason = values["failure_reason"]
-        park_reason = values.get("park_reason")  # absent in records saved before parking existed
-        return cls(
-            instance_id=values["instance_id"],
-            state=S(values["state"]),
-            created_at_s=values["created_at_s"],
-            state_since_s=values["state_since_s"],
-            failure_reason=FailureReason(reason) if reason else None,
-            history=[HistoryEntry.from_list(entry) for entry in values["history"]],
-            gpu_model=values["gpu_model"],
-            num_gpus=values["num_gpus"],
-            price_usd_per_h=values["price_usd_per_h"],
-            storage_usd_per_h=values.get("storage_usd_per_h"),
-            park_reason=ParkReason(park_reason) if park_reason else None,
-            host_id=values["host_id"],
-            machine_id=values["machine_id"],
-            vast_status=values["vast_status"],
-            label=values["label"],
-            workers=list(values["workers"]),
-            last_task_at_s=values["last_task_at_s"],
-            tasks_completed=values["tasks_completed"],
-            producing_since_s=values["producing_since_s"],
-            # absent in records saved before parking: a machine that produced then, produced first by then
-            first_producing_s=values.get("first_producing_s", values["producing_since_s"]),
-            bench_verdict=values["bench_verdict"],
-            interruptible=values.get("interruptible", False),  # absent in records saved before bids were booked
-            window_start_s=window_start_s,
-            window_count=window_count,
-            previous_window_count=previous_window_count,
-        )
-
-
-@dataclass(frozen=True)
-class Transition:
-    instance_id: int
-    from_state: InstanceState | None
-    to_state: InstanceState
-    at: datetime
-    failure_reason: FailureReason | None
-    detail: str
-    gpu_model: str | None
-    price_usd_per_h: float
-    host_id: int | None
-    machine_id: int | None
-    park_reason: ParkReason | None = None
-    visit: int = 1  # how many times the instance has entered this state (parked machines come back)
-
-
-@dataclass(frozen=True)
-class Alert:
-    reason: TriggerReason
-    detail: str
-    at: datetime
-
-
-@dataclass(frozen=True)
-class Tick:
-    transitions: list[Transition]
-    alerts: list[Alert]
-
-
-@dataclass
-class _ModelBids:
-    """One GPU model's bids: how many are exposed now, and the trailing window's slices, oldest first."""
-
-    exposed: int = 0
-    since_s: float = 0.0  # since when `exposed` holds: its machine-seconds are not booked in a slice yet
-    # [slice start s, machine-seconds exposed, outbid pauses]
-    slices: deque[list[float]] = field(default_factory=deque)
-
-
-class BidBook:
-    """Per GPU model, over a trailing window: machine-hours our bids were exposed to the market (up, loading,
-    or paused by a higher bid) and how many times one was paused. The decider sets bids from the ratio.
-
-    Every change costs O(1) amortised (a week's replay moves 1000+ bids through it), a query O(slices)."""
-
-    def __init__(self, window_s: float) -> None:
-        self.window_s = window_s
-        self.slice_s = window_s / BID_SLICES_PER_WINDOW
-        self.models: dict[str, _ModelBids] = {}
-
-    def expose(self, gpu_model: str, change: int, at_s: float) -> None:
-        """`change` more (or fewer) bids of this model exposed from `at_s` on."""
-        bids = self._booked_to(gpu_model, at_s)
-        bids.exposed = max(0, bids.exposed + change)
-
-    def pause(self, gpu_model: str, at_s: float) -> None:
-        bids = self._booked_to(gpu_model, at_s)
-        self._slice(bids, bids.since_s)[2] += 1
-
-    def outcomes(self, now_s: float) -> list[BidOutcome]:
-        window_start_s = now_s - self.window_s
-        outcomes = []
-        for gpu_model, bids in sorted(self.models.items()):
-            self._prune(bids, now_s)
-            open_s = max(0.0, now_s - max(bids.since_s, window_start_s))
-            machine_s = sum(entry[1] for entry in bids.slices) + bids.exposed * open_s
-            pauses = round(sum(entry[2] for entry in bids.slices))
-            if machine_s > 0 or pauses:
-                outcomes.append(
-                    BidOutcome(
-                        gpu_model=gpu_model,
-                        interruptible_machine_h=round(machine_s / 3600, 6),
-                        outbid_pauses=pauses,
-                        window_s=self.window_s,
-                    )
-                )
-        return outcomes
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            model: [bids.exposed, bids.since_s, [list(entry) for entry in bids.slices]]
-            for model, bids in self.models.items()
-        }
-
-    def restore(self, saved: dict[str, Any], now_s: float) -> None:
-        """The saved book, its bids counted exposed until `now_s` (bids stay up while fleet is down, and hours
-        left out would overstate the outbid rate). Who is exposed from then on is rebuilt from the records."""
-        for gpu_model, (exposed, since_s, slices) in saved.items():
-            self.models[gpu_model] = _ModelBids(exposed, since_s, deque(list(entry) for entry in slices))
-            self._booked_to(gpu_model, now_s).exposed = 0
-
-    def _booked_to(self, gpu_model: str, at_s: float) -> _ModelBids:
-        """The model's exposure booked up to `at_s` (a late event counts at the latest booked moment)."""
-        bids = self.models.get(gpu_model)
-        if bids is None:
-            bids = self.models[gpu_model] = _ModelBids(since_s=at_s)
-        at_s = max(at_s, bids.since_s)
-        if bids.exposed:
-            moment_s = max(bids.since_s, at_s - self.window_s)
-            while moment_s < at_s:
-                entry = self._slice(bids, moment_s)
-                end_s = min(at_s, entry[0] + self.slice_s)
-                entry[1] += bids.exposed * (end_s - moment_s)
-                moment_s = end_s
-        bids.since_s = at_s
-        self._prune(bids, at_s)
-        return bids
-
-    def _slice(self, bids: _ModelBids, at_s: float) -> list[float]:
-        start_s = (at_s // self.slice_s) * self.slice_s
-        if not bids.slices or bids.slices[-1][0] < start_s:
-            bids.slices.append([start_s, 0.0, 0])
-        return bids.slices[-1]
-
-    def _prune(self, bids: _ModelBids, now_s: float) -> None:
-        """Slices wholly before the window go; the one the window's edge cuts is kept whole."""
-        while bids.slices and bids.slices[0][0] + self.slice_s <= now_s - self.window_s:
-            bids.slices.popleft()
 
 
 class FleetCore:
@@ -381,7 +155,7 @@ class FleetCore:
             self._producer_spoke(at_s)
         if event.kind == "completed":
             record.tasks_completed += 1
-            self._count_completion(record, at_s)
+            record.count_completion(at_s, self.config.throughput_window_s)
             if record.state in (S.REGISTERED, S.BENCHMARKED):
                 transitions += self._move(record, S.PRODUCING, at_s, f"first completed task ({event.task_id})")
                 self._producer_spoke(at_s)
@@ -487,16 +261,7 @@ class FleetCore:
         )
 
     def throughput(self, record: InstanceRecord, now_s: float) -> float | None:
-        """Tasks/h over the last window: the previous window's count weighted by how much of it still overlaps."""
-        if record.tasks_completed == 0 or record.state in (S.GONE, S.FAILED):
-            return None
-        window_s = self.config.throughput_window_s
-        start_s, current, previous = self._rolled(record, now_s)
-        overlap = max(0.0, 1.0 - (now_s - start_s) / window_s)
-        estimate = current + previous * overlap
-        since_s = record.producing_since_s if record.producing_since_s is not None else record.created_at_s
-        span_s = min(window_s, max(now_s - since_s, 60.0))
-        return estimate * 3600 / span_s
+        return record.throughput_tasks_per_h(now_s, self.config.throughput_window_s)
 
     # ---- persistence -------------------------------------------------------------------------------------
     def take_changes(self) -> tuple[list[dict[str, Any]], list[int]]:
@@ -614,6 +379,7 @@ class FleetCore:
         self._schedule(record, self._first_deadline(record))
         self._touch(record)
         self.changed = True
+        priority, reason = trigger_for(from_state, to_state, record.failure_reason, record.park_reason)
         return Transition(
             instance_id=record.instance_id,
             from_state=from_state,
@@ -627,6 +393,8 @@ class FleetCore:
             machine_id=record.machine_id,
             park_reason=record.park_reason,
             visit=visit,
+            trigger_priority=priority,
+            trigger_reason=reason,
         )
 
     def _move(
@@ -679,86 +447,38 @@ class FleetCore:
 
     def _first_deadline(self, record: InstanceRecord) -> float:
         """A lower bound of when this state could need action (refined when it comes due)."""
-        limits = {
-            S.REQUESTED: self.config.stuck_loading_s,
-            S.LOADING: self.config.stuck_loading_s,
-            S.RUNNING: self.config.never_registered_s,
-            S.BENCHMARKED: self.config.silent_dead_s,
-            S.PRODUCING: self.config.silent_dead_s,
-            S.RESUMING: min(self.config.resume_wait_s, self.config.stuck_loading_s, self.config.never_registered_s),
-            S.GONE: self.config.gone_retention_s,
-        }
-        limit = limits.get(record.state)
-        return float("inf") if limit is None else record.state_since_s + limit
+        limit_s = first_limit_s(record.state, self.config)
+        return float("inf") if limit_s is None else record.state_since_s + limit_s
 
     def _schedule(self, record: InstanceRecord, due_s: float) -> None:
         if due_s != float("inf"):
             heapq.heappush(self._deadlines, (due_s, next(self._order), record.instance_id, record.state))
 
     def _due(self, record: InstanceRecord, now_s: float) -> tuple[float, FailureReason | None, str]:
-        c = self.config
-        since = record.state_since_s
-        if record.state in (S.REQUESTED, S.LOADING):
-            detail = f"{record.state.value} for {c.stuck_loading_s / 3600:g} h"
-            return since + c.stuck_loading_s, FailureReason.STUCK_LOADING, detail
-        if record.state == S.RUNNING:
-            # Workers register with their first task, and the job system feeds its oldest workers first: a
-            # machine that arrives while the others cover the load gets no task and so cannot register. Only
-            # time with tasks waiting proves a worker broken (the world simulator saw 39 of 98 spike launches
-            # failed as idle newcomers before this).
-            if not self.tasks_queued(now_s):
-                # look again soon: the clock starts when tasks wait, not a full limit from now
-                return now_s + min(c.never_registered_s, IDLE_RECHECK_S), None, ""
-            waiting_since_s = max(since, self.queued_since_s or since, self.watching_since_s or since)
-            return (
-                waiting_since_s + c.never_registered_s,
-                FailureReason.NEVER_REGISTERED,
-                (f"running and no worker registered for {c.never_registered_s / 60:g} min while tasks were queued"),
-            )
-        if record.state in SILENCE_JUDGED:
-            if not self.tasks_queued(now_s):
-                return now_s + c.silent_dead_s, None, ""  # nothing waiting: silence means nothing
-            return (
-                self._last_heard_s(record) + c.silent_dead_s,
-                FailureReason.DEAD,
-                (f"no task event for {c.silent_dead_s / 60:g} min while {self.queue_pending} tasks were queued"),
-            )
-        if record.state == S.RESUMING:
-            return self._resume_due(record, now_s)
-        if record.state == S.GONE:
-            return since + c.gone_retention_s, None, ""
-        return float("inf"), None, ""  # parked included: a kept machine is never stuck nor dead
+        """When the state's time limit (lifecycle.TIME_LIMITS) runs out, the failure it means, and why."""
+        limit = time_limit(record.state, record.vast_status)
+        if limit is None:
+            return float("inf"), None, ""
+        limit_s = limit.limit_s(self.config)
+        start_s = record.state_since_s
+        if limit.counts_from is not CountsFrom.IN_STATE:
+            if not self.tasks_queued(now_s):  # nothing waiting: silence means nothing, look again later
+                soon = limit.counts_from is CountsFrom.SILENT_WHILE_QUEUED_LOOK_SOON
+                return now_s + (min(limit_s, IDLE_RECHECK_S) if soon else limit_s), None, ""
+            start_s = self._last_heard_s(record)
+        detail = limit.detail.format(
+            state=record.state.value,
+            status=(record.vast_status or "stopped").lower(),
+            limit_h=limit_s / 3600,
+            limit_min=limit_s / 60,
+            pending=self.queue_pending,
+        )
+        return start_s + limit_s, limit.reason, detail
 
     def _last_heard_s(self, record: InstanceRecord) -> float:
         """Since when silence counts: its last task, its state's start, the queue filling, or fleet watching."""
         since = record.state_since_s
         return max(record.last_task_at_s or since, since, self.queued_since_s or since, self.watching_since_s or since)
-
-    def _resume_due(self, record: InstanceRecord, now_s: float) -> tuple[float, FailureReason | None, str]:
-        """A start waits for its GPU (vast still says stopped): past the limit someone else holds it, and a new
-        launch is the faster way back. Pulling again is judged like loading; running, like a silent worker."""
-        c = self.config
-        since = record.state_since_s
-        status = (record.vast_status or "stopped").lower()
-        if status == "loading":
-            return (
-                since + c.stuck_loading_s,
-                FailureReason.STUCK_LOADING,
-                f"resuming and loading for {c.stuck_loading_s / 3600:g} h",
-            )
-        if status != "running":
-            return (
-                since + c.resume_wait_s,
-                FailureReason.GPU_TAKEN,
-                f"resume waited {c.resume_wait_s / 60:g} min for its GPU (vast {status}): rented by someone else",
-            )
-        if not self.tasks_queued(now_s):
-            return now_s + min(c.never_registered_s, IDLE_RECHECK_S), None, ""
-        return (
-            self._last_heard_s(record) + c.never_registered_s,
-            FailureReason.DEAD,
-            f"resumed and running, but no task event for {c.never_registered_s / 60:g} min while tasks were queued",
-        )
 
     def _forget(self, record: InstanceRecord) -> None:
         del self.instances[record.instance_id]
@@ -795,24 +515,6 @@ class FleetCore:
             f" with {self.queue_pending} tasks queued"
         )
         return [Alert(TriggerReason.ALL_PRODUCERS_SILENT, detail, _utc(now_s))]
-
-    def _count_completion(self, record: InstanceRecord, at_s: float) -> None:
-        start_s, current, previous = self._rolled(record, at_s)
-        if at_s >= start_s:
-            current += 1
-        elif at_s >= start_s - self.config.throughput_window_s:
-            previous += 1  # a late completion still belongs to the previous window
-        record.window_start_s, record.window_count, record.previous_window_count = start_s, current, previous
-
-    def _rolled(self, record: InstanceRecord, at_s: float) -> tuple[float, int, int]:
-        """The instance's throughput windows as they stand at `at_s` (aligned to the window length)."""
-        window_s = self.config.throughput_window_s
-        start_s = record.window_start_s
-        if at_s < start_s + window_s:
-            return start_s, record.window_count, record.previous_window_count
-        aligned_s = (at_s // window_s) * window_s
-        previous = record.window_count if aligned_s - start_s < 2 * window_s else 0
-        return aligned_s, 0, previous
 
 
 def _utc(at_s: float) -> datetime:

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from services.fleet.lifecycle import EXPECTED_VAST_STATUS
+from services.fleet.record import InstanceRecord
 from shared.contract import InstanceLine, committed_usd_per_h
-
-if TYPE_CHECKING:
-    from services.fleet.core import InstanceRecord
 
 
 def format_line(record: InstanceRecord, now_s: float, throughput_tasks_per_h: float | None) -> str:

@@ -19,13 +19,8 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Protocol
 
-from services.decider.guardrails import (
-    FleetLedger,
-    GuardrailConfig,
-    SentLaunch,
-    check,
-    worst_price_usd_per_h,
-)
+from services.decider.guardrails import GuardrailConfig, SentLaunch, worst_price_usd_per_h
+from services.decider.step import judge, ledger_of_totals
 from services.provisioner.host_history import IncidentKind
 from shared.contract import LaunchInstances, LaunchReason, RemovalReason, bid_usd_per_h
 from sim.vast.economics import BidLevels, outbid, storage_usd_per_h
@@ -721,22 +716,14 @@ class Engine:
     def _through_guardrails(self, launch: Launch, config: GuardrailConfig) -> Launch:
         """What the decider's guardrails grant of a launch, the rest recorded with the rule that refused it."""
         now = EPOCH + timedelta(seconds=self.now_s)
-        ledger = FleetLedger(
-            states={},
-            committed_usd_per_h=self.committed_usd_per_h,
-            instance_count=self.non_gone,
-            launches=tuple(self._guarded_launches),
-            demand_present=True,
-            workers_stalled=False,
-            stale=False,
-        )
+        ledger = ledger_of_totals(self.committed_usd_per_h, self.non_gone, self._guarded_launches)
         key = f"world-launch-{len(self._guarded_launches)}-{int(self.now_s)}"
         command = LaunchInstances(
             occurred_at=now, source="world", idempotency_key=key,
             requested_by="policy", count=launch.count, launch_priority="normal", reason=LaunchReason.BACKLOG,
             max_price_usd_per_h=launch.max_price_usd_per_h,
         )  # fmt: skip
-        verdict, ledger = check(command, ledger, now, config)
+        verdict, ledger = judge(command, ledger, now, config)
         granted = verdict.action.count if verdict.verdict == "allowed" else 0  # type: ignore[union-attr]
         if granted < launch.count and verdict.rule:
             self.launches_refused += launch.count - granted

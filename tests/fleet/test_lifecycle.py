@@ -9,8 +9,18 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.fleet.config import FleetSettings
 from services.fleet.core import FleetCore
-from services.fleet.lifecycle import ORDER, RESUME_EDGES, TRANSITIONS, allowed, trigger_for
+from services.fleet.lifecycle import (
+    ORDER,
+    RESUME_EDGES,
+    TIME_LIMITS,
+    TRANSITIONS,
+    allowed,
+    first_limit_s,
+    time_limit,
+    trigger_for,
+)
 from shared.contract import (
     BenchResult,
     DrainInstance,
@@ -56,6 +66,17 @@ def test_an_outbid_pause_wakes_the_decider_now_and_our_own_park_does_not() -> No
     assert trigger_for(S.DRAINING, S.PARKED, None, ParkReason.STOPPED) == ("p1", TriggerReason.INSTANCE_TRANSITION)
     assert trigger_for(S.RESUMING, S.FAILED, FailureReason.GPU_TAKEN) == ("p0", TriggerReason.INSTANCE_FAILED)
     assert trigger_for(S.PARKED, S.GONE, None) == ("p1", TriggerReason.INSTANCE_TRANSITION)
+
+
+def test_every_time_limit_fails_into_an_edge_of_the_table_and_the_first_deadline_is_the_shortest() -> None:
+    for (state, _), limit in TIME_LIMITS.items():
+        assert limit.reason is None or allowed(state, S.FAILED), state
+        assert (limit.reason is None) == (state is S.GONE), state  # only a gone instance's limit forgets it
+    config = FleetSettings(resume_wait_s=600, stuck_loading_s=7200, never_registered_s=1800)
+    assert first_limit_s(S.RESUMING, config) == 600
+    assert first_limit_s(S.PARKED, config) is None  # a kept machine is never stuck nor dead
+    assert time_limit(S.RESUMING, "Scheduling") is TIME_LIMITS[(S.RESUMING, "stopped")]  # still waits for its GPU
+    assert time_limit(S.RESUMING, "running") is TIME_LIMITS[(S.RESUMING, "running")]
 
 
 def test_the_happy_path_is_allowed_step_by_step() -> None:

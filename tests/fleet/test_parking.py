@@ -9,7 +9,7 @@ import pytest
 
 from services.fleet.config import FleetSettings
 from services.fleet.core import FleetCore, InstanceRecord
-from shared.contract import FailureReason, FleetSnapshot, InstanceState, ParkReason
+from shared.contract import FailureReason, FleetSnapshot, InstanceState, ParkReason, TriggerReason
 from tests.fleet.test_core import ID, T0, observed, producing, queue, task
 
 S = InstanceState
@@ -150,3 +150,20 @@ def test_a_late_parked_report_for_a_failed_machine_changes_nothing_it_shows() ->
     record = core.instances[ID]
     assert (record.state, record.park_reason) == (S.FAILED, None)
     assert "outbid" not in core.snapshot(later).instances[0].line
+
+
+@pytest.mark.parametrize(
+    ("park_reason", "trigger"),
+    [
+        (ParkReason.OUTBID, ("p0", TriggerReason.INSTANCE_FAILED)),  # capacity lost unplanned
+        (ParkReason.STOPPED, ("p1", TriggerReason.INSTANCE_TRANSITION)),  # our own park
+    ],
+)
+def test_the_core_returns_each_park_with_the_trigger_fleet_publishes(
+    park_reason: ParkReason, trigger: tuple[str, TriggerReason]
+) -> None:
+    core = FleetCore(FleetSettings())
+    at = producing(core, T0) + timedelta(minutes=30)
+    report = observed(S.PARKED, at, vast_actual_status="stopped", park_reason=park_reason)
+    [transition] = core.observe_instance(report, at)
+    assert (transition.trigger_priority, transition.trigger_reason) == trigger

@@ -2,9 +2,9 @@
 
 A thin adapter. Every simulated minute it tells the cores what the job system and the provisioner would have
 said (aggregated task counts and a queue snapshot to demand; instance observations, mapped by the
-provisioner's own status rule, to fleet), feeds the triggers they raise to the decider's scheduler, and
-when the scheduler says a run is due it does what the decider's runner does: snapshot, recommendation,
-guardrails, actions. Nothing here decides how many machines to run.
+provisioner's own status rule, to fleet), feeds the triggers they return to the decider's scheduler, and
+when the scheduler says a run is due it calls the decider's own step (services/decider/step.plan_run) on fleet's
+snapshot and translates its commands into the world's actions. Nothing here decides how many machines to run.
 
 Costs are kept off the per-minute path: the per-worker task events fleet needs go in every `bulk_feed_s`, and
 the fleet snapshot (which demand also reads) is rebuilt for a run only when something it shows has changed.
@@ -18,34 +18,28 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from services.decider.decision import policy_actions
-from services.decider.guardrails import (
-    GuardrailConfig,
-    SentLaunch,
-    check,
-    ledger_from,
-    unobserved_launches,
-    worst_price_usd_per_h,
-)
+from services.decider.guardrails import GuardrailConfig, SentLaunch, worst_price_usd_per_h
 from services.decider.policy import PolicyConfig, PredictivePolicy
-from services.decider.triggering import TriggerConfig, TriggerScheduler
+from services.decider.step import RunPlan, plan_run
+from services.decider.triggering import RunBatch, TriggerConfig, TriggerScheduler
 from services.demand.config import DemandSettings
 from services.demand.core import DemandCore, TaskCounts
 from services.fleet.config import FleetSettings
 from services.fleet.core import FleetCore, Transition
-from services.fleet.lifecycle import trigger_for
 from services.provisioner.reconcile import observed_state
 from shared import gpu_models
+from shared.contract import Action as ActionCommand
 from shared.contract import (
     DemandSignal,
     DestroyInstance,
     DrainInstance,
     FailureReason,
     FleetSnapshot,
+    GuardrailVerdict,
     InstanceObserved,
     InstanceState,
     LaunchInstances,
@@ -136,6 +130,14 @@ class _Carry:
         return max(0, delta)
 
 
+class DeciderRun(NamedTuple):
+    """One run of the decider in the world: the triggers it took, the step's plan, the snapshot it read."""
+
+    batch: RunBatch
+    plan: RunPlan
+    snapshot: FleetSnapshot
+
+
 class PredictiveAdapter:
     name = "predictive"
     runs_guardrails = True  # every action goes through the decider's guardrails here, as the runner does
@@ -193,19 +195,27 @@ class PredictiveAdapter:
         refs += self._refs(tick.transitions)
         refs += [TriggerRef(priority="p0", reason=alert.reason) for alert in tick.alerts]
         evaluation = self.demand.evaluate(now)
-        self.signal = evaluation.signal
         refs += [TriggerRef(priority=t.priority, reason=t.reason) for t in evaluation.triggers]
+        run = self.run_if_due(refs, evaluation.signal, now)
+        if run is None:
+            return []
+        # demand reads fleet's published snapshot; runs come at least every heartbeat, inside its staleness limit
+        self.demand.observe_fleet(run.snapshot, now)
+        return self._world_actions(run.plan, view)
+
+    def run_if_due(self, refs: Sequence[TriggerRef], signal: DemandSignal, now: datetime) -> DeciderRun | None:
+        """The triggers to the decider's scheduler; when it says a run is due, the decider's step on fleet's
+        snapshot and demand's latest signal (None: no run due)."""
+        self.signal = signal
         for ref in refs:
             self.scheduler.offer(ref, now)
         batch = self.scheduler.poll(now)
         if batch is None:
-            return []
+            return None
         self.scheduler.begin(batch, now)
         try:
             snapshot = self._fresh_snapshot(now)
-            # demand reads fleet's published snapshot; runs come at least every heartbeat, inside its staleness limit
-            self.demand.observe_fleet(snapshot, now)
-            return self._run(now, view, snapshot)
+            return DeciderRun(batch, self._plan(now, snapshot), snapshot)
         finally:
             self.scheduler.finish(now)
             self.runs += 1
@@ -385,19 +395,25 @@ class PredictiveAdapter:
         park_reason: ParkReason | None = None,
     ) -> list[TriggerRef]:
         reported.state = state[0]
-        observed = InstanceObserved(
-            occurred_at=EPOCH + timedelta(seconds=at_s),
-            source=SOURCE_PROVISIONER,
-            instance_id=instance_id,
-            state=state[0],
-            failure_reason=state[1],
-            park_reason=park_reason,
-            gpu_model=reported.gpu_model or None,
-            price_usd_per_h=reported.price_usd_per_h,
-            storage_usd_per_h=disk_usd_per_h,
-            vast_actual_status=actual,
-            interruptible=reported.interruptible,
+        return self.observe_instance(
+            InstanceObserved(
+                occurred_at=EPOCH + timedelta(seconds=at_s),
+                source=SOURCE_PROVISIONER,
+                instance_id=instance_id,
+                state=state[0],
+                failure_reason=state[1],
+                park_reason=park_reason,
+                gpu_model=reported.gpu_model or None,
+                price_usd_per_h=reported.price_usd_per_h,
+                storage_usd_per_h=disk_usd_per_h,
+                vast_actual_status=actual,
+                interruptible=reported.interruptible,
+            ),
+            now,
         )
+
+    def observe_instance(self, observed: InstanceObserved, now: datetime) -> list[TriggerRef]:
+        """What the provisioner reports, to fleet's core; the triggers fleet would publish for it."""
         return self._refs(self.fleet.observe_instance(observed, now))
 
     # --- every few minutes: each worker's latest completion to fleet, fleet's snapshot to demand --------------
@@ -449,74 +465,75 @@ class PredictiveAdapter:
 
     @staticmethod
     def _refs(transitions: list[Transition]) -> list[TriggerRef]:
-        refs = []
-        for transition in transitions:
-            priority, reason = trigger_for(transition.from_state, transition.to_state, transition.failure_reason)
-            refs.append(TriggerRef(priority=priority, reason=reason))
-        return refs
+        """The triggers fleet publishes with these transitions: the ones its core returned with each."""
+        return [TriggerRef(priority=t.trigger_priority, reason=t.trigger_reason) for t in transitions]
 
-    # --- one decider run, as services/decider/runner.py does it without the agent ------------------------------
+    # --- one decider run: the decider's own step (services/decider/step.py), as the runner calls it ------------
 
-    def _run(self, now: datetime, view: WorldView, snapshot: FleetSnapshot) -> list[Action]:
-        signal = self.signal
-        if signal is None:
-            return []
+    def _plan(self, now: datetime, snapshot: FleetSnapshot) -> RunPlan:
         wall_start = time.perf_counter()
-        sent = [launch for launch in self.sent if (now - launch.sent_at).total_seconds() < 3600]
-        ledger = ledger_from(snapshot, signal, sent, now, stale=False)
-        pending = sum(p.count for p in unobserved_launches(sent, snapshot, now))
-        recommendation = self.policy.recommend(signal, snapshot, now, unobserved_launches=pending)
-        actions: list[Action] = []
-        drains: list[DrainInstance] = []
-        for action in policy_actions(recommendation, f"world-{self.runs}", now, "decider"):
-            verdict, ledger = check(action, ledger, now, self.guardrails)
-            if verdict.rule:
-                self.refusals[verdict.rule] += 1
-                if isinstance(action, LaunchInstances):
-                    granted_count = verdict.action.count if isinstance(verdict.action, LaunchInstances) else 0
-                    if verdict.verdict != "allowed":
-                        granted_count = 0
-                    if granted_count < action.count:
-                        self.launch_refusals.append((view.now_s, str(verdict.rule), action.count - granted_count))
-            if verdict.verdict != "allowed":
-                continue
-            granted = verdict.action
-            if isinstance(granted, LaunchInstances):
-                cap = worst_price_usd_per_h(granted, self.guardrails)
-                actions.append(
-                    Launch(
-                        granted.count,
-                        tuple(granted.gpu_models),
-                        granted.reason.value,
-                        cap,
-                        interruptible=granted.interruptible,
-                        bid_markup=granted.bid_markup,
-                        urgent=granted.launch_priority == "emergency",  # as the provisioner ranks it
-                    )
-                )
-            elif isinstance(granted, ResumeInstance):
-                self.removals["resume"] += 1
-                actions.append(Resume(granted.instance_id, granted.reason.value))
-            elif isinstance(granted, DrainInstance):
-                self.removals[f"drain:{granted.reason.value}"] += 1
-                drains.append(granted)
-                actions.append(Remove(granted.instance_id, "drain", granted.reason.value))
-            elif isinstance(granted, StopInstance | DestroyInstance):
-                self.removals[f"destroy:{granted.reason.value}"] += 1
-                if isinstance(granted, StopInstance):
-                    actions.append(Remove(granted.instance_id, "stop", granted.reason.value))
-                else:
-                    actions.append(Remove(granted.instance_id, "destroy", granted.reason.value))
-        self.sent = list(ledger.launches)
+        plan = plan_run(
+            self.signal, snapshot, self.sent, now, self.policy, self.guardrails, run_id=f"world-{self.runs}"
+        )
+        if plan.policy_error is not None:
+            raise plan.policy_error  # a policy bug must stop a measurement, not hold through it
+        self.sent = list(plan.ledger.launches)
         elapsed_ms = (time.perf_counter() - wall_start) * 1000
         self.policy_ms.append(elapsed_ms)
         if len(snapshot.instances) >= 1000:
             self.runs_at_1000.append(elapsed_ms)
-        for drain in drains:
-            self.fleet.drain(drain, now)
-        if not recommendation.is_hold:
-            self.explanations.append((view.now_s, recommendation.explanation))
+        if plan.recommendation is not None and not plan.recommendation.is_hold:
+            self.explanations.append(((now - EPOCH).total_seconds(), plan.recommendation.explanation))
+        return plan
+
+    def _world_actions(self, plan: RunPlan, view: WorldView) -> list[Action]:
+        """The plan's verdicts counted for the report, its commands as the world's actions (drains told to fleet,
+        as the decider's drain command is)."""
+        for asked, verdict in zip(plan.actions, plan.verdicts, strict=True):
+            self._count(asked, verdict, view.now_s)
+        actions: list[Action] = []
+        for command in plan.commands:
+            actions.append(self._world_action(command))
+            if isinstance(command, DrainInstance):
+                self.fleet.drain(command, self._now)
         return actions
+
+    def _count(self, asked: ActionCommand, verdict: GuardrailVerdict, now_s: float) -> None:
+        """A verdict in the report: the rule that refused or trimmed it, machines not launched, what was removed."""
+        granted = verdict.action
+        if verdict.rule:
+            self.refusals[verdict.rule] += 1
+            if isinstance(asked, LaunchInstances):
+                count = granted.count if verdict.verdict == "allowed" and isinstance(granted, LaunchInstances) else 0
+                if count < asked.count:
+                    self.launch_refusals.append((now_s, str(verdict.rule), asked.count - count))
+        if verdict.verdict != "allowed":
+            return
+        if isinstance(granted, ResumeInstance):
+            self.removals["resume"] += 1
+        elif isinstance(granted, DrainInstance):
+            self.removals[f"drain:{granted.reason.value}"] += 1
+        elif isinstance(granted, StopInstance | DestroyInstance):
+            self.removals[f"destroy:{granted.reason.value}"] += 1
+
+    def _world_action(self, command: ActionCommand) -> Action:
+        if isinstance(command, LaunchInstances):
+            return Launch(
+                command.count,
+                tuple(command.gpu_models),
+                command.reason.value,
+                worst_price_usd_per_h(command, self.guardrails),
+                interruptible=command.interruptible,
+                bid_markup=command.bid_markup,
+                urgent=command.launch_priority == "emergency",  # as the provisioner ranks it
+            )
+        if isinstance(command, ResumeInstance):
+            return Resume(command.instance_id, command.reason.value)
+        if isinstance(command, DrainInstance):
+            return Remove(command.instance_id, "drain", command.reason.value)
+        if isinstance(command, StopInstance):
+            return Remove(command.instance_id, "stop", command.reason.value)
+        return Remove(command.instance_id, "destroy", command.reason.value)
 
     def fleet_now(self) -> datetime:
         """The moment of the last decision, on the cores' clock (for inspecting them after a run)."""
