@@ -117,7 +117,8 @@ class FleetCore:
             detail = f"provisioner: {observed.gone_because}"
         elif observed.vast_status_msg:
             detail += f" ({observed.vast_status_msg[:200]})"
-        return self._move(record, target, at_s, detail, reason)
+        planned = target == S.GONE and observed.removal_reason is not None
+        return self._move(record, target, at_s, detail, reason, planned)
 
     def observe_task(self, event: TaskEvent, now: datetime) -> list[Transition]:
         """A worker's first event registers its instance; a completion marks it producing.
@@ -355,8 +356,10 @@ class FleetCore:
         to_state: InstanceState,
         at_s: float,
         detail: str,
+        planned: bool = False,
     ) -> Transition:
-        """Book-keeping shared by a first sighting and a move: counts, history, deadlines."""
+        """Book-keeping shared by a first sighting and a move: counts, history, deadlines. `planned`: our own
+        command removed it, so its going wakes the decider at P1, not as a failure."""
         if from_state is not None and from_state != S.GONE:
             self.counts[from_state] -= 1
         if to_state != S.GONE:
@@ -379,7 +382,7 @@ class FleetCore:
         self._schedule(record, self._first_deadline(record))
         self._touch(record)
         self.changed = True
-        priority, reason = trigger_for(from_state, to_state, record.failure_reason, record.park_reason)
+        priority, reason = trigger_for(from_state, to_state, record.failure_reason, record.park_reason, planned=planned)
         return Transition(
             instance_id=record.instance_id,
             from_state=from_state,
@@ -404,6 +407,7 @@ class FleetCore:
         at_s: float,
         detail: str,
         reason: FailureReason | None = None,
+        planned: bool = False,
     ) -> list[Transition]:
         from_state = record.state
         if to_state == from_state:
@@ -415,7 +419,7 @@ class FleetCore:
         if to_state == S.FAILED:
             record.failure_reason = reason
         # a late event cannot date a move before the state it leaves began
-        return [self._enter(record, from_state, to_state, max(at_s, record.state_since_s), detail)]
+        return [self._enter(record, from_state, to_state, max(at_s, record.state_since_s), detail, planned)]
 
     def _ignore(self, record: InstanceRecord, entry: HistoryEntry) -> None:
         last = record.history[-1] if record.history else None

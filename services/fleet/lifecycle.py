@@ -240,13 +240,16 @@ def trigger_for(
     to_state: InstanceState,
     reason: FailureReason | None,
     park_reason: ParkReason | None = None,
+    *,
+    planned: bool = False,
 ) -> tuple[TriggerPriority, TriggerReason]:
-    """P0 when capacity appears or disappears unplanned; P1 for the rest (the decider debounces those)."""
+    """P0 when capacity appears or disappears unplanned; P1 for the rest (the decider debounces those). `planned`:
+    gone through our own destroy (a scale-down is no instance failure)."""
     if to_state == S.RUNNING:
         return "p0", TriggerReason.INSTANCE_RUNNING
     if to_state == S.FAILED:
         return "p0", TriggerReason.INSTANCE_DEAD if reason == FailureReason.DEAD else TriggerReason.INSTANCE_FAILED
-    if to_state == S.GONE and from_state not in (None, S.DRAINING, S.FAILED, S.PARKED):
+    if to_state == S.GONE and not planned and from_state not in (None, S.DRAINING, S.FAILED, S.PARKED):
         return "p0", TriggerReason.INSTANCE_FAILED  # killed: gone without being drained first
     if to_state == S.PARKED and park_reason is ParkReason.OUTBID and from_state is not S.DRAINING:
         return "p0", TriggerReason.INSTANCE_FAILED  # capacity lost unplanned: a higher bid paused it

@@ -648,7 +648,11 @@ class Provisioner:
             else:
                 await self.client.destroy_instance(instance_id)
         except InstanceNotFound:
-            await self._mark_gone(instance, f"vast no longer has it (answered a {verb} by {command.idempotency_key})")
+            await self._mark_gone(
+                instance,
+                f"vast no longer has it (answered a {verb} by {command.idempotency_key})",
+                command.reason if verb == "destroy" else None,
+            )
             if verb == "destroy":
                 return self._result(command, verb, "done", None, "vast no longer has it", [instance_id])
             return self._result(command, verb, "failed", RefusalRule.UNKNOWN_INSTANCE, "vast no longer has it")
@@ -659,7 +663,7 @@ class Provisioner:
         await self._learn_from_removal(instance, command)
         if verb == "destroy":
             by = f"destroyed ({command.reason.value}) by {command.requested_by}, key {command.idempotency_key}"
-            await self._mark_gone(instance, by)
+            await self._mark_gone(instance, by, command.reason)
             return self._result(command, verb, "done", None, f"{verb} sent", [instance_id])
         parking = command.reason is RemovalReason.PARK
         stopped = instance.model_copy(
@@ -744,9 +748,14 @@ class Provisioner:
         detail = f"start sent: resuming at ${instance.price_usd_per_h:.2f}/h ({command.reason.value})"
         return self._result(command, "resume", "done", None, detail, [instance_id])
 
-    async def _mark_gone(self, instance: KnownInstance, because: str) -> None:
+    async def _mark_gone(self, instance: KnownInstance, because: str, reason: RemovalReason | None = None) -> None:
         gone = instance.model_copy(
-            update={"state": InstanceState.GONE, "state_since": self.clock.now(), "gone_because": because[:300]}
+            update={
+                "state": InstanceState.GONE,
+                "state_since": self.clock.now(),
+                "gone_because": because[:300],
+                "removal_reason": reason,
+            }
         )
         self.known[instance.instance_id] = gone
         await self.store.save_instances([gone])
@@ -863,6 +872,7 @@ class Provisioner:
                 adopted=instance.adopted,
                 interruptible=bool(instance.is_bid),
                 gone_because=instance.gone_because if instance.state is InstanceState.GONE else None,
+                removal_reason=instance.removal_reason if instance.state is InstanceState.GONE else None,
             )
         )
         self._unpublished.discard(instance.instance_id)

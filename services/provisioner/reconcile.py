@@ -89,6 +89,7 @@ class KnownInstance(BaseModel):
     missing_lists: int = 0  # consecutive successful lists that did not show it
     # gone: what removed it (our destroy, with its reason and key, or vast no longer listing it)
     gone_because: str | None = None
+    removal_reason: RemovalReason | None = None  # gone by our own destroy, for this reason
     # gone by our destroy, yet still listed: lists since (vast deletes asynchronously; past a few, destroy again)
     listed_after_gone: int = 0
 

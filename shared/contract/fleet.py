@@ -7,6 +7,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from shared.contract.base import ContractModel, Event, UtcDatetime
+from shared.contract.commands import RemovalReason
 
 
 class InstanceState(StrEnum):
@@ -81,6 +82,9 @@ class InstanceObserved(Event):
     vast_status_msg: str | None = Field(default=None, max_length=1000)
     adopted: bool = Field(default=False, description="found by reconciliation rather than launched by this process")
     interruptible: bool = Field(default=False, description="a bid (vast's `is_bid`): paused whenever outbid")
+    removal_reason: RemovalReason | None = Field(
+        default=None, description="with state gone: the reason of our own destroy that removed it (none: vast lost it)"
+    )
     gone_because: str | None = Field(
         default=None,
         max_length=300,

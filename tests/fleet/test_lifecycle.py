@@ -94,6 +94,29 @@ def test_triggers_wake_the_decider_now_only_when_capacity_appears_or_vanishes_un
     assert trigger_for(S.PRODUCING, S.GONE, None) == ("p0", TriggerReason.INSTANCE_FAILED)  # killed
     assert trigger_for(S.DRAINING, S.GONE, None) == ("p1", TriggerReason.INSTANCE_TRANSITION)
     assert trigger_for(S.BENCHMARKED, S.PRODUCING, None) == ("p1", TriggerReason.INSTANCE_TRANSITION)
+    # our own scale-down destroyed it: planned, no instance failure
+    assert trigger_for(S.RUNNING, S.GONE, None, planned=True) == ("p1", TriggerReason.INSTANCE_TRANSITION)
+
+
+def test_a_machine_our_destroy_removed_wakes_the_decider_at_p1_and_one_vast_lost_at_p0() -> None:
+    from datetime import UTC, datetime
+
+    from services.fleet.config import FleetSettings
+    from services.fleet.core import FleetCore
+    from shared.contract import InstanceObserved, RemovalReason
+
+    now = datetime(2026, 3, 2, tzinfo=UTC)
+    core = FleetCore(FleetSettings())
+    for instance_id in (1, 2):
+        core.observe_instance(InstanceObserved(occurred_at=now, source="provisioner", instance_id=instance_id,
+                                               state=S.RUNNING, price_usd_per_h=0.5), now)  # fmt: skip
+    ours = InstanceObserved(occurred_at=now, source="provisioner", instance_id=1, state=S.GONE, price_usd_per_h=0.5,
+                            removal_reason=RemovalReason.OVER_PROVISIONED)  # fmt: skip
+    lost = ours.model_copy(update={"instance_id": 2, "removal_reason": None})
+    [scaled_down] = core.observe_instance(ours, now)
+    [vanished] = core.observe_instance(lost, now)
+    assert (scaled_down.trigger_priority, scaled_down.trigger_reason) == ("p1", TriggerReason.INSTANCE_TRANSITION)
+    assert (vanished.trigger_priority, vanished.trigger_reason) == ("p0", TriggerReason.INSTANCE_FAILED)
 
 
 observed_states = st.sampled_from([S.REQUESTED, S.LOADING, S.RUNNING, S.PARKED, S.RESUMING, S.FAILED, S.GONE])

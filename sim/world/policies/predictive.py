@@ -46,6 +46,7 @@ from shared.contract import (
     ParkReason,
     QueueDepth,
     QueueSnapshot,
+    RemovalReason,
     ResumeInstance,
     StopInstance,
     TaskEvent,
@@ -159,6 +160,7 @@ class PredictiveAdapter:
         self.fleet = FleetCore(fleet)
         self.bulk_feed_s = bulk_feed_s
         self.reported: dict[int, _Reported] = {}
+        self.removal_reasons: dict[int, RemovalReason] = {}  # the latest stop or destroy sent, per machine
         self.carry = _Carry()
         self.sent: list[SentLaunch] = []
         self.signal: DemandSignal | None = None
@@ -366,7 +368,8 @@ class PredictiveAdapter:
         reported = reported_or_none
         if kind == "gone":
             del self.reported[instance_id]
-            return self._tell(instance_id, reported, (InstanceState.GONE, None), at_s, None, now)
+            removal = self.removal_reasons.pop(instance_id, None)
+            return self._tell(instance_id, reported, (InstanceState.GONE, None), at_s, None, now, removal=removal)
         if kind in ("parked", "outbid", "resuming"):
             # what the provisioner reports of our stop for parking, of an outbid pause and of a start
             # (services/provisioner/reconcile.lifecycle_of)
@@ -393,6 +396,8 @@ class PredictiveAdapter:
         now: datetime,
         disk_usd_per_h: float | None = None,
         park_reason: ParkReason | None = None,
+        *,
+        removal: RemovalReason | None = None,
     ) -> list[TriggerRef]:
         reported.state = state[0]
         return self.observe_instance(
@@ -408,6 +413,7 @@ class PredictiveAdapter:
                 storage_usd_per_h=disk_usd_per_h,
                 vast_actual_status=actual,
                 interruptible=reported.interruptible,
+                removal_reason=removal,
             ),
             now,
         )
@@ -531,6 +537,8 @@ class PredictiveAdapter:
             return Resume(command.instance_id, command.reason.value)
         if isinstance(command, DrainInstance):
             return Remove(command.instance_id, "drain", command.reason.value)
+        # as the provisioner tells fleet: a machine our command removed is gone with that command's reason
+        self.removal_reasons[command.instance_id] = command.reason
         if isinstance(command, StopInstance):
             return Remove(command.instance_id, "stop", command.reason.value)
         return Remove(command.instance_id, "destroy", command.reason.value)
