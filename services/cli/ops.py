@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 import nats
@@ -304,13 +304,56 @@ async def newest_first(
                 typer.echo(f"skipping {what} #{seq}: {describe_validation_error(error)}", err=True)
 
 
-async def recent_decisions(settings: Settings, count: int, after_seq: int = 0) -> list[tuple[int, DecisionRecord]]:
-    """The last `count` decision records (oldest first) with their stream sequence, newer than `after_seq`."""
+@dataclass(frozen=True)
+class DecisionFilter:
+    """Which decisions `audit tail` shows: those acting on one instance, of one outcome, since a moment."""
+
+    instance_id: int | None = None
+    outcome: str | None = None
+    since: datetime | None = None
+
+    def matches(self, record: DecisionRecord) -> bool:
+        if self.outcome is not None and record.outcome != self.outcome:
+            return False
+        if self.since is not None and record.started_at < self.since:
+            return False
+        if self.instance_id is None:
+            return True
+        return any(getattr(v.action, "instance_id", None) == self.instance_id for v in record.verdicts)
+
+    def is_past(self, record: DecisionRecord) -> bool:
+        """Older than `since`: reading newest first, nothing further back can match."""
+        return self.since is not None and record.started_at < self.since
+
+
+def one_line(record: DecisionRecord) -> str:
+    """A decision in one line: when, the outcome, what was done, and the start of the policy's reason."""
+    acts = [describe_verdict(v).split(":", 2) for v in record.verdicts]
+    done = "; ".join(f"{mark.strip()} {what.strip()}" for mark, what, *_ in acts) or "no action"
+    line = f"{record.started_at:%m-%d %H:%M:%S} {record.outcome.upper():<8} {done} | {record.recommendation}"
+    return line if len(line) <= ONE_LINE_CHARS else line[: ONE_LINE_CHARS - 1] + "…"
+
+
+ONE_LINE_CHARS = 160
+SCAN_LIMIT = 20_000  # decision records read back at most while looking for matches
+
+
+async def recent_decisions(
+    settings: Settings, count: int, after_seq: int = 0, where: DecisionFilter | None = None
+) -> list[tuple[int, DecisionRecord]]:
+    """The last `count` decision records (oldest first) with their stream sequence, newer than `after_seq`, that
+    match `where` (all when None)."""
     found: list[tuple[int, DecisionRecord]] = []
+    where = where or DecisionFilter()
     records = newest_first(settings, AUDIT.name(settings.subjects), DecisionRecord, "decision record", after_seq)
     async with contextlib.aclosing(records):  # stopping early closes the generator, and its connection, now
+        scanned = 0
         async for seq, record in records:
-            found.append((seq, record))
+            scanned += 1
+            if where.is_past(record) or scanned > SCAN_LIMIT:
+                break
+            if where.matches(record):
+                found.append((seq, record))
             if len(found) >= count:
                 break
     return list(reversed(found))
@@ -449,32 +492,65 @@ def _publish(settings: Settings, subject: str, event: Event, stream: str, timeou
         )
 
 
+OUTCOMES = ("hold", "acted", "stale", "refused", "degraded", "skipped")
+
+
+def _outcome_option(outcome: str | None) -> str | None:
+    if outcome is not None and outcome not in OUTCOMES:
+        raise typer.BadParameter(f"{outcome!r}: expected one of {', '.join(OUTCOMES)}", param_hint="--outcome")
+    return outcome
+
+
+def _since_option(since: str | None, now: datetime) -> datetime | None:
+    """`30m`, `2h`, `1d` before now, or an ISO moment (UTC when it names no zone)."""
+    if since is None:
+        return None
+    units = {"m": 60, "h": 3600, "d": 86400}
+    number, unit = since[:-1], since[-1:]
+    if unit in units and number.replace(".", "", 1).isdigit():
+        return now - timedelta(seconds=float(number) * units[unit])
+    try:
+        moment = datetime.fromisoformat(since)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{since!r}: expected 30m, 2h, 1d or an ISO time such as 2026-03-02T08:00", param_hint="--since"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 @audit_app.command("tail")
 def audit_tail(
     count: int = typer.Option(10, "-n", "--count", min=1, max=1000, help="how many recent decisions"),
     follow: bool = typer.Option(False, "-f", "--follow", help="keep printing new decisions as they are made"),
     as_json: bool = typer.Option(False, "--json", help="one DecisionRecord JSON per line"),
+    oneline: bool = typer.Option(False, "--oneline", help="one line per decision: outcome, actions, reason"),
+    instance: int = typer.Option(None, "--instance", help="only decisions with an action on this instance"),
+    outcome: str = typer.Option(None, "--outcome", help="only this outcome: hold, acted, stale, refused, degraded"),
+    since: str = typer.Option(None, "--since", help="only decisions since: 30m, 2h, 1d, or an ISO time"),
     poll_s: float = typer.Option(2.0, help="with --follow: seconds between looks"),
 ) -> None:
     """Print the most recent decisions with their explanations: triggers, data, policy, agent, guardrails."""
     settings = Settings()
+    where = DecisionFilter(instance, _outcome_option(outcome), _since_option(since, datetime.now(UTC)))
 
     def show(records: list[tuple[int, DecisionRecord]]) -> None:
         for _, record in records:
             if as_json:
                 typer.echo(record.model_dump_json())
+            elif oneline:
+                typer.echo(one_line(record))
             else:
                 console.print(Group(*(Text(line) for line in decision_lines(record))))
 
     async def run() -> None:
-        records = await recent_decisions(settings, count)
+        records = await recent_decisions(settings, count, where=where)
         if not records and not follow:
             typer.echo("no decisions recorded yet", err=True)
         show(records)
         last_seq = records[-1][0] if records else 0
         while follow:
             await asyncio.sleep(poll_s)  # a person is watching: wall time
-            newer = await recent_decisions(settings, 1000, after_seq=last_seq)
+            newer = await recent_decisions(settings, 1000, after_seq=last_seq, where=where)
             show(newer)
             last_seq = newer[-1][0] if newer else last_seq
 

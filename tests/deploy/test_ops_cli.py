@@ -308,3 +308,26 @@ async def test_commands_say_when_nats_is_unreachable(settings: Settings, nats_se
     nats_server.stop()
     code, _, err = await invoke(settings, "status")
     assert code == 2 and f"cannot reach NATS at {settings.nats_url}" in err
+
+
+async def test_audit_tail_in_one_line_each_and_filtered_by_instance_outcome_and_time(
+    settings: Settings, js: JetStreamContext
+) -> None:
+    for minute, (run_id, outcome) in enumerate((("r1", "acted"), ("r2", "hold"), ("r3", "acted"))):
+        record = decision(run_id, outcome=outcome, minute=minute)
+        if run_id == "r3":  # acts on another machine only
+            record = record.model_copy(update={"verdicts": record.verdicts[:1]})
+        await js.publish(settings.subjects.decision_audit, record.model_dump_json().encode(),
+                         headers=event_headers(record), stream=AUDIT.name(settings.subjects))  # fmt: skip
+    code, out, err = await invoke(
+        settings, "audit", "tail", "--oneline", "--instance", "33032712", "--outcome", "acted"
+    )
+    assert code == 0, err
+    [line] = out.splitlines()
+    assert line.startswith("03-02 08:00:00 ACTED") and "REFUSED by last_producer destroy #33032712 (idle)" in line
+    code, out, _ = await invoke(settings, "audit", "tail", "--oneline", "--since", "2026-03-02T08:01:30")
+    assert [line.split()[1] for line in out.splitlines()] == ["08:02:00"]
+    code, _, err = await invoke(settings, "audit", "tail", "--outcome", "nope")
+    assert code != 0 and "'nope': expected one of hold, acted" in err and "--outcome" in err
+    code, _, err = await invoke(settings, "audit", "tail", "--since", "yesterday")
+    assert code != 0 and "'yesterday': expected 30m, 2h, 1d" in err and "--since" in err
