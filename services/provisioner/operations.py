@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
+from services.bench.tokens import REPORT_TOKEN_ENV, instance_report_token
 from services.provisioner import budget
 from services.provisioner.budget import BudgetLimits, Commitment, Refusal
 from services.provisioner.host_history import REMOVAL_INCIDENTS, HostHistory, Incident, IncidentKind, bench_ratio
@@ -530,6 +531,9 @@ class Provisioner:
             "FLEETPILOT_INSTANCE_LABEL": label,
             "FLEETPILOT_IDEMPOTENCY_KEY": command.idempotency_key,
         }
+        if config.report_token is not None:
+            # this machine's own token: its host can report for this instance and no other (bench/tokens.py)
+            env[REPORT_TOKEN_ENV] = instance_report_token(config.report_token, label)
         for port in config.worker_ports:
             env[f"-p {port}:{port}"] = "1"  # vast's SDK passes port mappings as env keys
         return {

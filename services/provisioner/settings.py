@@ -148,7 +148,7 @@ class ProvisionerSettings(BaseSettings):
             raise ValueError(
                 "the default onstart needs FLEETPILOT_PROVISIONER_BENCH_URL and FLEETPILOT_BENCH_REPORT_TOKEN"
             )
-        return onstart_command(self.bench_url, self.report_token.get_secret_value())
+        return onstart_command(self.bench_url)
 
     def check_onstart(self) -> None:
         """At start, not at the first launch: a machine rented without its benchmark would be paid for and

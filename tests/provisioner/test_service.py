@@ -11,7 +11,9 @@ import sys
 import pytest
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
+from pydantic import SecretStr
 
+from services.bench.tokens import label_of_token
 from services.provisioner.app import ProvisionerService
 from services.provisioner.settings import DEFAULT_IMAGE, ProvisionerSettings
 from shared.clock import RealClock, SimulatedClock
@@ -124,10 +126,17 @@ async def test_launch_rents_the_best_offer_per_task_and_reports_it(
     view = simulator.world.sim_view(simulator.world.instances[result.instance_ids[0]], sim_clock.now())
     assert view["container_env"]["FLEETPILOT_INSTANCE_LABEL"].startswith("fleetpilot:launch-001:")
     assert view["container_env"]["CONTAINER_ID"] == str(result.instance_ids[0])
-    # the default onstart runs bench's suite: fetched from the bench URL, reported with the token
+    # the default onstart runs bench's suite: fetched from the bench URL, reported with this instance's own token
     assert view["onstart"] == QUIET.onstart_line()
     assert "http://bench.test:8000/bench/suite.py" in view["onstart"]
-    assert "http://bench.test:8000/bench/report" in view["onstart"] and "report-token-for-tests" in view["onstart"]
+    assert "http://bench.test:8000/bench/report" in view["onstart"] and "report-token-for-tests" not in view["onstart"]
+    envs = [simulator.world.sim_view(simulator.world.instances[i], sim_clock.now()) for i in result.instance_ids]
+    tokens = {v["container_env"]["FLEETPILOT_BENCH_TOKEN"] for v in envs}
+    assert len(tokens) == 2  # one per machine: neither host can file the other's report
+    for each in envs:
+        label = each["container_env"]["FLEETPILOT_INSTANCE_LABEL"]
+        token = each["container_env"]["FLEETPILOT_BENCH_TOKEN"]
+        assert label_of_token(token, SecretStr("report-token-for-tests")) == label
     assert simulator.world.instances[result.instance_ids[0]].request.image == DEFAULT_IMAGE
 
 
@@ -485,7 +494,7 @@ def test_the_default_worker_is_a_real_image_with_the_bench_suite_as_onstart(monk
     config = ProvisionerSettings.from_environment()
     assert config.image == "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime" and config.min_cuda == 12.8
     line = config.onstart_line()
-    assert "https://bench.example.com/bench/suite.py" in line and "FLEETPILOT_BENCH_TOKEN=tok-123" in line
+    assert "https://bench.example.com/bench/suite.py" in line and "tok-123" not in line
     assert "--device cuda" in line and "--report-url https://bench.example.com/bench/report" in line
     config.check_onstart()  # complete: no exit
 
