@@ -17,7 +17,14 @@ from services.provisioner.host_history import (
     IncidentKind,
     bench_ratio,
 )
-from services.provisioner.ranking import OfferConstraints, ThroughputKnowledge, acceptable, rank, search_query
+from services.provisioner.ranking import (
+    BENCH_RATIO_AT_MOST,
+    OfferConstraints,
+    ThroughputKnowledge,
+    acceptable,
+    rank,
+    search_query,
+)
 from services.provisioner.vast_models import VastOffer
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
@@ -172,3 +179,33 @@ def test_a_machines_own_bench_ratio_is_not_multiplied_by_its_models_observation(
     assert by_id[1].expected_tasks_per_h == pytest.approx(81.0)  # not 81 × 0.5
     assert by_id[2].expected_tasks_per_h == pytest.approx(81.0)  # unmeasured: the model's observation
     assert [r.offer.id for r in ranked] == [2, 1]  # same pace, the cheaper first
+
+
+def test_a_made_up_fast_benchmark_raises_a_machine_only_a_little() -> None:
+    """A host reported every metric a billion times over: its machine may look 10% faster, not free per task."""
+    offers = [offer(1, "RTX 4090", 0.50, machine=500), offer(2, "RTX 4090", 0.44, machine=600)]
+    history = HostHistory()
+    history.record_measure(500, 8e6, NOW)
+    ordered = rank(offers, ANY, ThroughputKnowledge(), history, NOW)
+    assert [r.offer.id for r in ordered] == [2, 1]
+    assert ordered[1].expected_tasks_per_h == pytest.approx(120.0 * BENCH_RATIO_AT_MOST)
+
+
+def test_a_benchmark_lowers_a_machine_freely_and_expires() -> None:
+    offers = [offer(1, "RTX 4090", 0.25, machine=500), offer(2, "RTX 4090", 0.50, machine=600)]
+    history = HostHistory()
+    history.record_measure(500, 0.3, NOW)
+    assert rank(offers, ANY, ThroughputKnowledge(), history, NOW)[0].offer.id == 2
+    later = NOW + timedelta(days=8)  # the old figure is no longer this machine's: the model's reference again
+    assert rank(offers, ANY, ThroughputKnowledge(), history, later)[0].offer.id == 1
+    history.forget_old(later)
+    assert history.measured == {}
+
+
+def test_what_a_machine_produced_outranks_its_benchmark() -> None:
+    offers = [offer(1, "RTX 4090", 0.50, machine=500)]
+    history = HostHistory()
+    history.record_task_throughput(500, 1.3, NOW)  # measured on our tasks: believed beyond the bench clamp
+    history.record_measure(500, 0.5, NOW + timedelta(hours=1))  # a later benchmark does not replace it
+    [ranked] = rank(offers, ANY, ThroughputKnowledge(), history, NOW + timedelta(hours=2))
+    assert ranked.expected_tasks_per_h == pytest.approx(120.0 * 1.3)
