@@ -27,7 +27,6 @@ from services.bench.collect import (
 from services.bench.config import BenchSettings
 from services.bench.intake import REPORT_PATH, SUITE_PATH, ReportOutcome, intake_app
 from services.bench.metrics import BenchMetrics
-from services.bench.onstart import exit_for_setting
 from services.bench.rate_limit import PerKeyRateLimit
 from services.bench.references import reference_for
 from services.bench.report import SuiteReport
@@ -37,6 +36,7 @@ from services.bench.store import BenchStore
 from services.bench.verdict import gpu_result, judge_gpu, judge_rented
 from shared.bus import durable_pull, publish_event
 from shared.contract import BenchRequest, BenchResult
+from shared.live_mode import exit_for_setting, is_live
 from shared.service import ServiceContext, asgi_app
 from shared.settings import Settings
 from shared.streams import ACK_WAIT_S, BENCH
@@ -249,4 +249,12 @@ def create_app(settings: Settings | None = None) -> AsgiFastStream:
             "FLEETPILOT_BENCH_REPORT_TOKEN is not set: expected the token rented machines file their suite "
             "reports with (the same value for bench and the provisioner; e.g. `openssl rand -hex 24`)"
         )
-    return build(ServiceContext.from_settings(SERVICE, settings), config)
+    ctx = ServiceContext.from_settings(
+        SERVICE, settings, secrets={"FLEETPILOT_BENCH_REPORT_TOKEN": config.report_token}
+    )
+    if is_live(ctx.settings) and config.cpu_reports != "fail":
+        exit_for_setting(
+            f"FLEETPILOT_BENCH_CPU_REPORTS={config.cpu_reports} would pass rented GPU machines that ran no GPU "
+            "benchmark: refused in live mode (the real vast.ai API with FLEETPILOT_DECIDER_MODE=live); unset it"
+        )
+    return build(ctx, config)

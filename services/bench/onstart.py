@@ -8,8 +8,6 @@ instance's own report token (`FLEETPILOT_BENCH_TOKEN`, tokens.py) comes in its e
 from __future__ import annotations
 
 import shlex
-import sys
-from typing import NoReturn
 
 # vast.ai limits args + onstart to 4096 characters (docs say 4048 for onstart): leave room for the image's own.
 ONSTART_MAX_CHARS = 1500
@@ -41,9 +39,3 @@ def onstart_command(
     if len(line) > ONSTART_MAX_CHARS:
         raise ValueError(f"onstart line of {len(line)} characters exceeds {ONSTART_MAX_CHARS}; shorten task_command")
     return line
-
-
-def exit_for_setting(line: str) -> NoReturn:
-    """A service that cannot run as configured says so in one line naming the variable, and exits with 2."""
-    print(f"error: {line}", file=sys.stderr)
-    raise SystemExit(2)

@@ -164,4 +164,10 @@ def create_app(settings: Settings | None = None, *, dry_run: bool = False) -> As
     """Entry point for `fleetpilot run provisioner [--dry-run]`."""
     config = ProvisionerSettings.from_environment()
     config.check_onstart()  # before anything is rented: a machine without its benchmark line is money lost
-    return build(ServiceContext.from_settings(SERVICE, settings), config, dry_run=dry_run)
+    ctx = ServiceContext.from_settings(
+        SERVICE,
+        settings,
+        secrets={"FLEETPILOT_BENCH_REPORT_TOKEN": config.report_token},
+        public_urls={"FLEETPILOT_PROVISIONER_BENCH_URL": config.bench_url},
+    )
+    return build(ctx, config, dry_run=dry_run)

@@ -9,7 +9,8 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.bench.config import BenchSettings
-from services.bench.onstart import exit_for_setting, onstart_command
+from services.bench.onstart import onstart_command
+from shared.live_mode import exit_for_setting
 
 # vast.ai's documented per-endpoint minimum intervals (s) between requests; it sends no Retry-After, so the
 # client spaces its own calls by these. Search is "10 per minute per IP".
