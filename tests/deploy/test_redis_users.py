@@ -1,5 +1,6 @@
-"""compose's two Redis servers, started from their own command lines: a user per service, each confined to the
-keys its code writes, memory bounded, and an eviction policy that spares locks, leases and idempotency results."""
+"""compose's and Kubernetes' two Redis servers, started from their own command lines: a user per service, each
+confined to the keys its code writes, memory bounded, and an eviction policy that spares locks, leases and
+idempotency results."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from services.demand.store import DemandStore
 from services.fleet.store import FleetStore
 from services.provisioner.store import ProvisionerStore
 from sim.infra import RedisServer
+from tests.deploy.test_k8s import objects
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((REPO / "compose.yaml").read_text())
@@ -32,19 +34,50 @@ def with_defaults(text: str) -> str:
     return _DEFAULTED.sub(lambda match: match["default"], text)
 
 
-class ComposeRedis(RedisServer):
-    """The test fixture's Redis with compose's own arguments for one of its Redis services added."""
+class DeployedRedis(RedisServer):
+    """The test fixture's Redis with a deployment's own arguments for one of its Redis servers added."""
 
-    def __init__(self, service: str, data_dir: Path) -> None:
+    def __init__(self, args: list[str], data_dir: Path) -> None:
         super().__init__(data_dir=data_dir)
-        self.compose_args = [with_defaults(str(arg)) for arg in COMPOSE["services"][service]["command"][1:]]
+        self.deployed_args = args
 
     def command(self) -> list[str]:
-        return [*super().command(), *self.compose_args]
+        return [*super().command(), *self.deployed_args]
+
+
+def compose_args(service: str) -> list[str]:
+    return [with_defaults(str(arg)) for arg in COMPOSE["services"][service]["command"][1:]]
 
 
 def service_redis_url(service: str) -> str:
     return with_defaults(COMPOSE["services"][service]["environment"]["FLEETPILOT_REDIS_URL"])
+
+
+def k8s_password(variable: str) -> str:
+    """What the operator's Secret would hold for `variable` (any value: the test only needs them to agree)."""
+    return f"k8s-{variable.lower().replace('_', '-')}-9f1c"
+
+
+def with_k8s_env(text: str) -> str:
+    """`$(VAR)` as the kubelet expands it from the container's env (here: the test's Secret values)."""
+    return re.sub(r"\$\((\w+)\)", lambda match: k8s_password(match[1]), text)
+
+
+def k8s_redis_args(name: str) -> list[str]:
+    [container] = objects("prod", "StatefulSet")[name]["spec"]["template"]["spec"]["containers"]
+    args = [with_k8s_env(arg) for arg in container["args"][1:]]
+    at = args.index("--dir")  # the fixture's own data directory, not the volume's
+    return args[:at] + args[at + 2 :]
+
+
+def k8s_service_redis_url(service: str) -> str:
+    [container] = objects("prod", "Deployment")[service]["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    secret = env["FLEETPILOT_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert secret == {"name": "fleetpilot-redis", "key": f"{service}-password"}
+    # the redis StatefulSets read the same Secret key under the user's own variable name
+    url = env["FLEETPILOT_REDIS_URL"]["value"].replace("$(FLEETPILOT_REDIS_PASSWORD)", f"$({service.upper()}_PASSWORD)")
+    return with_k8s_env(url)
 
 
 def keys_each_service_writes() -> dict[str, list[str]]:
@@ -63,12 +96,26 @@ def keys_each_service_writes() -> dict[str, list[str]]:
     }
 
 
-@pytest.fixture
-def compose_redis(tmp_path: Path) -> Iterator[dict[str, ComposeRedis]]:
-    servers = {name: ComposeRedis(name, tmp_path / name) for name in ("redis", "redis-bench")}
+SERVERS = ("redis", "redis-bench")
+# the servers of one deployment by name, and each service's Redis URL there
+Deployed = tuple[dict[str, DeployedRedis], dict[str, str]]
+SERVICES = ("demand", "fleet", "provisioner", "decider", "bench")
+
+
+@pytest.fixture(params=["compose", "k8s"])
+def deployed(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[dict[str, DeployedRedis], dict[str, str]]]:
+    """Both Redis servers as one deployment runs them, and each service's Redis URL there."""
+    if request.param == "compose":
+        servers = {name: DeployedRedis(compose_args(name), tmp_path / name) for name in SERVERS}
+        urls = {service: service_redis_url(service) for service in SERVICES}
+    else:
+        servers = {name: DeployedRedis(k8s_redis_args(name), tmp_path / name) for name in SERVERS}
+        urls = {service: k8s_service_redis_url(service) for service in SERVICES}
     for server in servers.values():
         server.start()
-    yield servers
+    yield servers, urls
     for server in servers.values():
         server.stop()
 
@@ -79,15 +126,22 @@ def connect(server: RedisServer, url: str | None = None) -> redis.Redis:
     return redis.Redis(host="127.0.0.1", port=server.port, username=parts.username, password=parts.password)
 
 
+def password_of(args: list[str], user: str) -> str:
+    """The `>password` of `--user <user> ...` in a Redis command line."""
+    start = next(i for i in range(len(args) - 1) if args[i] == "--user" and args[i + 1] == user)
+    return next(arg for arg in args[start + 2 :] if arg.startswith(">")).removeprefix(">")
+
+
 def server_of(url: str) -> str:
     return urlsplit(url).hostname or ""
 
 
-def test_each_service_reaches_only_its_own_keys(compose_redis: dict[str, ComposeRedis]) -> None:
+def test_each_service_reaches_only_its_own_keys(deployed: Deployed) -> None:
+    servers, urls = deployed
     written = keys_each_service_writes()
     for service, keys in written.items():
-        url = service_redis_url(service)
-        client = connect(compose_redis[server_of(url)], url)
+        url = urls[service]
+        client = connect(servers[server_of(url)], url)
         for key in keys:
             assert client.set(key, "1"), (service, key)
         others = [key for other, other_keys in written.items() if other != service for key in other_keys]
@@ -98,8 +152,8 @@ def test_each_service_reaches_only_its_own_keys(compose_redis: dict[str, Compose
             client.flushall()
 
 
-def test_an_anonymous_client_may_only_ping(compose_redis: dict[str, ComposeRedis]) -> None:
-    for server in compose_redis.values():
+def test_an_anonymous_client_may_only_ping(deployed: Deployed) -> None:
+    for server in deployed[0].values():
         anonymous = connect(server)
         assert anonymous.ping()
         with pytest.raises(redis.exceptions.NoPermissionError):
@@ -107,15 +161,18 @@ def test_an_anonymous_client_may_only_ping(compose_redis: dict[str, ComposeRedis
 
 
 def test_memory_is_bounded_and_eviction_spares_what_has_no_ttl_or_everything(
-    compose_redis: dict[str, ComposeRedis],
+    deployed: Deployed,
 ) -> None:
     """The lock, the lease and idempotency results carry TTLs: a volatile-* policy would evict them first, so the
     shared Redis never evicts; bench's own (internet-fed, every report with a TTL) evicts by LRU among TTL keys."""
+    servers, urls = deployed
     expected = {"redis": "noeviction", "redis-bench": "volatile-lru"}
-    admin_password = with_defaults("${REDIS_ADMIN_PASSWORD:-radmin-dev}")
-    for name, server in compose_redis.items():
+    for name, server in servers.items():
+        admin_password = "".join(
+            a.removeprefix(">") for a in server.deployed_args if a.startswith(">") and "admin" in a
+        )
         admin = connect(server, f"redis://admin:{admin_password}@{name}")
         assert int(admin.config_get("maxmemory")["maxmemory"]) > 0, name
         assert admin.config_get("maxmemory-policy")["maxmemory-policy"] == expected[name]
-    assert server_of(service_redis_url("bench")) == "redis-bench"  # internet-fed data: not in the shared Redis
-    assert {server_of(service_redis_url(s)) for s in ("demand", "fleet", "provisioner", "decider")} == {"redis"}
+    assert server_of(urls["bench"]) == "redis-bench"  # internet-fed data: not in the shared Redis
+    assert {server_of(urls[s]) for s in SERVICES if s != "bench"} == {"redis"}
