@@ -69,8 +69,8 @@ class ProvisionerSettings(BaseSettings):
     )
     report_token: SecretStr | None = Field(
         default=None,
-        description="the token rented machines file their suite report with; unset: FLEETPILOT_BENCH_REPORT_TOKEN "
-        "(bench's), so one variable serves both",
+        description="the report secret: each instance is created with its own token, an HMAC of its label under "
+        "it; unset: FLEETPILOT_BENCH_REPORT_TOKEN (bench's), so one variable serves both",
     )
     onstart: str | None = Field(
         default=None,
