@@ -69,9 +69,9 @@ def label_for(instance_id: int) -> str:
     return f"fleetpilot:launch-{instance_id}:0"
 
 
-def token_for(instance_id: int) -> str:
+def token_for(instance_id: int, label: str | None = None) -> str:
     """The report token the provisioner puts in that instance's environment."""
-    return instance_report_token(SecretStr(TOKEN), label_for(instance_id))
+    return instance_report_token(SecretStr(TOKEN), label or label_for(instance_id))
 
 
 def instance_env(instance_id: int) -> dict[str, str]:
@@ -80,15 +80,20 @@ def instance_env(instance_id: int) -> dict[str, str]:
 
 
 def gpu_request(
-    instance_id: int | None, occurred_at: datetime = NOW, gpu_model: str | None = "H100 SXM"
+    instance_id: int | None,
+    occurred_at: datetime = NOW,
+    gpu_model: str | None = "H100 SXM",
+    label: str | None = None,
 ) -> BenchRequest:
     """fleet's request for a registered instance, with the label and GPU it learned from vast's listing."""
+    if instance_id is not None:
+        label = label or label_for(instance_id)
     return BenchRequest(
         occurred_at=occurred_at,
         source="fleet",
         instance_id=instance_id,
         kind="gpu",
-        label=label_for(instance_id) if instance_id is not None else None,
+        label=label,
         gpu_model=gpu_model if instance_id is not None else None,
     )
 
