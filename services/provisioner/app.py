@@ -24,6 +24,7 @@ from shared.contract import (
     BenchResult,
     DemandSignal,
     DestroyInstance,
+    FleetSnapshot,
     InstanceObserved,
     LaunchInstances,
     OfferList,
@@ -132,6 +133,11 @@ def assemble(
     @ctx.broker.subscriber(subjects.demand_signal, **durable_pull(LATEST, ctx.settings, f"{SERVICE}-demand"))
     async def on_demand_signal(signal: DemandSignal) -> None:
         await provisioner.learn_demand(signal)
+
+    # what machines produce for us outranks what their hosts' benchmarks claim (host_history.py)
+    @ctx.broker.subscriber(subjects.fleet_snapshot_published, **durable_pull(LATEST, ctx.settings, f"{SERVICE}-fleet"))
+    async def on_fleet_snapshot(snapshot: FleetSnapshot) -> None:
+        await provisioner.learn_production(snapshot)
 
     async def reconcile_forever() -> None:
         while True:

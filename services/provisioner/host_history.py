@@ -10,6 +10,7 @@ does not replace that; either expires after `MEASURE_MAX_AGE_S`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -17,7 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.contract import RemovalReason
+from shared import gpu_models
+from shared.contract import InstanceLine, InstanceState, RemovalReason
 
 # Two days: a bad night on a host should cost it the next day's launches, not next week's.
 HALF_LIFE_S = 2 * 86_400.0
@@ -207,6 +209,29 @@ class HostHistory(BaseModel):
             return None
         measure = self.measured.get(machine_id)
         return measure.ratio_to_reference if measure else None
+
+
+# a producing machine's window estimate is trusted after this many of our tasks (about 10 min at ~120 tasks/h):
+# fewer say more about the window than about the machine
+MIN_TASKS_FOR_MEASURE = 20
+
+
+def production_ratios(lines: Iterable[InstanceLine]) -> dict[int, float]:
+    """machine_id → what each producing machine did for us ÷ its model's reference, from fleet's snapshot lines.
+
+    The model is the one vast lists (fleet has it from the provisioner), never a host's own claim."""
+    ratios: dict[int, float] = {}
+    for line in lines:
+        reference = gpu_models.reference_tasks_per_h(line.gpu_model)
+        if (
+            line.state is InstanceState.PRODUCING
+            and line.machine_id is not None
+            and line.tasks_completed >= MIN_TASKS_FOR_MEASURE
+            and line.throughput_tasks_per_h
+            and reference
+        ):
+            ratios[line.machine_id] = line.throughput_tasks_per_h / (reference * line.num_gpus)
+    return ratios
 
 
 def bench_ratio(

@@ -16,6 +16,7 @@ from services.provisioner.host_history import (
     Incident,
     IncidentKind,
     bench_ratio,
+    production_ratios,
 )
 from services.provisioner.ranking import (
     BENCH_RATIO_AT_MOST,
@@ -26,6 +27,7 @@ from services.provisioner.ranking import (
     search_query,
 )
 from services.provisioner.vast_models import VastOffer
+from shared.contract import InstanceLine, InstanceState
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 ANY = OfferConstraints(allowed_gpu_models=("RTX 4090", "RTX 5090", "RTX 3090"), max_price_usd_per_h=1.0)
@@ -209,3 +211,20 @@ def test_what_a_machine_produced_outranks_its_benchmark() -> None:
     history.record_measure(500, 0.5, NOW + timedelta(hours=1))  # a later benchmark does not replace it
     [ranked] = rank(offers, ANY, ThroughputKnowledge(), history, NOW + timedelta(hours=2))
     assert ranked.expected_tasks_per_h == pytest.approx(120.0 * 1.3)
+
+
+def test_only_a_machine_producing_for_a_while_gives_a_production_ratio() -> None:
+    def line(instance_id: int, state: InstanceState, tasks: int, machine: int | None = 500) -> InstanceLine:
+        return InstanceLine(
+            instance_id=instance_id, state=state, gpu_model="RTX 4090", num_gpus=2, price_usd_per_h=1.0,
+            machine_id=machine, created_at=NOW, state_since=NOW, tasks_completed=tasks,
+            throughput_tasks_per_h=120.0, line=f"#{instance_id}",
+        )  # fmt: skip
+
+    lines = [
+        line(1, InstanceState.PRODUCING, 40),  # two 4090s at 120 tasks/h together: half the reference each
+        line(2, InstanceState.PRODUCING, 3, machine=501),  # too few tasks yet to say anything of the machine
+        line(3, InstanceState.DRAINING, 400, machine=502),
+        line(4, InstanceState.PRODUCING, 400, machine=None),
+    ]
+    assert production_ratios(lines) == {500: pytest.approx(0.5)}

@@ -24,6 +24,8 @@ from shared.contract import (
     DemandState,
     DemandTrend,
     DestroyInstance,
+    FleetSnapshot,
+    InstanceLine,
     InstanceState,
     LaunchInstances,
     LaunchReason,
@@ -559,6 +561,35 @@ async def test_observed_throughput_from_the_demand_signal_reorders_offers(
             return await best() == OFFER_C
 
         await eventually(the_3090_leads, timeout_s=10)
+
+
+async def test_what_a_machine_produced_reorders_offers_on_its_machine(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    """fleet's snapshot says the 4090 on machine 500 makes a third of its model's reference: offer A on that
+    machine falls behind A2, whatever a benchmark its host ran said."""
+    _, url = await start_vast(market_scenario())
+    line = InstanceLine(
+        instance_id=77, state=InstanceState.PRODUCING, gpu_model="RTX 4090", price_usd_per_h=0.48, host_id=50,
+        machine_id=500, created_at=NOW, state_since=NOW, tasks_completed=40, throughput_tasks_per_h=40.0,
+        line="#77 RTX 4090 producing",
+    )  # fmt: skip
+    snapshot = FleetSnapshot(
+        occurred_at=NOW, source="fleet", instances=[line], counts_by_state={InstanceState.PRODUCING: 1},
+        spend_usd_per_h=0.48, producing_instances=1, arriving_instances=0,
+    )  # fmt: skip
+    async with running_provisioner(settings, sim_clock, url) as service:
+        service.operations.history.record_measure(500, 8e6, NOW)  # a made-up benchmark, clamped
+        assert (await ask_offers(nc, settings)).offers[0].offer_id == OFFER_A
+
+        async def a2_leads() -> bool:
+            # re-sent until the provisioner's subscription is bound, as fleet publishes one every tick
+            await js.publish(settings.subjects.fleet_snapshot_published, snapshot.model_dump_json().encode())
+            return (await ask_offers(nc, settings)).offers[0].offer_id == OFFER_A2
+
+        await eventually(a2_leads, timeout_s=10)
+        measure = service.operations.history.measured[500]
+    assert measure.source == "tasks" and measure.ratio_to_reference == pytest.approx(40.0 / 120.0)
 
 
 async def test_two_replicas_share_the_commands_and_the_budget(
