@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import nats
@@ -16,11 +16,13 @@ from faststream.asgi.types import Scope
 from faststream.nats import NatsBroker
 from nats.aio.client import Client as NatsClient
 from prometheus_client import make_asgi_app
+from pydantic import SecretStr
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
 from shared.bus import build_broker, nats_connect_options
 from shared.clock import Clock
 from shared.consumer_lag import poll_consumer_lag
+from shared.live_mode import refuse_unsafe_live_start
 from shared.metrics import BusMetrics
 from shared.settings import Settings
 from shared.streams import wait_for_streams
@@ -51,8 +53,19 @@ class ServiceContext:
         self.broker = build_broker(self.settings, self.name, self.metrics, self.clock)
 
     @classmethod
-    def from_settings(cls, name: str, settings: Settings | None = None, clock: Clock | None = None) -> ServiceContext:
+    def from_settings(
+        cls,
+        name: str,
+        settings: Settings | None = None,
+        clock: Clock | None = None,
+        *,
+        secrets: Mapping[str, SecretStr | None] | None = None,
+        public_urls: Mapping[str, str | None] | None = None,
+    ) -> ServiceContext:
+        """What a service's entry point starts from; in live mode it first refuses development secrets (the
+        shared ones and the service's own `secrets`) and cleartext `public_urls`, one line naming the variable."""
         settings = settings or Settings()
+        refuse_unsafe_live_start(settings, secrets, public_urls)
         return cls(name, settings, clock or settings.make_clock())
 
     @property

@@ -44,7 +44,10 @@ class Settings(BaseSettings):
     )
 
     # state
-    redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="locks, sessions, service checkpoints")
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        description="locks, sessions, service checkpoints; deployed, each service's own user: redis://<user>:<pw>@...",
+    )
 
     # Shadow by default: the default vast.ai URL is the real API, so a first try with a real key must not rent.
     # Live is a deliberate step (README: "First day on a real account"); the demo and `fleetpilot up` set it.

@@ -124,6 +124,8 @@ class Stack:
                 "FLEETPILOT_HTTP_HOST": "127.0.0.1",
                 "FLEETPILOT_DECIDER_ADVISOR": AGENT_FACTORY,
                 "FLEETPILOT_BENCH_REPORT_TOKEN": BENCH_REPORT_TOKEN,
+                # the stand-in machines have no GPU and run the suite's CPU variant: judged on correctness alone
+                "FLEETPILOT_BENCH_CPU_REPORTS": "correctness_only",
                 # where the rented machines' onstart fetches the suite and reports (the job stand-in runs it)
                 "FLEETPILOT_PROVISIONER_BENCH_URL": f"http://127.0.0.1:{self.ports['bench']}",
                 # the simulated hosts report the catalog's CUDA (12.4 for Ampere/Ada); no image runs on them, so

@@ -24,17 +24,18 @@ from services.bench.collect import (
     waiting_again,
 )
 from services.bench.config import BenchSettings
-from services.bench.intake import REPORT_PATH, SUITE_PATH, intake_app
+from services.bench.intake import REPORT_PATH, SUITE_PATH, ReportOutcome, intake_app
 from services.bench.metrics import BenchMetrics
-from services.bench.onstart import exit_for_setting
+from services.bench.rate_limit import PerKeyRateLimit
 from services.bench.references import reference_for
 from services.bench.report import SuiteReport
 from services.bench.serving import run_sweep
 from services.bench.serving_stats import serving_result, unreachable_result
 from services.bench.store import BenchStore
-from services.bench.verdict import gpu_result, judge_gpu
+from services.bench.verdict import gpu_result, judge_gpu, judge_rented
 from shared.bus import durable_pull, publish_event
 from shared.contract import BenchRequest, BenchResult
+from shared.live_mode import exit_for_setting, is_live
 from shared.service import ServiceContext, asgi_app, stop_tasks
 from shared.settings import Settings
 from shared.streams import ACK_WAIT_S, BENCH
@@ -80,12 +81,20 @@ def build(
         ctx.log.info("bench result for instance %s: %s", result.instance_id, result.explanation)
 
     async def complete_if_reported(instance_id: int) -> bool:
-        """Publish the verdict when both the request and the report are in; either may come first."""
+        """Publish the verdict when both the request and its label's report are in; either may come first."""
         pending = await store.pending(instance_id)
-        report = await store.report(instance_id)
-        if pending is None or report is None or not await store.claim(pending.request_event_id):
+        if pending is None or pending.label is None:  # no label: no report can prove it is this instance's
             return False
-        judgement = judge_gpu(report, reference_for(report.gpu_name), thresholds)
+        report = await store.report(pending.label)
+        if report is None or not await store.claim(pending.request_event_id):
+            return False
+        judgement = judge_rented(
+            report,
+            instance_id=instance_id,
+            listed_gpu_model=pending.listed_gpu_model,
+            thresholds=thresholds,
+            cpu_reports=config.cpu_reports,
+        )
         result = gpu_result(
             report,
             judgement,
@@ -98,9 +107,16 @@ def build(
         await store.finish(pending.request_event_id, instance_id)
         return True
 
-    async def on_report(instance_id: int, report: SuiteReport) -> bool:
-        await store.put_report(instance_id, report)
-        return await complete_if_reported(instance_id)
+    async def on_report(label: str, report: SuiteReport) -> ReportOutcome:
+        """Kept only when no other machine's request waits on the instance it names, and only once per label."""
+        assert report.instance_id is not None  # the intake refuses reports without one
+        named = await store.pending(report.instance_id)
+        if named is not None and named.label is not None and named.label != label:
+            return ReportOutcome.MISMATCH
+        if not await store.put_report(label, report):
+            return ReportOutcome.DUPLICATE
+        judged = await complete_if_reported(report.instance_id)
+        return ReportOutcome.JUDGED if judged else ReportOutcome.STORED
 
     async def run_local_gpu(request: BenchRequest) -> None:
         started_s = time.perf_counter()
@@ -211,7 +227,8 @@ def build(
             await redis_client.aclose()
 
     app = asgi_app(ctx)
-    intake = intake_app(on_report, config.report_token, metrics, config.report_max_bytes)
+    rate_limit = PerKeyRateLimit(config.report_burst, config.report_per_minute)
+    intake = intake_app(on_report, config.report_token, metrics, config.report_max_bytes, rate_limit, ctx.clock)
     app.mount(SUITE_PATH, intake)
     app.mount(REPORT_PATH, intake)
     app.after_startup(start_sweeper)
@@ -228,4 +245,12 @@ def create_app(settings: Settings | None = None) -> AsgiFastStream:
             "FLEETPILOT_BENCH_REPORT_TOKEN is not set: expected the token rented machines file their suite "
             "reports with (the same value for bench and the provisioner; e.g. `openssl rand -hex 24`)"
         )
-    return build(ServiceContext.from_settings(SERVICE, settings), config)
+    ctx = ServiceContext.from_settings(
+        SERVICE, settings, secrets={"FLEETPILOT_BENCH_REPORT_TOKEN": config.report_token}
+    )
+    if is_live(ctx.settings) and config.cpu_reports != "fail":
+        exit_for_setting(
+            f"FLEETPILOT_BENCH_CPU_REPORTS={config.cpu_reports} would pass rented GPU machines that ran no GPU "
+            "benchmark: refused in live mode (the real vast.ai API with FLEETPILOT_DECIDER_MODE=live); unset it"
+        )
+    return build(ctx, config)

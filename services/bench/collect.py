@@ -29,6 +29,12 @@ class PendingGpuBench(ContractModel):
     requested_at: UtcDatetime
     deadline: UtcDatetime
     missed_reports: int = Field(default=0, ge=0, description="deadlines passed without a report so far")
+    label: str | None = Field(
+        default=None, max_length=256, description="the instance's label: only the report its token proves is judged"
+    )
+    listed_gpu_model: str | None = Field(
+        default=None, max_length=64, description="the GPU vast lists for the instance: what it is judged against"
+    )
 
 
 def pending_from_request(request: BenchRequest, report_timeout_s: float) -> PendingGpuBench:
@@ -39,6 +45,8 @@ def pending_from_request(request: BenchRequest, report_timeout_s: float) -> Pend
         instance_id=request.instance_id,
         requested_at=request.occurred_at,
         deadline=request.occurred_at + timedelta(seconds=report_timeout_s),
+        label=request.label,
+        listed_gpu_model=request.gpu_model,
     )
 
 

@@ -7,15 +7,17 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.bench.collect import DEFAULT_REPORT_TIMEOUT_S
 from services.bench.serving_stats import DEFAULT_LEVELS, ServingWorkload
-from services.bench.verdict import Thresholds
+from services.bench.verdict import CpuReports, Thresholds
 
 
 class BenchSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLEETPILOT_BENCH_", env_file=None, extra="ignore")
 
-    # Instances prove a report is theirs with this token; `fleetpilot run bench` refuses to start without it.
+    # The deployment's report secret: each instance's token is an HMAC of its label under it (tokens.py);
+    # `fleetpilot run bench` refuses to start without it.
     report_token: SecretStr | None = Field(
-        default=None, description="required: rented machines file their suite reports with it (provisioner too)"
+        default=None,
+        description="required: the report secret each instance's own report token derives from (provisioner too)",
     )
     report_timeout_s: float = Field(
         default=DEFAULT_REPORT_TIMEOUT_S, gt=0, description="how long a request waits for its report each time"
@@ -25,8 +27,16 @@ class BenchSettings(BaseSettings):
     )
     report_ttl_s: float = Field(default=86_400.0, gt=0, description="how long an unclaimed report is kept")
     sweep_interval_s: float = Field(default=30.0, gt=0, description="how often overdue requests are looked at")
-    report_max_bytes: int = Field(default=256 * 1024, gt=0, description="largest suite report accepted")
-
+    # a real report is a few KB; the largest the SuiteReport model allows is under 40 KB
+    report_max_bytes: int = Field(
+        default=64 * 1024, gt=0, description="largest suite report accepted (checked before the body is read)"
+    )
+    report_burst: int = Field(default=6, ge=1, description="report posts one instance may make at once")
+    report_per_minute: float = Field(default=2.0, gt=0, description="report posts per minute one instance regains")
+    cpu_reports: CpuReports = Field(
+        default="fail",
+        description="a CPU run from a rented instance: fail, or correctness_only (GPU-less stand-ins, the demo)",
+    )
     degraded_below_share: float = Field(
         default=0.8, gt=0, le=1, description="verdict degraded below this share of the reference speed"
     )

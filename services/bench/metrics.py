@@ -36,5 +36,14 @@ class BenchMetrics:
             buckets=(1, 5, 15, 60, 300, 900, 1800, 3600),
             registry=registry,
         )
-        for outcome in ("accepted", "unauthorized", "invalid", "disabled", "too_large"):
+        for outcome in (
+            "accepted",
+            "unauthorized",
+            "invalid",
+            "disabled",
+            "too_large",
+            "rate_limited",
+            "duplicate",
+            "mismatch",
+        ):
             self.reports.labels(outcome)

@@ -1,14 +1,13 @@
 """The shell line vast's `onstart` runs to benchmark a new instance: fetch the suite from bench, run it, report.
 
 It runs in the background so the image's own start-up is not delayed, and uses only python3 (present in any
-image that runs the workload) to download. The token in it can do nothing but file a report.
+image that runs the workload) to download. The line is the same for every machine and holds no secret: each
+instance's own report token (`FLEETPILOT_BENCH_TOKEN`, tokens.py) comes in its environment, set at create.
 """
 
 from __future__ import annotations
 
 import shlex
-import sys
-from typing import NoReturn
 
 # vast.ai limits args + onstart to 4096 characters (docs say 4048 for onstart): leave room for the image's own.
 ONSTART_MAX_CHARS = 1500
@@ -17,7 +16,6 @@ SUITE_DIR = "/tmp"
 
 def onstart_command(
     bench_url: str,
-    token: str,
     *,
     task_command: str | None = None,
     device: str = "cuda",
@@ -34,19 +32,10 @@ def onstart_command(
         "python3 -c 'import sys,urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' "
         f"{shlex.quote(base + '/bench/suite.py')} {suite_file}"
     )
-    run = (
-        f"FLEETPILOT_BENCH_TOKEN={shlex.quote(token)} python3 {suite_file} --device {shlex.quote(device)} "
-        f"--report-url {shlex.quote(base + '/bench/report')}"
-    )
+    run = f"python3 {suite_file} --device {shlex.quote(device)} --report-url {shlex.quote(base + '/bench/report')}"
     if task_command:
         run += f" --task-command {shlex.quote(task_command)}"
     line = f"( {download} && {run} ) > {suite_log} 2>&1 &"
     if len(line) > ONSTART_MAX_CHARS:
         raise ValueError(f"onstart line of {len(line)} characters exceeds {ONSTART_MAX_CHARS}; shorten task_command")
     return line
-
-
-def exit_for_setting(line: str) -> NoReturn:
-    """A service that cannot run as configured says so in one line naming the variable, and exits with 2."""
-    print(f"error: {line}", file=sys.stderr)
-    raise SystemExit(2)

@@ -1,4 +1,8 @@
-"""Redis adapter for the meeting of requests and reports: pending requests, reports, and finished requests."""
+"""Redis adapter for the meeting of requests and reports: pending requests, reports, and finished requests.
+
+Reports are kept by the label their token proves, one per label ever: a host can fill its own machine's slot
+once and no other, so what strangers can put in Redis is bounded by the machines we rented.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ from services.bench.report import SuiteReport
 
 # A finished request is remembered this long, so a redelivered request is not benchmarked twice.
 DONE_TTL_S = 7 * 86_400
+# A label's report is taken once: the mark outlives the report, so a replay after it expired is refused too.
+LABEL_USED_TTL_S = DONE_TTL_S
 # A report and its request arriving together both try to publish; the first to claim does. A claim that
 # is never finished (a crash between claim and publish) lapses, and a redelivery or the sweep tries again.
 CLAIM_TTL_S = 60
@@ -21,8 +27,11 @@ class BenchStore:
         self._pending_key = f"{prefix}:bench:pending"
         self._prefix = prefix
 
-    def _report_key(self, instance_id: int) -> str:
-        return f"{self._prefix}:bench:report:{instance_id}"
+    def _report_key(self, label: str) -> str:
+        return f"{self._prefix}:bench:report:{label}"
+
+    def _label_used_key(self, label: str) -> str:
+        return f"{self._prefix}:bench:label-used:{label}"
 
     def _done_key(self, request_event_id: str) -> str:
         return f"{self._prefix}:bench:done:{request_event_id}"
@@ -30,12 +39,16 @@ class BenchStore:
     def _claim_key(self, request_event_id: str) -> str:
         return f"{self._prefix}:bench:claim:{request_event_id}"
 
-    async def put_report(self, instance_id: int, report: SuiteReport) -> None:
+    async def put_report(self, label: str, report: SuiteReport) -> bool:
+        """Keep the first report of `label`; False (nothing stored) when this label has filed one already."""
+        if not await self.redis.set(self._label_used_key(label), "1", nx=True, ex=LABEL_USED_TTL_S):
+            return False
         payload = report.model_dump_json(by_alias=True)
-        await self.redis.set(self._report_key(instance_id), payload, ex=round(self.report_ttl_s))
+        await self.redis.set(self._report_key(label), payload, ex=round(self.report_ttl_s))
+        return True
 
-    async def report(self, instance_id: int) -> SuiteReport | None:
-        raw = await self.redis.get(self._report_key(instance_id))
+    async def report(self, label: str) -> SuiteReport | None:
+        raw = await self.redis.get(self._report_key(label))
         return None if raw is None else SuiteReport.model_validate_json(raw)
 
     async def add_pending(self, bench: PendingGpuBench) -> None:

@@ -7,17 +7,25 @@ alone: its verdict says the machine computes right, its explanation says no spee
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Literal
 
 from services.bench.gpu_suite import TASK
-from services.bench.references import GpuReference, canonical_gpu_model
+from services.bench.references import GpuReference, canonical_gpu_model, reference_for
 from services.bench.report import SuiteReport
 from shared.contract import BenchResult
 from shared.contract.bench import BenchVerdict
 
 LOWER_IS_BETTER = frozenset({TASK})
 EXPLANATION_MAX_CHARS = 1000
+# A spec reference expects 75% of the vendor's peak, a measured one what a healthy card did: twice that is
+# 150% of the peak, which no card reaches. A ratio above it is a made-up number, and a lying machine fails.
+IMPLAUSIBLE_ABOVE_RATIO = 2.0
+
+# What a CPU run from a rented GPU machine earns: the real onstart says `--device cuda`, so only a broken or
+# lying machine sends one ("fail"); the demo's GPU-less stand-in machines run the CPU suite on purpose.
+CpuReports = Literal["fail", "correctness_only"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,12 @@ def judge_gpu(report: SuiteReport, reference: GpuReference | None, thresholds: T
         return Judgement("pass", {}, f"{label}: {why}: judged on correctness only (all checks passed)", model)
 
     ratios = ratios_to_reference(report.metrics, reference.expected_metrics())
+    implausible = {name: r for name, r in ratios.items() if r > IMPLAUSIBLE_ABOVE_RATIO}
+    if implausible:
+        listed = ", ".join(f"{name} at {_percent(r)}" for name, r in sorted(implausible.items()))
+        most = _percent(IMPLAUSIBLE_ABOVE_RATIO)
+        text = f"{label}: fail: {listed} of the reference is beyond what this GPU can do (above {most})"
+        return Judgement("fail", {}, text, model)
     failing = {name: r for name, r in ratios.items() if r < thresholds.fail_below_share}
     degraded = {name: r for name, r in ratios.items() if r < thresholds.degraded_below_share}
     basis = f"{reference.source.kind} reference"
@@ -89,6 +103,38 @@ def judge_gpu(report: SuiteReport, reference: GpuReference | None, thresholds: T
     below = ", ".join(f"{name} at {_percent(r)}" for name, r in sorted(worst.items(), key=lambda item: item[1]))
     text = f"{label}: {verdict}: {below} of the {basis} (below {_percent(limit)})"
     return Judgement(verdict, ratios, text, model)
+
+
+def judge_rented(
+    report: SuiteReport,
+    *,
+    instance_id: int,
+    listed_gpu_model: str | None,
+    thresholds: Thresholds,
+    cpu_reports: CpuReports = "fail",
+) -> Judgement:
+    """A rented machine's report, judged against the GPU vast lists for it: the host's own claims decide nothing.
+
+    Unknown or unlisted models fail: without a reference any numbers would pass, and a pass lets a machine in.
+    """
+    listed = canonical_gpu_model(listed_gpu_model)
+    if report.instance_id != instance_id:
+        why = f"the report names instance {report.instance_id} but came with instance {instance_id}'s token"
+        return Judgement("fail", {}, f"{listed or listed_gpu_model}: fail: {why}", listed)
+    if report.device == "cpu":
+        if cpu_reports == "correctness_only":
+            return judge_gpu(report, None, thresholds)
+        return Judgement("fail", {}, f"{listed or listed_gpu_model}: fail: a CPU run from a rented GPU machine", listed)
+    reference = reference_for(listed_gpu_model)
+    if listed is None or reference is None:
+        why = f"no reference for the listed GPU {listed_gpu_model!r}" if listed_gpu_model else "vast lists no GPU"
+        return Judgement("fail", {}, f"{report.gpu_name}: fail: {why}", None)
+    claimed = canonical_gpu_model(report.gpu_name)
+    if claimed != listed:
+        return Judgement(
+            "fail", {}, f"{listed}: fail: the machine reports {report.gpu_name!r}, vast lists {listed}", listed
+        )
+    return replace(judge_gpu(report, reference, thresholds), gpu_model=listed)
 
 
 def gpu_result(

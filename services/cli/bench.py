@@ -238,8 +238,5 @@ def bench_onstart(
     task_command: str = typer.Option(None, help="one real task of the workload, timed end to end on the instance"),
 ) -> None:
     """Print the shell line for vast's onstart (the provisioner's FLEETPILOT_PROVISIONER_ONSTART) that benchmarks
-    each new instance; the report token comes from FLEETPILOT_BENCH_REPORT_TOKEN."""
-    token = BenchSettings().report_token
-    if token is None or not token.get_secret_value():
-        raise typer.BadParameter("FLEETPILOT_BENCH_REPORT_TOKEN is not set: the bench service would refuse the reports")
-    typer.echo(onstart_command(bench_url, token.get_secret_value(), task_command=task_command))
+    each new instance; each instance's report token comes in its environment, set by the provisioner."""
+    typer.echo(onstart_command(bench_url, task_command=task_command))

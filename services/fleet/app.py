@@ -122,6 +122,7 @@ class FleetRuntime:
         )
         await self.publish_trigger(trigger)
         if t.to_state == InstanceState.REGISTERED:
+            record = self.core.instances.get(t.instance_id)
             request = BenchRequest(
                 event_id=f"fleet-bench-{t.instance_id}",
                 occurred_at=t.at,
@@ -129,6 +130,9 @@ class FleetRuntime:
                 instance_id=t.instance_id,
                 kind="gpu",
                 reason="newly registered: judge it before it counts as capacity",
+                # from vast's listing via the provisioner: bench trusts these, never the host's own claims
+                label=record.label if record else None,
+                gpu_model=record.gpu_model if record else t.gpu_model,
             )
             await publish_event(self.ctx.broker, subjects.bench_request, request, stream=BENCH.name(subjects))
 

@@ -23,6 +23,7 @@ from shared.contract import (
     BenchResult,
     DemandSignal,
     DestroyInstance,
+    FleetSnapshot,
     InstanceObserved,
     LaunchInstances,
     OfferList,
@@ -132,6 +133,11 @@ def assemble(
     async def on_demand_signal(signal: DemandSignal) -> None:
         await provisioner.learn_demand(signal)
 
+    # what machines produce for us outranks what their hosts' benchmarks claim (host_history.py)
+    @ctx.broker.subscriber(subjects.fleet_snapshot_published, **durable_pull(LATEST, ctx.settings, f"{SERVICE}-fleet"))
+    async def on_fleet_snapshot(snapshot: FleetSnapshot) -> None:
+        await provisioner.learn_production(snapshot)
+
     async def reconcile_forever() -> None:
         while True:
             try:
@@ -160,4 +166,10 @@ def create_app(settings: Settings | None = None, *, dry_run: bool = False) -> As
     """Entry point for `fleetpilot run provisioner [--dry-run]`."""
     config = ProvisionerSettings.from_environment()
     config.check_onstart()  # before anything is rented: a machine without its benchmark line is money lost
-    return build(ServiceContext.from_settings(SERVICE, settings), config, dry_run=dry_run)
+    ctx = ServiceContext.from_settings(
+        SERVICE,
+        settings,
+        secrets={"FLEETPILOT_BENCH_REPORT_TOKEN": config.report_token},
+        public_urls={"FLEETPILOT_PROVISIONER_BENCH_URL": config.bench_url},
+    )
+    return build(ctx, config, dry_run=dry_run)

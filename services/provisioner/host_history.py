@@ -3,18 +3,23 @@
 A machine that got stuck loading, exited with an error, went offline or failed its benchmark is penalised;
 its host's other machines a little less. The penalty halves every `HALF_LIFE_S`, so a host is forgiven
 over days, not forever. Bench results also leave a measured throughput ratio per machine, which ranking uses
-instead of the GPU model's reference (a degraded but cheap machine can still be the best buy).
+instead of the GPU model's reference (a degraded but cheap machine can still be the best buy). A benchmark is
+the host's own word, so a ratio measured from the machine's completed tasks replaces it and a later benchmark
+does not replace that; either expires after `MEASURE_MAX_AGE_S`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.contract import RemovalReason
+from shared import gpu_models
+from shared.contract import InstanceLine, InstanceState, RemovalReason
 
 # Two days: a bad night on a host should cost it the next day's launches, not next week's.
 HALF_LIFE_S = 2 * 86_400.0
@@ -22,6 +27,10 @@ HALF_LIFE_S = 2 * 86_400.0
 FORGET_AFTER_S = 10 * HALF_LIFE_S
 MAX_INCIDENTS = 2_000
 MAX_STARTUPS = 5_000
+# A week: hosts swap cards, drivers and cooling, so an older figure is no longer this machine's.
+MEASURE_MAX_AGE_S = 7 * 86_400.0
+# "bench": the suite the host itself ran and reported; "tasks": what the machine produced for us
+MeasureSource = Literal["bench", "tasks"]
 # A machine's trouble says something about its host (network, disks, operator), but less than about itself.
 HOST_SHARE = 0.5
 
@@ -90,6 +99,10 @@ class ThroughputMeasure(BaseModel):
 
     at: datetime
     ratio_to_reference: float = Field(gt=0)
+    source: MeasureSource = "bench"  # absent in histories saved before task measures: those were benchmarks
+
+    def expired(self, now: datetime) -> bool:
+        return (now - self.at).total_seconds() >= MEASURE_MAX_AGE_S
 
 
 @dataclass
@@ -137,7 +150,19 @@ class HostHistory(BaseModel):
             self.incidents = self.incidents[-MAX_INCIDENTS:]
 
     def record_measure(self, machine_id: int, ratio_to_reference: float, at: datetime) -> None:
+        """A benchmark's ratio: kept unless the machine's own task throughput is on record and fresh."""
+        known = self.measured.get(machine_id)
+        if known is not None and known.source == "tasks" and not known.expired(at):
+            return
         self.measured[machine_id] = ThroughputMeasure(at=at, ratio_to_reference=ratio_to_reference)
+
+    def record_task_throughput(self, machine_id: int, ratio_to_reference: float, at: datetime) -> None:
+        """The ratio of what the machine produced for us to its model's reference: preferred to any benchmark."""
+        self.measured[machine_id] = ThroughputMeasure(at=at, ratio_to_reference=ratio_to_reference, source="tasks")
+
+    def fresh_measure(self, machine_id: int | None, now: datetime) -> ThroughputMeasure | None:
+        measure = self.measured.get(machine_id) if machine_id is not None else None
+        return measure if measure is not None and not measure.expired(now) else None
 
     def record_startup(self, machine_id: int, host_id: int | None, seconds: float, at: datetime) -> None:
         self.startups[machine_id] = StartupMeasure(at=at, seconds=seconds, host_id=host_id)
@@ -158,6 +183,7 @@ class HostHistory(BaseModel):
 
     def forget_old(self, now: datetime) -> None:
         self.incidents = [i for i in self.incidents if (now - i.at).total_seconds() < FORGET_AFTER_S]
+        self.measured = {machine: m for machine, m in self.measured.items() if not m.expired(now)}
 
     def penalty(self, host_id: int | None, machine_id: int | None, now: datetime) -> float:
         """Sum of faded incident weights: 0 for a clean record, ~1 just after one failure on this machine."""
@@ -183,6 +209,29 @@ class HostHistory(BaseModel):
             return None
         measure = self.measured.get(machine_id)
         return measure.ratio_to_reference if measure else None
+
+
+# a producing machine's window estimate is trusted after this many of our tasks (about 10 min at ~120 tasks/h):
+# fewer say more about the window than about the machine
+MIN_TASKS_FOR_MEASURE = 20
+
+
+def production_ratios(lines: Iterable[InstanceLine]) -> dict[int, float]:
+    """machine_id → what each producing machine did for us ÷ its model's reference, from fleet's snapshot lines.
+
+    The model is the one vast lists (fleet has it from the provisioner), never a host's own claim."""
+    ratios: dict[int, float] = {}
+    for line in lines:
+        reference = gpu_models.reference_tasks_per_h(line.gpu_model)
+        if (
+            line.state is InstanceState.PRODUCING
+            and line.machine_id is not None
+            and line.tasks_completed >= MIN_TASKS_FOR_MEASURE
+            and line.throughput_tasks_per_h
+            and reference
+        ):
+            ratios[line.machine_id] = line.throughput_tasks_per_h / (reference * line.num_gpus)
+    return ratios
 
 
 def bench_ratio(

@@ -15,9 +15,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
+from services.bench.tokens import REPORT_TOKEN_ENV, instance_report_token
 from services.provisioner import budget
 from services.provisioner.budget import BudgetLimits, Commitment, DaySpend, Refusal
-from services.provisioner.host_history import REMOVAL_INCIDENTS, HostHistory, Incident, IncidentKind, bench_ratio
+from services.provisioner.host_history import (
+    REMOVAL_INCIDENTS,
+    HostHistory,
+    Incident,
+    IncidentKind,
+    bench_ratio,
+    production_ratios,
+)
 from services.provisioner.metrics import ProvisionerMetrics
 from services.provisioner.ranking import (
     URGENT_HORIZON_H,
@@ -54,6 +62,7 @@ from shared.contract import (
     BenchResult,
     DemandSignal,
     DestroyInstance,
+    FleetSnapshot,
     ForeignInstance,
     InstanceObserved,
     InstanceState,
@@ -590,6 +599,9 @@ class Provisioner:
             "FLEETPILOT_INSTANCE_LABEL": label,
             "FLEETPILOT_IDEMPOTENCY_KEY": command.idempotency_key,
         }
+        if config.report_token is not None:
+            # this machine's own token: its host can report for this instance and no other (bench/tokens.py)
+            env[REPORT_TOKEN_ENV] = instance_report_token(config.report_token, label)
         for port in config.worker_ports:
             env[f"-p {port}:{port}"] = "1"  # vast's SDK passes port mappings as env keys
         return {
@@ -831,6 +843,16 @@ class Provisioner:
                 history.record_measure(instance.machine_id, ratio, now)
             history.forget_old(now)
             await self.store.save_history(history)
+
+    async def learn_production(self, snapshot: FleetSnapshot) -> None:
+        """What each producing machine did for us: the measure ranking prefers to any benchmark its host ran."""
+        ratios = production_ratios(snapshot.instances)
+        if not ratios:
+            return
+        async with self._exclusive():
+            for machine_id, ratio in ratios.items():
+                self.history.record_task_throughput(machine_id, ratio, snapshot.occurred_at)
+            await self.store.save_history(self.history)
 
     async def learn_demand(self, signal: DemandSignal) -> None:
         observed = {k: v for k, v in signal.throughput_by_gpu_model_tasks_per_h.items() if v > 0}

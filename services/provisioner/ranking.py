@@ -175,7 +175,7 @@ def rank(
     for offer in offers:
         if not acceptable(offer, constraints):
             continue
-        per_gpu = expected_per_gpu_tasks_per_h(offer, knowledge, history)
+        per_gpu = expected_per_gpu_tasks_per_h(offer, knowledge, history, now)
         if per_gpu is None:
             continue
         tasks_per_h = per_gpu * offer.num_gpus
@@ -201,16 +201,22 @@ def rank(
     return ranked
 
 
+# A benchmark is the host's own report: it may rank its machine down freely, but up by this much at most, so a
+# made-up fast run cannot make a machine look nearly free per task (1.1: a healthy card's spread over its model).
+BENCH_RATIO_AT_MOST = 1.1
+
+
 def expected_per_gpu_tasks_per_h(
-    offer: VastOffer, knowledge: ThroughputKnowledge, history: HostHistory
+    offer: VastOffer, knowledge: ThroughputKnowledge, history: HostHistory, now: datetime
 ) -> float | None:
     """This machine's own bench ratio times its model's reference, else the fleet's observation of the model.
 
     Never both: the ratio is measured against the reference, so it already holds whatever makes the model faster or
     slower than its reference, which is what the fleet's observation holds too.
     """
-    ratio = history.throughput_ratio(offer.machine_id)
+    measure = history.fresh_measure(offer.machine_id, now)
     model = gpu_models.find(offer.gpu_name)
-    if ratio is not None and model is not None:
-        return model.reference_tasks_per_h * ratio
+    if measure is not None and model is not None:
+        ratio = measure.ratio_to_reference
+        return model.reference_tasks_per_h * (min(ratio, BENCH_RATIO_AT_MOST) if measure.source == "bench" else ratio)
     return knowledge.per_gpu_tasks_per_h(offer.gpu_name)

@@ -9,7 +9,8 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.bench.config import BenchSettings
-from services.bench.onstart import exit_for_setting, onstart_command
+from services.bench.onstart import onstart_command
+from shared.live_mode import exit_for_setting
 
 # vast.ai's documented per-endpoint minimum intervals (s) between requests; it sends no Retry-After, so the
 # client spaces its own calls by these. Search is "10 per minute per IP".
@@ -68,8 +69,8 @@ class ProvisionerSettings(BaseSettings):
     )
     report_token: SecretStr | None = Field(
         default=None,
-        description="the token rented machines file their suite report with; unset: FLEETPILOT_BENCH_REPORT_TOKEN "
-        "(bench's), so one variable serves both",
+        description="the report secret: each instance is created with its own token, an HMAC of its label under "
+        "it; unset: FLEETPILOT_BENCH_REPORT_TOKEN (bench's), so one variable serves both",
     )
     onstart: str | None = Field(
         default=None,
@@ -148,7 +149,7 @@ class ProvisionerSettings(BaseSettings):
             raise ValueError(
                 "the default onstart needs FLEETPILOT_PROVISIONER_BENCH_URL and FLEETPILOT_BENCH_REPORT_TOKEN"
             )
-        return onstart_command(self.bench_url, self.report_token.get_secret_value())
+        return onstart_command(self.bench_url)
 
     def check_onstart(self) -> None:
         """At start, not at the first launch: a machine rented without its benchmark would be paid for and

@@ -19,6 +19,9 @@ class BenchRequest(Event):
     kind: BenchKind
     url: str | None = Field(default=None, max_length=2000, description="the endpoint, for a serving benchmark")
     reason: str = Field(default="", max_length=500)
+    # a GPU bench of a rented instance is judged only on the report its own token proves, against vast's listing
+    label: str | None = Field(default=None, max_length=256, description="the instance's label (ours, from vast)")
+    gpu_model: str | None = Field(default=None, max_length=64, description="the GPU vast lists for the instance")
 
 
 class BenchResult(Event):

@@ -23,14 +23,12 @@ def main(
     minutes: int = typer.Option(None, help="replay only this many minutes"),
     scale: float = typer.Option(1.0, help="multiply arrivals by this factor"),
     bench_report_url: str = typer.Option(None, help="bench's report intake, where booting machines file results"),
-    bench_report_token: str = typer.Option(None, envvar="FLEETPILOT_BENCH_REPORT_TOKEN", help="the intake's token"),
 ) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings()
     config = JobRunConfig(
         trace=window_of(list(load_trace(trace).arrivals_per_min), start_minute, minutes, scale),
         bench_report_url=bench_report_url,
-        bench_report_token=bench_report_token,
         worker_boot_s=worker_boot_s,
         drain_limit_s=drain_limit_s,
         summary_path=summary,

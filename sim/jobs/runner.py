@@ -45,7 +45,6 @@ class JobRunConfig:
     summary_path: Path | None = None
     # where a booting machine files its GPU suite report (bench's intake), as vast's onstart would make it
     bench_report_url: str | None = None
-    bench_report_token: str | None = None
     bench_min_time_s: float = 0.05  # per measurement of the suite's CPU variant: short, the demo runs many
 
 
@@ -152,8 +151,8 @@ class JobRunner:
         self.world = JobWorld()
         self.running_since: dict[int, datetime] = {}
         self.reported: set[int] = set()
-        url, token = config.bench_report_url, config.bench_report_token
-        self.suites = DemoMachineSuites(url, token, min_time_s=config.bench_min_time_s) if url and token else None
+        url = config.bench_report_url
+        self.suites = DemoMachineSuites(url, min_time_s=config.bench_min_time_s) if url else None
 
     async def run(self) -> dict[str, Any]:
         nc = await nats.connect(**nats_connect_options(self.settings), max_reconnect_attempts=-1)
@@ -198,11 +197,13 @@ class JobRunner:
             return  # unknown: keep the workers we had rather than pretend every machine vanished
         factors = await throughput_factors(vast)
         up = workers_up(listed, self.running_since, now, self.config.worker_boot_s, factors)
-        # the onstart suite runs at container start: as soon as vast says running, before the worker is up
+        # the onstart suite runs at container start: as soon as vast says running, before the worker is up,
+        # with the environment the instance was created with (its own report token among it)
+        created_env = {int(row["id"]): dict(row.get("extra_env") or []) for row in listed}
         for instance_id in self.running_since:
             if instance_id not in self.reported and self.suites is not None:
                 self.reported.add(instance_id)
-                self.suites.start(instance_id)
+                self.suites.start(instance_id, created_env.get(instance_id, {}))
         self.world.set_workers(up)
 
     async def _publish(self, js: Any, steps: list[TaskStep]) -> None:

@@ -2,8 +2,9 @@
 
 A rented machine runs `services.bench.onstart.onstart_command`'s line at container start. The simulated
 machines have no GPU, so the job stand-in runs the same two steps with the suite's CPU variant (numpy): the
-script is downloaded from bench's `GET /bench/suite.py`, run as its own process with vast's `CONTAINER_ID` in
-its environment, and it measures and POSTs its report with the token, as on vast. Nothing here is computed
+script is downloaded from bench's `GET /bench/suite.py`, run as its own process with the environment the
+instance was created with (its label and its own report token) and vast's `CONTAINER_ID`, and it measures
+and POSTs its report with that token, as on vast. Nothing here is computed
 from the reference table: the figures are this machine's CPU measured now.
 """
 
@@ -15,6 +16,7 @@ import logging
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
@@ -37,9 +39,8 @@ def suite_url_for(report_url: str) -> str:
 class DemoMachineSuites:
     """Runs the suite once per instance, in the background; `outcomes` holds each run's exit code."""
 
-    def __init__(self, report_url: str, token: str, *, min_time_s: float = 0.05) -> None:
+    def __init__(self, report_url: str, *, min_time_s: float = 0.05) -> None:
         self.report_url = report_url
-        self.token = token
         self.min_time_s = min_time_s
         self.outcomes: dict[int, int] = {}
         self._limit = asyncio.Semaphore(CONCURRENT_SUITES)
@@ -47,8 +48,9 @@ class DemoMachineSuites:
         self._workdir = tempfile.TemporaryDirectory(prefix="fleetpilot-suite-")
         self._script: Path | None = None
 
-    def start(self, instance_id: int) -> None:
-        task = asyncio.create_task(self._run(instance_id), name=f"suite-{instance_id}")
+    def start(self, instance_id: int, instance_env: Mapping[str, str]) -> None:
+        """`instance_env`: what the instance was created with (vast lists it as `extra_env`)."""
+        task = asyncio.create_task(self._run(instance_id, dict(instance_env)), name=f"suite-{instance_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -75,7 +77,7 @@ class DemoMachineSuites:
             self._script = path
         return self._script
 
-    async def _run(self, instance_id: int) -> None:
+    async def _run(self, instance_id: int, instance_env: dict[str, str]) -> None:
         async with self._limit:
             try:
                 script = await self._fetch_script()
@@ -84,8 +86,8 @@ class DemoMachineSuites:
                 return
             env = {
                 **{k: v for k, v in os.environ.items() if not k.startswith("FLEETPILOT_")},
+                **{k: v for k, v in instance_env.items() if not k.startswith("-p ")},  # port mappings are no env
                 "CONTAINER_ID": str(instance_id),  # what vast sets inside an instance
-                "FLEETPILOT_BENCH_TOKEN": self.token,
             }
             process = await asyncio.create_subprocess_exec(
                 sys.executable, str(script), "--device", "cpu", "--report-url", self.report_url,

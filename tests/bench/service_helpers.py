@@ -13,10 +13,12 @@ import uvicorn
 from faststream.asgi import AsgiFastStream
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
+from pydantic import SecretStr
 
 from services.bench.config import BenchSettings
 from services.bench.gpu_suite import SCHEMA
 from services.bench.references import reference_for
+from services.bench.tokens import instance_report_token
 from shared.bus import event_headers
 from shared.contract import BenchRequest
 from shared.processes import free_port
@@ -62,8 +64,38 @@ async def request_bench(js: JetStreamContext, settings: Settings, request: Bench
     )
 
 
-def gpu_request(instance_id: int | None, occurred_at: datetime = NOW) -> BenchRequest:
-    return BenchRequest(occurred_at=occurred_at, source="fleet", instance_id=instance_id, kind="gpu")
+def label_for(instance_id: int) -> str:
+    """The label the provisioner would have given the instance (one launch per instance in these tests)."""
+    return f"fleetpilot:launch-{instance_id}:0"
+
+
+def token_for(instance_id: int, label: str | None = None) -> str:
+    """The report token the provisioner puts in that instance's environment."""
+    return instance_report_token(SecretStr(TOKEN), label or label_for(instance_id))
+
+
+def instance_env(instance_id: int) -> dict[str, str]:
+    """What the provisioner creates the instance with, as far as its suite needs."""
+    return {"FLEETPILOT_INSTANCE_LABEL": label_for(instance_id), "FLEETPILOT_BENCH_TOKEN": token_for(instance_id)}
+
+
+def gpu_request(
+    instance_id: int | None,
+    occurred_at: datetime = NOW,
+    gpu_model: str | None = "H100 SXM",
+    label: str | None = None,
+) -> BenchRequest:
+    """fleet's request for a registered instance, with the label and GPU it learned from vast's listing."""
+    if instance_id is not None:
+        label = label or label_for(instance_id)
+    return BenchRequest(
+        occurred_at=occurred_at,
+        source="fleet",
+        instance_id=instance_id,
+        kind="gpu",
+        label=label,
+        gpu_model=gpu_model if instance_id is not None else None,
+    )
 
 
 def suite_report(
@@ -87,7 +119,9 @@ def suite_report(
     }
 
 
-async def post_report(base_url: str, report: dict[str, Any], token: str = TOKEN) -> httpx.Response:
+async def post_report(base_url: str, report: dict[str, Any], token: str | None = None) -> httpx.Response:
+    """POST as the machine the report names would (its own token), unless `token` says otherwise."""
+    token = token if token is not None else token_for(report["instance_id"])
     async with httpx.AsyncClient(base_url=base_url, timeout=10) as client:
         return await client.post("/bench/report", json=report, headers={"authorization": f"Bearer {token}"})
 

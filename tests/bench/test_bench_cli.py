@@ -88,14 +88,12 @@ def test_bench_serving_refuses_bad_levels_naming_them() -> None:
     assert "1,x" in outcome.output
 
 
-def test_bench_onstart_prints_the_line_for_vast_and_needs_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("FLEETPILOT_BENCH_REPORT_TOKEN", raising=False)
-    refused = runner.invoke(app, ["bench", "onstart", "--bench-url", "https://bench.example"])
-    assert refused.exit_code == 2 and "FLEETPILOT_BENCH_REPORT_TOKEN" in refused.output
-
+def test_bench_onstart_prints_the_line_for_vast_without_any_token(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLEETPILOT_BENCH_REPORT_TOKEN", "t0ken")
     printed = runner.invoke(app, ["bench", "onstart", "--bench-url", "https://bench.example/"])
     assert printed.exit_code == 0, printed.output
     line = printed.stdout.strip()
     assert "https://bench.example/bench/suite.py" in line and "--report-url https://bench.example/bench/report" in line
     assert "--device cuda" in line and line.endswith("&")  # in the background: the image's own start goes on
+    # the same line goes to every machine: each one's token comes in its own environment, never in here
+    assert "t0ken" not in line and "FLEETPILOT_BENCH_TOKEN" not in line

@@ -44,10 +44,12 @@ from tests.bench.service_helpers import (
     bench_settings,
     collect,
     gpu_request,
+    label_for,
     over_http,
     post_report,
     request_bench,
     suite_report,
+    token_for,
 )
 from tests.helpers import eventually
 from tests.sim_vast.harness import StartVast, start_vast
@@ -110,14 +112,18 @@ async def test_a_degraded_and_a_failed_machine_reach_the_provisioners_host_histo
             assert slow_machine is not None and broken_machine is not None
 
             async with over_http(bench) as bench_url:
-                for instance_id in (slow_id, broken_id):
-                    await request_bench(js, settings, gpu_request(instance_id, occurred_at=sim_clock.now()))
+                labels = {i: known[i].label for i in (slow_id, broken_id)}
+                for instance_id, label in labels.items():
+                    request = gpu_request(instance_id, sim_clock.now(), gpu_model="RTX 4090", label=label)
+                    await request_bench(js, settings, request)
                 half_speed = suite_report(slow_id, 0.5, gpu_name="NVIDIA GeForce RTX 4090")
                 erroring = suite_report(
                     broken_id, 1.0, ["matmul_bf16: CUDA error: unspecified launch failure"], "RTX 4090"
                 )
-                assert (await post_report(bench_url, half_speed)).status_code == 202
-                assert (await post_report(bench_url, erroring)).status_code == 202
+                # each with its own machine's token, as the provisioner created it
+                slow_token, broken_token = (token_for(i, labels[i]) for i in (slow_id, broken_id))
+                assert (await post_report(bench_url, half_speed, token=slow_token)).status_code == 202
+                assert (await post_report(bench_url, erroring, token=broken_token)).status_code == 202
                 await eventually(lambda: len(results) == 2)
 
                 async def learned() -> bool:
@@ -163,6 +169,7 @@ async def test_fleet_asks_for_verdicts_and_moves_its_instances_on_them(
                     state=InstanceState.RUNNING,
                     gpu_model="RTX 4090",
                     price_usd_per_h=0.5,
+                    label=label_for(instance_id),  # fleet passes the label on to bench with its request
                 )
                 await publish_to(js, subjects.provision_instance(InstanceState.RUNNING), observed, INSTANCES, settings)
                 started = TaskEvent(

@@ -20,6 +20,7 @@ from services.bench.collect import result_event_id
 from services.bench.intake import intake_app
 from services.bench.metrics import BenchMetrics
 from services.bench.onstart import onstart_command
+from services.bench.rate_limit import PerKeyRateLimit
 from services.bench.store import BenchStore
 from shared.clock import RealClock, SimulatedClock
 from shared.contract import BenchRequest, BenchResult, DeadLetter
@@ -31,14 +32,16 @@ from sim.openai.process import OpenAIStandIn
 from sim.openai.server import StandInConfig
 from tests.bench.service_helpers import (
     NOW,
-    TOKEN,
     bench_settings,
     collect,
     gpu_request,
+    instance_env,
+    label_for,
     over_http,
     post_report,
     request_bench,
     suite_report,
+    token_for,
 )
 from tests.helpers import eventually
 
@@ -78,21 +81,22 @@ async def test_the_onstart_line_fetches_the_suite_runs_it_and_reports_before_the
 ) -> None:
     results = await collect(nc, settings.subjects.bench_result, BenchResult)
     ctx = ServiceContext("bench", settings, RealClock())
-    app = build(ctx, bench_settings())
+    app = build(ctx, bench_settings(cpu_reports="correctness_only"))
     redis = Redis.from_url(settings.redis_url)
     store = BenchStore(redis, settings.subjects.prefix, 600)
     async with over_http(app) as base_url:
         # What vast runs at container start; "cpu" because this machine has no GPU (the real line says cuda).
-        line = onstart_command(base_url, TOKEN, device="cpu", suite_dir=str(tmp_path))
+        line = onstart_command(base_url, device="cpu", suite_dir=str(tmp_path))
         environment = {
             **os.environ,
+            **instance_env(202),  # what the provisioner created the instance with
             "CONTAINER_ID": "202",
             "OPENBLAS_NUM_THREADS": "1",  # two BLAS threads fighting the test for two cores crawl
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         }
         shell = await asyncio.create_subprocess_exec("bash", "-c", line, env=environment)
         assert await asyncio.wait_for(shell.wait(), timeout=30) == 0  # returns at once: the suite runs on behind
-        await eventually(lambda: store.report(202), timeout_s=30)
+        await eventually(lambda: store.report(label_for(202)), timeout_s=30)
         assert results == []  # nobody asked yet: the report waits
 
         request = gpu_request(202)
@@ -112,7 +116,7 @@ async def test_bad_reports_are_refused_with_the_reason(
     ctx = ServiceContext("bench", settings, RealClock())
     app = build(ctx, bench_settings())
     async with over_http(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
-        good = {"authorization": f"Bearer {TOKEN}"}
+        good = {"authorization": f"Bearer {token_for(1)}"}
         wrong_token = await client.post("/bench/report", json=suite_report(1, 1.0), headers={"authorization": "x"})
         assert wrong_token.status_code == 401
 
@@ -137,7 +141,7 @@ async def test_without_a_configured_token_every_report_is_refused() -> None:
     async def never(instance_id: int, report: Any) -> bool:
         raise AssertionError("no report may get through")
 
-    intake = intake_app(never, None, BenchMetrics(CollectorRegistry()), 1024)
+    intake = intake_app(never, None, BenchMetrics(CollectorRegistry()), 1024, PerKeyRateLimit(1, 1.0), RealClock())
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=intake), base_url="http://bench") as client:
         response = await client.post("/bench/report", json=suite_report(1, 1.0), headers={"authorization": "Bearer "})
         assert response.status_code == 503 and "FLEETPILOT_BENCH_REPORT_TOKEN" in response.text

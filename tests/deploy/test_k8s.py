@@ -309,3 +309,21 @@ def test_monitoring_is_optional() -> None:
     for overlay in OVERLAYS:
         kinds = {doc["kind"] for doc in rendered(overlay)}
         assert not kinds & {"PodMonitor", "ServiceMonitor", "PrometheusRule"}, overlay
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_bench_intake_limits_each_client_and_prod_serves_it_over_tls_only(overlay: str) -> None:
+    """Rented machines post their reports and tokens from the internet: nginx caps body and rate per address, and
+    prod's intake is https only, at the host the provisioner's onstart reaches."""
+    intake = objects(overlay, "Ingress")["bench-intake"]
+    annotations = intake["metadata"]["annotations"]
+    assert annotations["nginx.ingress.kubernetes.io/proxy-body-size"] == "64k"
+    assert int(annotations["nginx.ingress.kubernetes.io/limit-rpm"]) > 0
+    assert int(annotations["nginx.ingress.kubernetes.io/limit-connections"]) > 0
+    [rule] = intake["spec"]["rules"]
+    [provisioner] = containers(objects(overlay, "Deployment")["provisioner"])
+    bench_url = env_of(provisioner)["FLEETPILOT_PROVISIONER_BENCH_URL"]["value"]
+    assert bench_url == f"https://{rule['host']}"
+    if overlay == "prod":
+        assert intake["spec"]["tls"] == [{"hosts": [rule["host"]], "secretName": "bench-intake-tls"}]
+        assert annotations["nginx.ingress.kubernetes.io/force-ssl-redirect"] == "true"

@@ -23,7 +23,7 @@ POISON = b'{"poison": "a message no contract model accepts"}'
 CONSUMED: dict[str, tuple[str, ...]] = {
     SUBJECTS.task("submitted"): ("demand", "fleet"),
     SUBJECTS.queue: ("demand", "fleet"),
-    SUBJECTS.fleet_snapshot_published: ("demand",),
+    SUBJECTS.fleet_snapshot_published: ("demand", "provisioner"),
     SUBJECTS.demand_signal: ("provisioner",),
     f"{SUBJECTS.prefix}.provision.instance.running": ("fleet",),
     SUBJECTS.bench_result: ("fleet", "provisioner"),

@@ -12,16 +12,17 @@ from shared.contract import BenchResult
 from shared.service import ServiceContext
 from shared.settings import Settings
 from sim.jobs.suite import DemoMachineSuites, suite_url_for
-from tests.bench.service_helpers import TOKEN, bench_settings, collect, gpu_request, over_http, request_bench
+from tests.bench.service_helpers import bench_settings, collect, gpu_request, instance_env, over_http, request_bench
 from tests.helpers import eventually
 
 
-async def run_suites(base_url: str, token: str, *instance_ids: int) -> DemoMachineSuites:
-    """As many demo machines starting at once, each running the suite to the end."""
-    suites = DemoMachineSuites(f"{base_url}/bench/report", token, min_time_s=0.02)
+async def run_suites(base_url: str, *instance_ids: int, token: str | None = None) -> DemoMachineSuites:
+    """As many demo machines starting at once, each running the suite to the end with its created environment."""
+    suites = DemoMachineSuites(f"{base_url}/bench/report", min_time_s=0.02)
     try:
         for instance_id in instance_ids:
-            suites.start(instance_id)
+            env = instance_env(instance_id)
+            suites.start(instance_id, env if token is None else {**env, "FLEETPILOT_BENCH_TOKEN": token})
         await suites.wait()
     finally:
         await suites.aclose()
@@ -36,9 +37,9 @@ async def test_a_demo_machine_fetches_the_suite_runs_it_and_its_measurements_rea
     settings: Settings, nc: NatsClient, js: JetStreamContext
 ) -> None:
     results = await collect(nc, settings.subjects.bench_result, BenchResult)
-    app = build(ServiceContext("bench", settings, RealClock()), bench_settings())
+    app = build(ServiceContext("bench", settings, RealClock()), bench_settings(cpu_reports="correctness_only"))
     async with over_http(app) as base_url:
-        suites = await run_suites(base_url, TOKEN, 4242, 4343)
+        suites = await run_suites(base_url, 4242, 4343)
         await request_bench(js, settings, gpu_request(4242))
         await eventually(lambda: len(results) == 1, timeout_s=20)
     assert suites.outcomes == {4242: 0, 4343: 0}
@@ -55,6 +56,6 @@ async def test_a_wrong_token_is_refused_and_no_verdict_is_made_up(
     results = await collect(nc, settings.subjects.bench_result, BenchResult)
     app = build(ServiceContext("bench", settings, RealClock()), bench_settings())
     async with over_http(app) as base_url:
-        suites = await run_suites(base_url, "not-the-token", 4444)
+        suites = await run_suites(base_url, 4444, token="not-the-token")
     assert suites.outcomes == {4444: 2}  # the suite says its report was refused
     assert results == []

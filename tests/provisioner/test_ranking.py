@@ -16,8 +16,10 @@ from services.provisioner.host_history import (
     Incident,
     IncidentKind,
     bench_ratio,
+    production_ratios,
 )
 from services.provisioner.ranking import (
+    BENCH_RATIO_AT_MOST,
     PULL_AMORTISED_OVER_H,
     OfferConstraints,
     StartupModel,
@@ -27,6 +29,7 @@ from services.provisioner.ranking import (
     search_query,
 )
 from services.provisioner.vast_models import VastOffer
+from shared.contract import InstanceLine, InstanceState
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 ANY = OfferConstraints(allowed_gpu_models=("RTX 4090", "RTX 5090", "RTX 3090"), max_price_usd_per_h=1.0)
@@ -190,3 +193,50 @@ def test_a_host_that_prices_its_bandwidth_high_ranks_below_a_dearer_machine_with
     assert [r.pull_cost_usd for r in ordered] == pytest.approx([0.05, 10.0])
     amortised_usd_per_h = 0.45 + 10.0 / PULL_AMORTISED_OVER_H
     assert ordered[1].expected_usd_per_task == pytest.approx(amortised_usd_per_h / 120.0)
+
+
+def test_a_made_up_fast_benchmark_raises_a_machine_only_a_little() -> None:
+    """A host reported every metric a billion times over: its machine may look 10% faster, not free per task."""
+    offers = [offer(1, "RTX 4090", 0.50, machine=500), offer(2, "RTX 4090", 0.44, machine=600)]
+    history = HostHistory()
+    history.record_measure(500, 8e6, NOW)
+    ordered = rank(offers, ANY, ThroughputKnowledge(), history, NOW)
+    assert [r.offer.id for r in ordered] == [2, 1]
+    assert ordered[1].expected_tasks_per_h == pytest.approx(120.0 * BENCH_RATIO_AT_MOST)
+
+
+def test_a_benchmark_lowers_a_machine_freely_and_expires() -> None:
+    offers = [offer(1, "RTX 4090", 0.25, machine=500), offer(2, "RTX 4090", 0.50, machine=600)]
+    history = HostHistory()
+    history.record_measure(500, 0.3, NOW)
+    assert rank(offers, ANY, ThroughputKnowledge(), history, NOW)[0].offer.id == 2
+    later = NOW + timedelta(days=8)  # the old figure is no longer this machine's: the model's reference again
+    assert rank(offers, ANY, ThroughputKnowledge(), history, later)[0].offer.id == 1
+    history.forget_old(later)
+    assert history.measured == {}
+
+
+def test_what_a_machine_produced_outranks_its_benchmark() -> None:
+    offers = [offer(1, "RTX 4090", 0.50, machine=500)]
+    history = HostHistory()
+    history.record_task_throughput(500, 1.3, NOW)  # measured on our tasks: believed beyond the bench clamp
+    history.record_measure(500, 0.5, NOW + timedelta(hours=1))  # a later benchmark does not replace it
+    [ranked] = rank(offers, ANY, ThroughputKnowledge(), history, NOW + timedelta(hours=2))
+    assert ranked.expected_tasks_per_h == pytest.approx(120.0 * 1.3)
+
+
+def test_only_a_machine_producing_for_a_while_gives_a_production_ratio() -> None:
+    def line(instance_id: int, state: InstanceState, tasks: int, machine: int | None = 500) -> InstanceLine:
+        return InstanceLine(
+            instance_id=instance_id, state=state, gpu_model="RTX 4090", num_gpus=2, price_usd_per_h=1.0,
+            machine_id=machine, created_at=NOW, state_since=NOW, tasks_completed=tasks,
+            throughput_tasks_per_h=120.0, line=f"#{instance_id}",
+        )  # fmt: skip
+
+    lines = [
+        line(1, InstanceState.PRODUCING, 40),  # two 4090s at 120 tasks/h together: half the reference each
+        line(2, InstanceState.PRODUCING, 3, machine=501),  # too few tasks yet to say anything of the machine
+        line(3, InstanceState.DRAINING, 400, machine=502),
+        line(4, InstanceState.PRODUCING, 400, machine=None),
+    ]
+    assert production_ratios(lines) == {500: pytest.approx(0.5)}

@@ -11,7 +11,9 @@ import sys
 import pytest
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
+from pydantic import SecretStr
 
+from services.bench.tokens import label_of_token
 from services.provisioner.app import ProvisionerService
 from services.provisioner.reconcile import launch_label, parse_label
 from services.provisioner.settings import DEFAULT_IMAGE, ProvisionerSettings
@@ -23,6 +25,8 @@ from shared.contract import (
     DemandState,
     DemandTrend,
     DestroyInstance,
+    FleetSnapshot,
+    InstanceLine,
     InstanceState,
     LaunchInstances,
     LaunchReason,
@@ -126,10 +130,17 @@ async def test_launch_rents_the_best_offer_per_task_and_reports_it(
     view = simulator.world.sim_view(simulator.world.instances[result.instance_ids[0]], sim_clock.now())
     assert view["container_env"]["FLEETPILOT_INSTANCE_LABEL"].startswith("fleetpilot:default:launch-001:")
     assert view["container_env"]["CONTAINER_ID"] == str(result.instance_ids[0])
-    # the default onstart runs bench's suite: fetched from the bench URL, reported with the token
+    # the default onstart runs bench's suite: fetched from the bench URL, reported with this instance's own token
     assert view["onstart"] == QUIET.onstart_line()
     assert "http://bench.test:8000/bench/suite.py" in view["onstart"]
-    assert "http://bench.test:8000/bench/report" in view["onstart"] and "report-token-for-tests" in view["onstart"]
+    assert "http://bench.test:8000/bench/report" in view["onstart"] and "report-token-for-tests" not in view["onstart"]
+    envs = [simulator.world.sim_view(simulator.world.instances[i], sim_clock.now()) for i in result.instance_ids]
+    tokens = {v["container_env"]["FLEETPILOT_BENCH_TOKEN"] for v in envs}
+    assert len(tokens) == 2  # one per machine: neither host can file the other's report
+    for each in envs:
+        label = each["container_env"]["FLEETPILOT_INSTANCE_LABEL"]
+        token = each["container_env"]["FLEETPILOT_BENCH_TOKEN"]
+        assert label_of_token(token, SecretStr("report-token-for-tests")) == label
     assert simulator.world.instances[result.instance_ids[0]].request.image == DEFAULT_IMAGE
 
 
@@ -547,7 +558,7 @@ def test_the_default_worker_is_a_real_image_with_the_bench_suite_as_onstart(monk
     config = ProvisionerSettings.from_environment()
     assert config.image == "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime" and config.min_cuda == 12.8
     line = config.onstart_line()
-    assert "https://bench.example.com/bench/suite.py" in line and "FLEETPILOT_BENCH_TOKEN=tok-123" in line
+    assert "https://bench.example.com/bench/suite.py" in line and "tok-123" not in line
     assert "--device cuda" in line and "--report-url https://bench.example.com/bench/report" in line
     config.check_onstart()  # complete: no exit
 
@@ -612,6 +623,35 @@ async def test_observed_throughput_from_the_demand_signal_reorders_offers(
             return await best() == OFFER_C
 
         await eventually(the_3090_leads, timeout_s=10)
+
+
+async def test_what_a_machine_produced_reorders_offers_on_its_machine(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
+) -> None:
+    """fleet's snapshot says the 4090 on machine 500 makes a third of its model's reference: offer A on that
+    machine falls behind A2, whatever a benchmark its host ran said."""
+    _, url = await start_vast(market_scenario())
+    line = InstanceLine(
+        instance_id=77, state=InstanceState.PRODUCING, gpu_model="RTX 4090", price_usd_per_h=0.48, host_id=50,
+        machine_id=500, created_at=NOW, state_since=NOW, tasks_completed=40, throughput_tasks_per_h=40.0,
+        line="#77 RTX 4090 producing",
+    )  # fmt: skip
+    snapshot = FleetSnapshot(
+        occurred_at=NOW, source="fleet", instances=[line], counts_by_state={InstanceState.PRODUCING: 1},
+        spend_usd_per_h=0.48, producing_instances=1, arriving_instances=0,
+    )  # fmt: skip
+    async with running_provisioner(settings, sim_clock, url) as service:
+        service.operations.history.record_measure(500, 8e6, NOW)  # a made-up benchmark, clamped
+        assert (await ask_offers(nc, settings)).offers[0].offer_id == OFFER_A
+
+        async def a2_leads() -> bool:
+            # re-sent until the provisioner's subscription is bound, as fleet publishes one every tick
+            await js.publish(settings.subjects.fleet_snapshot_published, snapshot.model_dump_json().encode())
+            return (await ask_offers(nc, settings)).offers[0].offer_id == OFFER_A2
+
+        await eventually(a2_leads, timeout_s=10)
+        measure = service.operations.history.measured[500]
+    assert measure.source == "tasks" and measure.ratio_to_reference == pytest.approx(40.0 / 120.0)
 
 
 async def test_two_replicas_share_the_commands_and_the_budget(
