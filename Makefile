@@ -10,6 +10,7 @@ DEV_LOCK := requirements/dev.lock
 SIM_LOCK := requirements/sim.lock
 PROD_LOCK := requirements/prod.lock
 BUILD_REQUIREMENTS := requirements/build.in
+CI_TOOLS_LOCK := requirements/ci-tools.lock
 UV_COMPILE := $(BIN)/uv pip compile --quiet --generate-hashes --universal --python-version 3.11
 # e.g. LOCK_ARGS="--upgrade-package httpx"; without it every version already locked is kept
 LOCK_ARGS ?=
@@ -28,12 +29,13 @@ $(STAMP): pyproject.toml $(DEV_LOCK)
 
 setup: $(STAMP)
 
-# Re-resolves the three locks after pyproject.toml changed: dev first (the versions it already holds are kept),
-# then sim and prod constrained to dev's versions, so the image runs what the tests ran
+# Re-resolves the locks after pyproject.toml changed: dev first (the versions it already holds are kept), then
+# sim and prod constrained to dev's versions, so the image runs what the tests ran; and .ci/run's own tools
 lock: $(STAMP)
 	$(UV_COMPILE) $(LOCK_ARGS) pyproject.toml $(BUILD_REQUIREMENTS) --extra dev --extra sim -o $(DEV_LOCK)
 	$(UV_COMPILE) $(LOCK_ARGS) pyproject.toml $(BUILD_REQUIREMENTS) --extra sim -c $(DEV_LOCK) -o $(SIM_LOCK)
 	$(UV_COMPILE) $(LOCK_ARGS) pyproject.toml $(BUILD_REQUIREMENTS) -c $(DEV_LOCK) -o $(PROD_LOCK)
+	$(UV_COMPILE) $(LOCK_ARGS) requirements/ci-tools.in -o $(CI_TOOLS_LOCK)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not soak" $(ARGS)

@@ -30,6 +30,7 @@ LOCKS = {
     "dev": REPO / "requirements" / "dev.lock",
     "sim": REPO / "requirements" / "sim.lock",
     "prod": REPO / "requirements" / "prod.lock",
+    "ci-tools": REPO / "requirements" / "ci-tools.lock",
 }
 SHA256_OPTION = re.compile(r"--hash=sha256:[0-9a-f]{64}")
 
@@ -78,7 +79,7 @@ def locked_requirements(lock: Path) -> list[str]:
 @pytest.mark.parametrize("name", sorted(LOCKS))
 def test_every_locked_requirement_has_an_exact_version_and_a_sha256(name: str) -> None:
     entries = locked_requirements(LOCKS[name])
-    assert len(entries) > 20
+    assert entries
     for entry in entries:
         requirement, _, options = entry.partition(" --hash=")
         assert re.match(r"^[a-z0-9._-]+==[^\s;]+( ;.+)?$", requirement), f"not an exact pin: {entry[:120]}"
@@ -126,6 +127,16 @@ def test_sim_and_prod_lock_the_versions_dev_tests() -> None:
     for name in ("sim", "prod"):
         for package, version in locked_versions(LOCKS[name]).items():
             assert dev.get(package) == version, f"{package} {version} in {name}.lock, {dev.get(package)} in dev"
+
+
+@pytest.mark.parametrize("script", ["Makefile", ".ci/run", "Dockerfile"])
+def test_every_pip_install_is_hash_checked_or_adds_no_dependencies(script: str) -> None:
+    """An install outside the locks (a bare `pip install name`) would bring whatever the index serves today."""
+    installs = [line.strip() for line in (REPO / script).read_text().splitlines() if "pip install" in line]
+    installs = [line for line in installs if not line.startswith("#")]
+    assert installs
+    for install in installs:
+        assert "--require-hashes -r " in install or "--no-deps" in install, f"{script}: {install}"
 
 
 def nats_tag_version(image: str) -> str:
