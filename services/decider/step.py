@@ -22,7 +22,7 @@ from services.decider.guardrails import (
     unobserved_launches,
 )
 from services.decider.policy import Policy, Recommendation
-from shared.contract import Action, DemandSignal, FleetSnapshot, GuardrailVerdict
+from shared.contract import Action, DemandSignal, FleetSnapshot, GuardrailVerdict, LaunchInstances
 
 SOURCE = "decider"
 # not a guardrail: a run that only an operator's message started answers it and sends nothing (`fleetpilot
@@ -119,7 +119,28 @@ def plan_run(
         for action in actions:
             verdict, after = judge(action, after, now, guardrails, answer_only=answer_only)
             verdicts.append(verdict)
+    explanation += guardrail_note(actions, verdicts)
     return RunPlan(recommendation, explanation, actions, tuple(verdicts), ledger, after, pending, error)
+
+
+def guardrail_note(proposed: Sequence[Action], verdicts: Sequence[GuardrailVerdict]) -> str:
+    """What the guardrails changed of the policy's actions, naming the limit: the explanation never says "launch
+    5" where 2 went out. Empty when every action passed as proposed."""
+    notes: list[str] = []
+    for action, verdict in zip(proposed, verdicts, strict=False):
+        if verdict.rule is None or verdict.rule == OPERATOR_QUESTION:
+            continue
+        granted = verdict.action
+        if isinstance(action, LaunchInstances) and isinstance(granted, LaunchInstances):
+            if verdict.verdict == "allowed":
+                notes.append(f"launch {action.count} -> {granted.count} ({verdict.rule})")
+            else:
+                notes.append(f"launch {action.count} refused ({verdict.rule})")
+        elif verdict.verdict == "refused":
+            notes.append(
+                f"{getattr(action, 'verb', 'act')} #{getattr(action, 'instance_id', '?')} refused ({verdict.rule})"
+            )
+    return f"; guardrails: {', '.join(notes)}" if notes else ""
 
 
 def _recommend(

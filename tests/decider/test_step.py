@@ -108,3 +108,16 @@ def test_a_fleet_known_by_its_totals_is_judged_by_the_same_launch_rules() -> Non
     totals = ledger_of_totals(fleet.spend_usd_per_h, len(fleet.instances), [])
     assert totals.committed_usd_per_h == plan.ledger_at_start.committed_usd_per_h
     assert totals.instance_count == plan.ledger_at_start.instance_count
+
+
+def test_the_explanation_says_what_the_guardrails_cut_and_names_the_limit() -> None:
+    demand, fleet = short_fleet()
+    plan = plan_run(demand, fleet, [], NOW, POLICY, GUARDRAILS, run_id="run-0001")
+    [launch] = plan.actions
+    assert isinstance(launch, LaunchInstances) and launch.count > 5
+    assert plan.explanation.startswith(f"launch {launch.count} (")
+    assert plan.explanation.endswith(f"; guardrails: launch {launch.count} -> 5 ({GuardrailRule.BUDGET.value})")
+    # nothing cut: nothing said
+    roomy = GuardrailConfig(budget_usd_per_h=100.0, max_instances=100, normal_max_price_usd_per_h=0.8,
+                            emergency_max_price_usd_per_h=1.2)  # fmt: skip
+    assert "guardrails:" not in plan_run(demand, fleet, [], NOW, POLICY, roomy, run_id="run-0002").explanation
