@@ -110,6 +110,12 @@ class ProvisionerMetrics:
             ["verb", "outcome"],
             registry=registry,
         )
+        self.commands_expired = Counter(
+            "fleetpilot_provisioner_commands_expired_total",
+            "Provision commands refused because they were taken after their expires_at, by verb",
+            ["verb"],
+            registry=registry,
+        )
         self.reconciliations = Counter(
             "fleetpilot_provisioner_reconciliations_total",
             "Reconciliations with vast.ai's instance list, by outcome (a failed list is unknown, not empty)",
@@ -124,11 +130,15 @@ class ProvisionerMetrics:
         )
         for rule in RefusalRule:
             self.launches_refused.labels(rule.value)
+        for verb in ("launch", "stop", "destroy", "resume"):
+            self.commands_expired.labels(verb)
         for status in VAST_STATUSES:
             self.instances.labels(status)
         for outcome in ("ok", "failed"):
             self.reconciliations.labels(outcome)
 
     def set_instances_by_status(self, counts: dict[str, int]) -> None:
+        for verb in ("launch", "stop", "destroy", "resume"):
+            self.commands_expired.labels(verb)
         for status in VAST_STATUSES:
             self.instances.labels(status).set(counts.get(status, 0))
