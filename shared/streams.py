@@ -31,6 +31,8 @@ MIB = 1024 * 1024
 # A command is decided on the demand of its moment: one queued this long (a provisioner outage) is dropped by the
 # stream, and the provisioner refuses any past its own expires_at before that (FLEETPILOT_DECIDER_COMMAND_TTL_S).
 COMMANDS_MAX_AGE_S = 15 * 60.0
+# the decider's default expiry of a command (one heartbeat of demand change; FLEETPILOT_DECIDER_COMMAND_TTL_S)
+DEFAULT_COMMAND_TTL_S = 300.0
 
 # Publishers set Nats-Msg-Id = event_id; JetStream drops a repeat inside this window (a retried publish
 # after a lost ack must not become two events).
