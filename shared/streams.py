@@ -24,9 +24,10 @@ MIB = 1024 * 1024
 
 # Every stream is bounded (security review, issue #24): all share one JetStream store, and with no limits a job
 # system flooding task events filled it until command and audit publishes failed, the fleet froze and kept
-# billing. The sum of max_bytes (under 2 GiB) stays well under the stores of deploy/nats/nats.conf (10 GB) and k8s
-# (8 GB), so no stream can take another's room; a test keeps the sum under each store. Sizes: a task event or
-# trigger is ~0.5 KB, a fleet snapshot or decision record up to ~100 KB; each limit is >= 10x a busy week's use.
+# billing. The sum of max_bytes (under 2 GiB) stays under half the stores of deploy/nats/nats.conf (10 GB) and k8s
+# (8 GB), so no stream can take another's room; a test keeps it so. Sizes: a task event is ~0.5 KB, so FP_DEMAND's
+# 256 MiB holds ~6 weeks at 120 tasks/h; FP_AUDIT's 1 GiB holds its 90 days at 30 runs/h of ~10 KB records (larger
+# records shorten that: the oldest go first).
 
 # A command is decided on the demand of its moment: one queued this long (a provisioner outage) is dropped by the
 # stream, and the provisioner refuses any past its own expires_at before that (FLEETPILOT_DECIDER_COMMAND_TTL_S).
