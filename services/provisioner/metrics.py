@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from shared.contract import RefusalRule
+from shared.subjects import PROVISION_VERBS
 
 VAST_ENDPOINTS = ("search", "create", "list_v1", "list_v0", "show", "manage", "destroy")
 VAST_STATUSES = ("provisioning", "created", "loading", "running", "stopped", "exited", "offline", "unknown", "other")
@@ -130,7 +131,7 @@ class ProvisionerMetrics:
         )
         for rule in RefusalRule:
             self.launches_refused.labels(rule.value)
-        for verb in ("launch", "stop", "destroy", "resume"):
+        for verb in PROVISION_VERBS:
             self.commands_expired.labels(verb)
         for status in VAST_STATUSES:
             self.instances.labels(status)
@@ -138,7 +139,5 @@ class ProvisionerMetrics:
             self.reconciliations.labels(outcome)
 
     def set_instances_by_status(self, counts: dict[str, int]) -> None:
-        for verb in ("launch", "stop", "destroy", "resume"):
-            self.commands_expired.labels(verb)
         for status in VAST_STATUSES:
             self.instances.labels(status).set(counts.get(status, 0))
