@@ -5,6 +5,7 @@ a job system flooding the store, and stale commands run after a provisioner outa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from datetime import UTC, datetime, timedelta
@@ -285,3 +286,12 @@ async def test_the_provisioner_refuses_a_command_queued_past_its_expiry(
         return await stream_messages(secured_nats, COMMANDS.name(SUBJECTS)) == 0
 
     await eventually(taken)
+
+
+async def test_fleetpilots_jetstream_is_capped_by_its_account(secured_nats: SecuredNats) -> None:
+    """Even the admin step cannot grow a stream past the account's file store (auth.conf: FLEETPILOT, 8 GB)."""
+    admin = (await secured_nats.connect("admin")).jetstream()
+    config = (await admin.stream_info(DEMAND.name(SUBJECTS))).config
+    with pytest.raises(nats.js.errors.APIError, match="insufficient storage"):
+        await admin.update_stream(dataclasses.replace(config, max_bytes=8 * 1024**3))
+    assert (await admin.stream_info(DEMAND.name(SUBJECTS))).config.max_bytes == DEMAND.max_bytes
