@@ -33,6 +33,9 @@ from tests.security.test_nats_permissions import (
     stream_messages,
 )
 
+# auth.conf's JOBS account: `limits: { max_connections: 32, ... }`
+JOBS_MAX_CONNECTIONS = 32
+
 # what a requester names as the reply subject to make a responder publish into a stream (the review's attack)
 HIJACKED_REPLIES = (SUBJECTS.provision_command("launch"), SUBJECTS.demand_signal)
 
@@ -295,3 +298,15 @@ async def test_fleetpilots_jetstream_is_capped_by_its_account(secured_nats: Secu
     with pytest.raises(nats.js.errors.APIError, match="insufficient storage"):
         await admin.update_stream(dataclasses.replace(config, max_bytes=8 * 1024**3))
     assert (await admin.stream_info(DEMAND.name(SUBJECTS))).config.max_bytes == DEMAND.max_bytes
+
+
+async def test_the_job_system_account_is_held_to_its_connections(secured_nats: SecuredNats) -> None:
+    for _ in range(JOBS_MAX_CONNECTIONS):
+        await secured_nats.connect("jobs")
+    with pytest.raises(nats.errors.Error, match="maximum account active connections exceeded"):
+        await asyncio.wait_for(
+            nats.connect(secured_nats.url, user="jobs", password=secured_nats.passwords["jobs"], allow_reconnect=False),
+            timeout=10,
+        )
+    # FleetPilot's own users are in another account: not held to the job system's count
+    await secured_nats.connect("operator")
