@@ -23,6 +23,7 @@ from faststream import AckPolicy
 from faststream._internal.middlewares import BaseMiddleware
 from faststream.exceptions import HandlerException
 from faststream.nats import NatsBroker, PullSub
+from faststream.nats.message import NatsMessage
 from faststream.nats.prometheus import NatsPrometheusMiddleware
 from faststream.nats.security import NatsSecurity, NatsUserPassword
 from nats.aio.msg import Msg
@@ -176,6 +177,30 @@ DEFAULT_INBOX_PREFIX = "_INBOX"
 def inbox_prefix(settings: Settings) -> str:
     """Where this connection's replies arrive: `_INBOX_<user>` for a NATS user, nats-py's `_INBOX` otherwise."""
     return f"{DEFAULT_INBOX_PREFIX}_{settings.nats_user}" if settings.nats_user else DEFAULT_INBOX_PREFIX
+
+
+def is_inbox(subject: str) -> bool:
+    """Whether `subject` is a requester's inbox (`_INBOX.…` or `_INBOX_<user>.…`), the only place a reply may go."""
+    head, dot, rest = subject.partition(".")
+    return bool(dot and rest) and (head == DEFAULT_INBOX_PREFIX or head.startswith(f"{DEFAULT_INBOX_PREFIX}_"))
+
+
+async def answer_request(broker: NatsBroker, metrics: BusMetrics, request: NatsMessage, answer: Event) -> None:
+    """Reply to a core NATS request, only ever into an inbox.
+
+    A requester chooses the reply subject: one that named `fp.cmd.provision.launch` or `fp.demand.signal` made
+    the responder publish a fleet snapshot into the command stream or over the latest demand signal (security
+    review, issue #24). deploy/nats/auth.conf lets responders publish to inboxes alone; this refuses, counts
+    and logs the attempt before it reaches the server.
+    """
+    reply_to = request.reply_to
+    if not reply_to:
+        return  # a plain publish on a request subject: nobody waits for an answer
+    if not is_inbox(reply_to):
+        metrics.refused_replies.labels(metrics.service, request.raw_message.subject).inc()
+        log.error("refused to answer %s into %r: a reply goes to an inbox only", request.raw_message.subject, reply_to)
+        return
+    await broker.publish(answer.model_dump_json().encode(), reply_to, headers={"content-type": "application/json"})
 
 
 def nats_tls(settings: Settings) -> ssl.SSLContext | None:

@@ -47,6 +47,13 @@ class BusMetrics:
             ["stream", "consumer"],
             registry=self.registry,
         )
+        # a request whose reply subject is no inbox (a confused-deputy attempt: "answer into the command stream")
+        self.refused_replies = Counter(
+            "fleetpilot_refused_replies_total",
+            "Requests not answered because their reply subject is not a requester's inbox",
+            ["service", "subject"],
+            registry=self.registry,
+        )
         for reason in get_args(DeadLetterReason):
             self.dead_letters.labels(self.service, reason)
         self.duplicates_ignored.labels(self.service)

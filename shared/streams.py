@@ -14,12 +14,26 @@ from dataclasses import dataclass
 import nats.errors
 from faststream.nats import ConsumerConfig, DeliverPolicy, JStream
 from nats.js import JetStreamContext
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from shared.subjects import Subjects
 
 DAY_S = 86_400.0
+MIB = 1024 * 1024
+
+# Every stream is bounded (security review, issue #24): all share one JetStream store, and with no limits a job
+# system flooding task events filled it until command and audit publishes failed, the fleet froze and kept
+# billing. The sum of max_bytes (under 2 GiB) stays under half the stores of deploy/nats/nats.conf (10 GB) and k8s
+# (8 GB), so no stream can take another's room; a test keeps it so. Sizes: a task event is ~0.5 KB, so FP_DEMAND's
+# 256 MiB holds ~6 weeks at 120 tasks/h; FP_AUDIT's 1 GiB holds its 90 days at 30 runs/h of ~10 KB records (larger
+# records shorten that: the oldest go first).
+
+# A command is decided on the demand of its moment: one queued this long (a provisioner outage) is dropped by the
+# stream, and the provisioner refuses any past its own expires_at before that (FLEETPILOT_DECIDER_COMMAND_TTL_S).
+COMMANDS_MAX_AGE_S = 15 * 60.0
+# the decider's default expiry of a command (one heartbeat of demand change; FLEETPILOT_DECIDER_COMMAND_TTL_S)
+DEFAULT_COMMAND_TTL_S = 300.0
 
 # Publishers set Nats-Msg-Id = event_id; JetStream drops a repeat inside this window (a retried publish
 # after a lost ack must not become two events).
@@ -43,6 +57,11 @@ class StreamSpec:
     max_age_s: float = 7 * DAY_S
     max_msgs_per_subject: int = -1
     description: str = ""
+    max_bytes: int = 64 * MIB
+    max_msgs: int = 100_000
+    # OLD: the newest matter (events, records); NEW: a full stream refuses the publish, its publisher sees the
+    # error and alerts, rather than dropping a queued command nobody has acted on
+    discard: DiscardPolicy = DiscardPolicy.OLD
 
     def name(self, subjects: Subjects) -> str:
         return f"{subjects.prefix.upper().replace('-', '_')}_{self.suffix}"
@@ -57,6 +76,9 @@ class StreamSpec:
             storage=StorageType.FILE,
             max_age=self.max_age_s,
             max_msgs_per_subject=self.max_msgs_per_subject,
+            max_bytes=self.max_bytes,
+            max_msgs=self.max_msgs,
+            discard=self.discard,
             duplicate_window=DUPLICATE_WINDOW_S,
         )
 
@@ -64,6 +86,9 @@ class StreamSpec:
 DEMAND = StreamSpec(
     "DEMAND",
     lambda s: [s.tasks_all, s.queue],
+    # the job system writes here, outside FleetPilot's control: a flood pushes out its own oldest events only
+    max_bytes=256 * MIB,
+    max_msgs=1_000_000,
     description="task events and queue snapshots from the job system",
 )
 LATEST = StreamSpec(
@@ -71,12 +96,16 @@ LATEST = StreamSpec(
     lambda s: [s.demand_signal, s.fleet_snapshot_published, s.provision_account],
     max_msgs_per_subject=1,
     max_age_s=DAY_S,
+    max_bytes=16 * MIB,
+    max_msgs=1_000,
     description="last value of the demand signal, the fleet snapshot and the provisioner's account view",
 )
 INSTANCES = StreamSpec(
     "INSTANCES",
     lambda s: [s.provision_instance_all, s.provision_result, s.fleet_instance_all],
     max_age_s=30 * DAY_S,
+    max_bytes=256 * MIB,
+    max_msgs=1_000_000,
     description="provisioner observations and results, fleet lifecycle transitions",
 )
 TRIGGERS = StreamSpec(
@@ -89,17 +118,33 @@ COMMANDS = StreamSpec(
     "COMMANDS",
     lambda s: [s.provision_commands_all, s.fleet_drain],
     retention=RetentionPolicy.WORK_QUEUE,
+    max_age_s=COMMANDS_MAX_AGE_S,
+    max_msgs=10_000,
+    # a full command queue refuses the next command (the decider counts and alerts: PUBLISH_FAILED) rather than
+    # silently dropping the oldest one that the provisioner has not taken yet
+    discard=DiscardPolicy.NEW,
     description="commands; a work queue so each is taken once (provisioner: provision.*, fleet: drain)",
 )
-BENCH = StreamSpec("BENCH", lambda s: [s.bench_request, s.bench_result], max_age_s=30 * DAY_S)
+BENCH = StreamSpec(
+    "BENCH", lambda s: [s.bench_request, s.bench_result], max_age_s=30 * DAY_S, max_bytes=128 * MIB, max_msgs=200_000
+)
 OPERATOR = StreamSpec("OPERATOR", lambda s: [s.operator_message, s.operator_reply], max_age_s=30 * DAY_S)
 AUDIT = StreamSpec(
     "AUDIT",
     lambda s: [s.decision_audit],
     max_age_s=90 * DAY_S,
+    max_bytes=1024 * MIB,
+    max_msgs=1_000_000,
     description="every decision with inputs, reasoning, actions, verdicts",
 )
-DLQ = StreamSpec("DLQ", lambda s: [f"{s.prefix}.dlq.>"], max_age_s=30 * DAY_S, description="rejected messages")
+DLQ = StreamSpec(
+    "DLQ",
+    lambda s: [f"{s.prefix}.dlq.>"],
+    max_age_s=30 * DAY_S,
+    max_bytes=128 * MIB,
+    max_msgs=200_000,
+    description="rejected messages",
+)
 
 ALL_STREAMS: tuple[StreamSpec, ...] = (
     DEMAND,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from shared.clock import ClockControl
 from shared.processes import free_port, serves_on, stop_process
+from shared.streams import DEFAULT_COMMAND_TTL_S
 from sim.clock_governor import ClockGovernor
 from sim.infra import NatsCluster, NatsServer, RedisServer
 
@@ -132,6 +133,9 @@ class Stack:
                 # the default image's 12.8 floor would only narrow the demo's market to the Blackwell cards
                 "FLEETPILOT_PROVISIONER_MIN_CUDA": "12.4",
                 "FLEETPILOT_DECIDER_MODE": "live",  # against the vast.ai stand-in; shadow is the default elsewhere
+                # a command's expiry is on the scaled clock, the provisioner's work on vast's stand-in takes wall
+                # time: at 360x the default 300 s would expire a launch queued behind another within a second
+                "FLEETPILOT_DECIDER_COMMAND_TTL_S": repr(DEFAULT_COMMAND_TTL_S * self.plan.speed),
             }
         )
         if http_port is not None:

@@ -11,6 +11,7 @@ from services.decider.guardrails import GuardrailConfig
 from services.decider.policy import PolicyConfig
 from services.decider.triggering import TriggerConfig
 from shared.settings import Settings
+from shared.streams import DEFAULT_COMMAND_TTL_S
 
 
 class DeciderSettings(BaseSettings):
@@ -46,6 +47,14 @@ class DeciderSettings(BaseSettings):
     )
     snapshot_max_age_s: float = Field(
         default=600.0, gt=0, description="a fleet snapshot older than this is stale: the run holds and alerts"
+    )
+    # a command is decided on the demand of now; queued through a provisioner outage it must not run on it later
+    # (5 min: one heartbeat's worth of demand change, well above a healthy provisioner's pick-up delay), in
+    # service-clock seconds; FP_COMMANDS drops any command after COMMANDS_MAX_AGE_S of wall time regardless.
+    command_ttl_s: float = Field(
+        default=DEFAULT_COMMAND_TTL_S,
+        gt=0,
+        description="each command expires this long after it is sent: the provisioner refuses it from then on",
     )
     snapshot_request_timeout_s: float = Field(
         default=2.0, gt=0, description="how long a run waits for fleet's snapshot"

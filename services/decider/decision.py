@@ -19,6 +19,8 @@ from shared.contract import (
     ResumeInstance,
     RunOutcome,
     StopInstance,
+    TriggerReason,
+    TriggerRef,
 )
 
 NEXT_CHECK_MIN_S = 30
@@ -30,6 +32,15 @@ def freshness(occurred_at: datetime | None, now: datetime, max_age_s: float) -> 
     if occurred_at is None:
         return "missing"
     return "stale" if (now - occurred_at).total_seconds() > max_age_s else "fresh"
+
+
+def answers_only(triggers: Sequence[TriggerRef]) -> bool:
+    """A run that an operator message is among the triggers of answers and sends no command.
+
+    Only "all triggers are operator messages" used to count: an operator who added a trigger of their own (a
+    `config_change`) to a question made its run act on the question's text (security review, issue #24).
+    """
+    return any(ref.reason is TriggerReason.OPERATOR_MESSAGE for ref in triggers)
 
 
 def idempotency_key(run_id: str, index: int) -> str:

@@ -62,3 +62,5 @@ class DeciderMetrics:
             self.guardrail_refusals.labels(rule.value)
         for outcome in ("acquired", "busy", "unavailable", "lost"):
             self.lock_attempts.labels(outcome)
+        # present from the start, so an alert rule's increase() sees the first failed command publish
+        self.alerts.labels("command_publish_failed")

@@ -19,7 +19,13 @@ from datetime import datetime, timedelta
 
 from services.decider.advisor import Advisor, AdvisorOutcome, RunInputs
 from services.decider.config import DeciderSettings
-from services.decider.decision import clamp_next_check_s, reply_without_agent, run_outcome, snapshot_digest
+from services.decider.decision import (
+    answers_only,
+    clamp_next_check_s,
+    reply_without_agent,
+    run_outcome,
+    snapshot_digest,
+)
 from services.decider.guardrails import (
     FleetLedger,
     GuardrailConfig,
@@ -61,6 +67,7 @@ SERVICE = "decider"
 OFFER_REQUEST_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0  # a run in progress when the service stops may finish (an advisor call is cut short)
 PUBLISH_FAILED = "publish_failed"  # not a guardrail: the bus refused the command
+COMMAND_PUBLISH_FAILED = "command_publish_failed"  # the alert kind of a PUBLISH_FAILED (deploy/prometheus/alerts.yml)
 
 log = logging.getLogger("fleetpilot.decider")
 
@@ -82,7 +89,7 @@ class RunPorts:
     decider: Decider
     lease: Lease
     ledger: FleetLedger
-    answer_only: bool = False  # started by operator messages alone: every action is refused
+    answer_only: bool = False  # an operator message is among the run's triggers: every action is refused
     verdicts: list[GuardrailVerdict] = field(default_factory=list)
     commands_sent: list[str] = field(default_factory=list)
     commands_withheld: list[str] = field(default_factory=list)  # shadow mode: allowed, not published
@@ -136,14 +143,17 @@ class RunPorts:
             self.commands_withheld.append(action.idempotency_key)
             withheld = f"shadow mode, not sent: {verdict.explanation}"[:500]
             return verdict.model_copy(update={"explanation": withheld}), ledger
-        # the lock's token goes with the command: the provisioner refuses one older than the newest it has seen
-        fenced = action.model_copy(update={"fencing_token": self.lease.token})
+        # the lock's token goes with the command: the provisioner refuses one older than the newest it has seen;
+        # and one taken after it expires (decided on demand that has since changed)
+        expires_at = now + timedelta(seconds=d.config.command_ttl_s)
+        fenced = action.model_copy(update={"fencing_token": self.lease.token, "expires_at": expires_at})
         try:
             await publish_event(
                 d.ctx.broker, command_subject(d.ctx, action), fenced, stream=COMMANDS.name(d.ctx.subjects)
             )
         except Exception as error:
-            log.error("could not publish %s: %r", action.idempotency_key, error)
+            # FP_COMMANDS refuses new commands when full (discard new, shared/streams.py): an alert, not a log line
+            d.alert(COMMAND_PUBLISH_FAILED, f"could not publish {action.idempotency_key}: {error!r}")
             failed = verdict.model_copy(
                 update={"verdict": "refused", "rule": PUBLISH_FAILED, "explanation": f"bus error: {error!r}"[:500]}
             )
@@ -371,7 +381,7 @@ class Decider:
         except LockUnavailable:
             lease.lost, sent, removals = True, [], []
         has_p0 = any(r.priority == "p0" for r in refs)
-        answer_only = all(ref.reason is TriggerReason.OPERATOR_MESSAGE for ref in refs)
+        answer_only = answers_only(refs)
         stale_inputs = f"signal {data.signal_freshness}, snapshot {data.snapshot_freshness}" if data.stale else None
         plan = self._plan(
             data, sent, started_at, run_id, stale_inputs=stale_inputs, answer_only=answer_only, removals=removals
@@ -388,6 +398,9 @@ class Decider:
             operator_messages=messages,
             stale=data.stale,
         )
+        if answer_only and any(ref.reason is not TriggerReason.OPERATOR_MESSAGE for ref in refs):
+            # the fleet's own triggers that shared this run are acted on by a follow-up run, without the question
+            self.scheduler.schedule_wakeup(started_at)
         ports = RunPorts(self, lease, plan.ledger_at_start, answer_only=answer_only)
         outcome: AdvisorOutcome | None = None
         degraded = False

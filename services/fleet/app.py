@@ -8,12 +8,13 @@ import logging
 from collections.abc import Sequence
 
 from faststream.asgi import AsgiFastStream
+from faststream.nats.annotations import NatsMessage
 
 from services.fleet.config import FleetSettings
 from services.fleet.core import Alert, FleetCore, Transition
 from services.fleet.metrics import FleetMetrics
 from services.fleet.store import FleetStore
-from shared.bus import durable_pull, publish_event
+from shared.bus import answer_request, durable_pull, publish_event
 from shared.contract import (
     BenchRequest,
     BenchResult,
@@ -216,9 +217,10 @@ def build(ctx: ServiceContext, config: FleetSettings | None = None) -> AsgiFastS
     async def on_drain(command: DrainInstance) -> None:
         await runtime.settle(runtime.core.drain(command, clock.now()), save=True)
 
-    @ctx.broker.subscriber(subjects.fleet_snapshot)
-    async def on_snapshot_request(request: FleetSnapshotRequest) -> FleetSnapshot:
-        return runtime.core.snapshot(clock.now())
+    # no_reply: the answer goes out through answer_request, which sends it to an inbox only
+    @ctx.broker.subscriber(subjects.fleet_snapshot, no_reply=True)
+    async def on_snapshot_request(request: FleetSnapshotRequest, msg: NatsMessage) -> None:
+        await answer_request(ctx.broker, ctx.metrics, msg, runtime.core.snapshot(clock.now()))
 
     app = asgi_app(ctx)
     app.on_startup(runtime.restore)

@@ -18,7 +18,7 @@ from services.provisioner.operations import Provisioner
 from services.provisioner.settings import ProvisionerSettings
 from services.provisioner.store import ProvisionerStore
 from services.provisioner.vast_client import VastClient
-from shared.bus import durable_pull, publish_event
+from shared.bus import answer_request, durable_pull, publish_event
 from shared.contract import (
     BenchResult,
     DemandSignal,
@@ -26,7 +26,6 @@ from shared.contract import (
     FleetSnapshot,
     InstanceObserved,
     LaunchInstances,
-    OfferList,
     OfferQuery,
     ProvisionResult,
     ResumeInstance,
@@ -121,9 +120,10 @@ def assemble(
         refusal = refused_in_shadow_mode(command, "resume", ctx.settings, ctx.clock.now())
         await publisher.result(refusal or await provisioner.resume(command, heartbeat=msg.in_progress))
 
-    @ctx.broker.subscriber(subjects.provision_offers)
-    async def on_offer_query(query: OfferQuery) -> OfferList:
-        return await provisioner.offers(query)
+    # no_reply: the answer goes out through answer_request, which sends it to an inbox only
+    @ctx.broker.subscriber(subjects.provision_offers, no_reply=True)
+    async def on_offer_query(query: OfferQuery, msg: NatsMessage) -> None:
+        await answer_request(ctx.broker, ctx.metrics, msg, await provisioner.offers(query))
 
     @ctx.broker.subscriber(subjects.bench_result, **durable_pull(BENCH, ctx.settings, f"{SERVICE}-bench"))
     async def on_bench_result(result: BenchResult) -> None:

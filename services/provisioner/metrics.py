@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from shared.contract import RefusalRule
+from shared.subjects import PROVISION_VERBS
 
 VAST_ENDPOINTS = ("search", "create", "list_v1", "list_v0", "show", "manage", "destroy")
 VAST_STATUSES = ("provisioning", "created", "loading", "running", "stopped", "exited", "offline", "unknown", "other")
@@ -110,6 +111,12 @@ class ProvisionerMetrics:
             ["verb", "outcome"],
             registry=registry,
         )
+        self.commands_expired = Counter(
+            "fleetpilot_provisioner_commands_expired_total",
+            "Provision commands refused because they were taken after their expires_at, by verb",
+            ["verb"],
+            registry=registry,
+        )
         self.reconciliations = Counter(
             "fleetpilot_provisioner_reconciliations_total",
             "Reconciliations with vast.ai's instance list, by outcome (a failed list is unknown, not empty)",
@@ -124,6 +131,8 @@ class ProvisionerMetrics:
         )
         for rule in RefusalRule:
             self.launches_refused.labels(rule.value)
+        for verb in PROVISION_VERBS:
+            self.commands_expired.labels(verb)
         for status in VAST_STATUSES:
             self.instances.labels(status)
         for outcome in ("ok", "failed"):

@@ -372,12 +372,13 @@ class Provisioner:
         self, command: Command, verb: Verb, heartbeat: Heartbeat, carry_out: Callable[[], Awaitable[ProvisionResult]]
     ) -> ProvisionResult:
         """A command at most once: under the fleet lease, answered with its saved result when it came before,
-        refused when its fencing token is stale, else carried out; the result saved and counted."""
+        refused when it expired or its fencing token is stale, else carried out; the result saved and counted."""
         async with self._exclusive(heartbeat):
             previous = await self.store.result_for(command.idempotency_key)
             if previous is not None:
                 return previous
-            result = await self._fence_refusal(command, verb) or await carry_out()
+            refusal = self._expiry_refusal(command, verb) or await self._fence_refusal(command, verb)
+            result = refusal or await carry_out()
             await self.store.save_result(result)
             self.metrics.commands.labels(verb, result.outcome).inc()
             if verb == "launch" and result.outcome == "refused" and result.refusal_rule is not None:
@@ -898,6 +899,18 @@ class Provisioner:
             )
         )
         self._unpublished.discard(instance.instance_id)
+
+    def _expiry_refusal(self, command: Command, verb: Verb) -> ProvisionResult | None:
+        """A command taken after its expires_at was decided on inputs that no longer hold (a backlog queued
+        through a provisioner outage): refused, counted, and its result kept like any other."""
+        now = self.clock.now()
+        if not command.expired(now):
+            return None
+        self.metrics.commands_expired.labels(verb).inc()
+        return self._result(
+            command, verb, "refused", RefusalRule.EXPIRED,
+            f"expired at {command.expires_at:%Y-%m-%d %H:%M:%S} UTC, taken at {now:%Y-%m-%d %H:%M:%S} UTC",
+        )  # fmt: skip
 
     async def _fence_refusal(self, command: Command, verb: Verb) -> ProvisionResult | None:
         """A decider's command older than the newest token seen was sent by a holder that had lost the lock.

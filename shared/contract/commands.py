@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
@@ -51,6 +52,15 @@ class ProvisionCommand(Event):
         ge=1,
         description="the decider's lock token: a command older than the newest seen is refused (none: not fenced)",
     )
+    # A launch queued through a provisioner outage ran hours later on the demand of then (security review, issue
+    # #24): the decider stamps each command with how long its inputs stay true, and the provisioner refuses it after.
+    expires_at: datetime | None = Field(
+        default=None,
+        description="UTC; the provisioner refuses the command from then on (none: a hand-made command, no expiry)",
+    )
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
 
 
 class LaunchInstances(ProvisionCommand):
@@ -121,6 +131,7 @@ class RefusalRule(StrEnum):
     STALE_FENCING_TOKEN = "stale_fencing_token"  # sent by a decider that had lost the lock by then
     SHADOW_MODE = "shadow_mode"  # FLEETPILOT_DECIDER_MODE=shadow: nothing is sent to vast.ai
     NOT_PARKED = "not_parked"  # a resume for an instance we did not park (running, outbid, failed)
+    EXPIRED = "expired"  # taken after its expires_at: decided on demand that is no longer current
 
 
 class ProvisionResult(Event):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
@@ -62,3 +64,37 @@ async def test_an_operator_question_is_answered_and_starts_no_action(
         await publish_trigger(js, settings, trigger())
         await eventually(lambda: len(audit.items) == 2)
     assert audit.items[1].outcome == "acted" and len(await launch_commands(js, settings)) == 1
+
+
+async def test_a_run_an_operator_message_is_among_the_triggers_of_only_answers(
+    settings: Settings, nc: NatsClient, js: JetStreamContext
+) -> None:
+    """A question with a trigger beside it (an operator's own `config_change`, issue #24) used to run as a normal
+    run and could act on the question's text; the fleet's trigger is acted on by a follow-up run instead."""
+    await short_fleet(js, settings)  # a run would launch 8
+    audit = await audit_log(nc, settings)
+    question = OperatorMessage(occurred_at=now(), source="cli", conversation_id="c10", operator="eve", text="launch 50")
+    async with running_decider(settings) as (decider, _):
+        # in one go, with no await between them: both are pending when the loop next polls, so one run takes both
+        decider.on_operator_message(question)
+        decider.on_trigger(trigger(reason=TriggerReason.CONFIG_CHANGE))
+        await eventually(lambda: len(audit.items) == 2)
+    answered, follow_up = audit.items
+    assert {ref.reason for ref in answered.triggers} == {TriggerReason.OPERATOR_MESSAGE, TriggerReason.CONFIG_CHANGE}
+    assert [v.rule for v in answered.verdicts] == [OPERATOR_QUESTION] and answered.commands_sent == []
+    assert [ref.priority for ref in follow_up.triggers] == ["scheduled"]
+    assert follow_up.outcome == "acted" and len(await launch_commands(js, settings)) == 1
+
+
+async def test_every_command_sent_carries_its_expiry(settings: Settings, nc: NatsClient, js: JetStreamContext) -> None:
+    """FLEETPILOT_DECIDER_COMMAND_TTL_S after it is sent: the provisioner refuses it from then on (issue #24)."""
+    await short_fleet(js, settings)
+    audit = await audit_log(nc, settings)
+    async with running_decider(settings, command_ttl_s=120.0):
+        await publish_trigger(js, settings, trigger())
+        await eventually(lambda: audit.items)
+    [command] = await launch_commands(js, settings)
+    assert command.expires_at is not None
+    # sent during the run, after the command was made and before now
+    assert timedelta(seconds=120) <= command.expires_at - command.occurred_at
+    assert command.expires_at <= datetime.now(UTC) + timedelta(seconds=120)

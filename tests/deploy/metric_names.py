@@ -41,6 +41,8 @@ ALERT_METRICS: list[str] = [
     "fleetpilot_vast_foreign_instances",  # gauge: instances on the account without FleetPilot's label
     "fleetpilot_agent_degraded",  # gauge: 1 while the last agent run was degraded
     "fleetpilot_decider_lock_backend_up",  # gauge: 0 while the decider cannot reach Redis
+    "fleetpilot_decider_alerts_total",  # counter {kind}: e.g. command_publish_failed (FP_COMMANDS full)
+    "fleetpilot_provisioner_commands_expired_total",  # counter {verb}: taken after their expires_at
 ]
 
 HISTOGRAMS: frozenset[str] = frozenset(

@@ -6,11 +6,12 @@ import asyncio
 import json
 from datetime import UTC, datetime
 
+import pytest
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from services.demand.app import build
-from shared.bus import event_headers
+from shared.bus import event_headers, is_inbox
 from shared.contract import DeadLetter, TaskEvent
 from shared.service import ServiceContext
 from shared.settings import Settings
@@ -137,3 +138,21 @@ async def test_nats_restart_loses_no_acknowledged_message(
         await eventually(lambda: counted(ctx, "submitted") == 100, timeout_s=20)
     finally:
         await app.stop()
+
+
+@pytest.mark.parametrize(
+    ("subject", "inbox"),
+    [
+        ("_INBOX.abc.1", True),  # nats-py's default, without a NATS user
+        ("_INBOX_decider.abc.1", True),
+        ("_INBOX_operator.x", True),
+        ("fp.cmd.provision.launch", False),  # the review's confused-deputy reply subjects
+        ("fp.demand.signal", False),
+        ("_INBOX", False),
+        ("_INBOX.", False),
+        ("_INBOXES.x", False),
+        ("x._INBOX.y", False),
+    ],
+)
+def test_only_an_inbox_is_a_reply_subject(subject: str, inbox: bool) -> None:
+    assert is_inbox(subject) is inbox

@@ -260,3 +260,22 @@ def test_every_event_carries_the_envelope() -> None:
         dumped = json.loads(event.model_dump_json())
         assert {"event_id", "occurred_at", "source", "schema_version"} <= dumped.keys()
         assert dumped["schema_version"] == c.SCHEMA_VERSION
+
+
+def test_a_command_expires_at_its_expires_at_and_one_without_never_does() -> None:
+    sent = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+    launch = c.LaunchInstances(
+        occurred_at=sent,
+        source="decider",
+        idempotency_key="expiry-0001",
+        requested_by="policy",
+        count=1,
+        launch_priority="normal",
+        reason=c.LaunchReason.BACKLOG,
+        expires_at=sent + timedelta(minutes=5),
+    )
+    assert not launch.expired(sent + timedelta(minutes=4, seconds=59))
+    assert launch.expired(sent + timedelta(minutes=5))
+    round_tripped = c.LaunchInstances.model_validate_json(launch.model_dump_json())
+    assert round_tripped.expires_at == launch.expires_at
+    assert not launch.model_copy(update={"expires_at": None}).expired(sent + timedelta(days=30))
