@@ -114,7 +114,8 @@ class Decided:
 
 
 def _action(action: Action) -> dict[str, Any]:
-    return action.model_dump(exclude={"event_id", "idempotency_key", "fencing_token"})
+    # the fence and the expiry are stamped by the runner as it publishes, not decided by the step
+    return action.model_dump(exclude={"event_id", "idempotency_key", "fencing_token", "expires_at"})
 
 
 def _triggers(refs: Sequence[TriggerRef]) -> list[tuple[str, str | None]]:
