@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
 from sim.world.engine import Engine, WorldPolicy
-from sim.world.evaluate import BASELINES, POLICIES
+from sim.world.evaluate import BASELINES, POLICIES, evaluate
 from sim.world.model import Action, Launch, Remove, WorldConfig, WorldView
 from sim.world.policies.aws_predictive import AwsPredictiveConfig, AwsPredictivePolicy
 from sim.world.policies.demand_based import DemandBasedConfig, DemandBasedPolicy
@@ -175,3 +176,27 @@ def test_demand_based_gives_back_empty_machines_after_the_idle_timeout_and_never
 def test_the_evaluator_lists_every_baseline() -> None:
     assert set(BASELINES) == {"reactive", "target-tracking", "aws-predictive", "demand-based"}
     assert set(BASELINES) <= set(POLICIES)
+
+
+def _plain_diurnal(days: int, night_per_min: float, peak_per_min: float) -> Trace:
+    """A smooth working day, repeated: night level to the peak at 14:00 and back, a raised cosine 16 h wide."""
+    rates = []
+    for minute in range(days * 24 * 60):
+        distance_h = abs((minute / 60.0) % 24.0 - 14.0)
+        shape = math.cos(math.pi / 2 * distance_h / 8.0) ** 2 if distance_h < 8.0 else 0.0
+        rates.append(round(night_per_min + (peak_per_min - night_per_min) * shape))
+    return Trace.of(rates, "plain-diurnal")
+
+
+def test_reactive_serves_a_plain_diurnal_trace_and_gives_machines_back_for_good() -> None:
+    # two days from 2 to 12 machines' work: the instance cap (the guardrails', 30 in this market) is far above it
+    trace = _plain_diurnal(2, night_per_min=4, peak_per_min=24)
+    evaluation = evaluate(trace, "reactive", quiet_scenario(), 0)
+    run = evaluation.run
+    assert run is not None
+    refused_by_cap = [e for e in evaluation.extra["limits"] if e["limit"] in ("max_instances", "world_max_instances")]
+    assert refused_by_cap == []
+    assert run.parks == 0  # nothing was stopped and left to hold a place under the cap
+    assert run.tasks_unserved == 0
+    # a morning's ramp waits for machines 1-2 h away, no more
+    assert run.wait_max_s < 4 * 3600
