@@ -6,6 +6,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
+import pytest
+
 from sim.world.engine import Engine, WorldPolicy
 from sim.world.evaluate import BASELINES, POLICIES, evaluate
 from sim.world.model import Action, Launch, Remove, WorldConfig, WorldView
@@ -130,6 +132,25 @@ def test_aws_predictive_forecasts_from_the_same_hour_of_past_days_only() -> None
     assert policy.forecast_tasks_per_h(view, 24 + STEP_START_H) == 16 * 60
     assert policy.forecast_tasks_per_h(view, 24 + 3) == 2 * 60
     assert policy.forecast_tasks_per_h(view, 20) is None  # no day before the first
+
+
+def test_aws_predictive_launches_at_most_an_hour_ahead_as_aws_allows() -> None:
+    assert AwsPredictiveConfig().scheduling_buffer_s == 3600.0
+    with pytest.raises(ValueError, match="scheduling_buffer_s=7200"):
+        AwsPredictiveConfig(scheduling_buffer_s=7200.0)
+
+
+def test_aws_predictive_sees_a_weekend_coming_from_the_same_weekday_a_week_before() -> None:
+    # twelve days: weekdays at 16 tasks a minute, days 5 and 6 (the weekend) at 2; hour 10 of day 12 is a Saturday
+    days = 12
+    seen = [2 if (m // (24 * 60)) % 7 in (5, 6) else 16 for m in range(days * 24 * 60 + 1)]
+    view = Engine(Trace.of(seen[:60], "seen"), Hold(), quiet_scenario(), 0, WorldConfig()).view()
+    view = replace(view, arrivals_by_minute=seen, now_s=days * 24 * 3600.0)
+    policy = AwsPredictivePolicy()
+    assert policy.forecast_tasks_per_h(view, days * 24 + 10) == 2 * 60  # last Saturday's, not the days' mean
+    assert policy.forecast_tasks_per_h(view, 11 * 24 + 10) == 16 * 60  # Friday: the Friday before
+    # before a week is behind the hour, the same hour of every previous day: day 6 (Sunday) from days 0-5
+    assert policy.forecast_tasks_per_h(view, 6 * 24 + 10) == (5 * 16 + 2) * 60 / 6
 
 
 QUEUED = Trace.of([80 if m == 60 else 2 for m in range(180)], "queued")  # 80 tasks queued at once
