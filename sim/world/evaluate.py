@@ -19,6 +19,7 @@ from sim.world.policies.aws_predictive import AwsPredictivePolicy
 from sim.world.policies.demand_based import DemandBasedPolicy
 from sim.world.policies.reactive import ReactivePolicy
 from sim.world.policies.target_tracking import TargetTrackingPolicy
+from sim.world.policies.vast_serverless import VastServerlessConfig, VastServerlessPolicy
 from sim.world.trace import Trace
 
 CLAIRVOYANT = "clairvoyant"
@@ -68,9 +69,13 @@ POLICY_FACTORIES: dict[str, Callable[[GuardrailConfig], WorldPolicy]] = {
     "target-tracking": lambda guardrails: TargetTrackingPolicy(),
     "aws-predictive": lambda guardrails: AwsPredictivePolicy(),
     "demand-based": lambda guardrails: DemandBasedPolicy(),
+    # a user sets max_workers to the fleet they allow: the guardrails' cap, the same every policy meets
+    "vast-serverless": lambda guardrails: VastServerlessPolicy(
+        VastServerlessConfig(max_workers=guardrails.max_instances)
+    ),
 }
 # the scalers a user would pick instead of FleetPilot's: what "the best baseline" is taken over
-BASELINES = ("reactive", "target-tracking", "aws-predictive", "demand-based")
+BASELINES = ("reactive", "target-tracking", "aws-predictive", "demand-based", "vast-serverless")
 POLICIES = (*POLICY_FACTORIES, CLAIRVOYANT, CLAIRVOYANT_RUN, CLAIRVOYANT_LEVERS, CLAIRVOYANT_RUN_LEVERS)
 # the policies that use vast's levers (parking, bids): the on-demand bound does not hold for them
 LEVER_POLICIES = ("predictive-park", "predictive-bids", "predictive-levers")

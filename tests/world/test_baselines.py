@@ -195,7 +195,7 @@ def test_demand_based_gives_back_empty_machines_after_the_idle_timeout_and_never
 
 
 def test_the_evaluator_lists_every_baseline() -> None:
-    assert set(BASELINES) == {"reactive", "target-tracking", "aws-predictive", "demand-based"}
+    assert set(BASELINES) == {"reactive", "target-tracking", "aws-predictive", "demand-based", "vast-serverless"}
     assert set(BASELINES) <= set(POLICIES)
 
 
