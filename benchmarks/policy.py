@@ -5,11 +5,13 @@ FleetPilot's policy and every baseline, in the benchmark's market with the trace
 launch luck differs per trace too), and scored against the clairvoyant lower bound and, on test seeds, the
 achievable clairvoyant run. Per family and split: mean objective ÷ bound for each policy, predictive ÷ the
 clairvoyant run, predictive ÷ the best baseline on each trace (mean and worst), and the traces on which a
-policy ran out of offers or had launches refused. The policy's fitted constants are copied beside the figures.
+policy ran out of offers or had launches refused. Apart from the baselines, the hindsight reference (target
+tracking with its knobs picked per trace from the outcome) and predictive ÷ it. The policy's fitted constants are
+copied beside the figures.
 
-Default (what `make bench` runs; about 4 CPU-minutes, 12 minutes wall on a loaded shared 2-core machine):
-2-day traces (the weekly family 7), train seeds 100-101 and test seeds 200-202. `--full`: every train
-(100-104) and test (200-209) seed, what the README reports. `--bundled`: the seven bundled traces and the
+Default (what `make bench` runs): 2-day traces (the weekly family 7), train seeds 100-101 and test seeds
+200-202, the traces replayed in parallel, one process per CPU (`--workers N`, `--backend ray`). `--full`: every
+train (100-104) and test (200-209) seed, what the README reports. `--bundled`: the seven bundled traces and the
 week's replay speed (bench-results/policy_bundled.json).
 """
 
