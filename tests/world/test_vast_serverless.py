@@ -26,12 +26,16 @@ class Recorder(VastServerlessPolicy):
         super().__init__(config)
         self.decisions: list[tuple[WorldView, list[Action], dict[int, MachineState]]] = []
         self.usd_per_task: dict[int, float] = {}
+        self.removed: list[tuple[Remove, MachineState, float]] = []  # with its state then and for how long
 
     def decide(self, view: WorldView) -> Sequence[Action]:
         actions = list(super().decide(view))
         states = {m.instance_id: m.state for m in view.machines}  # the views' machines change afterwards
         self.decisions.append((view, actions, states))
         self.usd_per_task |= {m.instance_id: usd_per_task(m) for m in view.machines}
+        for removal in (a for a in actions if isinstance(a, Remove)):
+            machine = view.machines_by_id[removal.instance_id]
+            self.removed.append((removal, machine.state, view.now_s - machine.state_since_s))
         return actions
 
 
@@ -118,3 +122,19 @@ def test_max_workers_caps_hot_and_cold_workers_together() -> None:
     trace = Trace.of([STEADY_PER_MIN] * 180, "steady")
     result = Engine(trace, VastServerlessPolicy(VastServerlessConfig(max_workers=8)), quiet_scenario(), 0).run()
     assert result.peak_instances == 8
+
+
+def test_a_start_waiting_for_a_gpu_rented_meanwhile_is_destroyed_after_the_resume_wait() -> None:
+    # every stopped GPU is rented by someone else within minutes and never comes back: each start waits for good
+    scenario = quiet_scenario(stop_start={"gpu_taken_per_stopped_h": 1000.0, "gpu_free_after_s": None})
+    busy, quiet, back = [STEADY_PER_MIN] * 180, [1] * 40, [STEADY_PER_MIN - 2] * 120
+    policy = Recorder()
+    result = Engine(Trace.of(busy + quiet + back, "busy-quiet-busy"), policy, scenario, 0, WorldConfig()).run()
+    assert result.resumes_gpu_taken > 0
+    assert result.failed_resumes_given_up == result.resumes_gpu_taken
+    given_up = [(removal, waited_s) for removal, state, waited_s in policy.removed if state is MachineState.RESUMING]
+    assert len(given_up) == result.failed_resumes_given_up
+    for removal, waited_s in given_up:
+        assert removal.reason == "failed" and not removal.parks
+        assert waited_s >= VastServerlessConfig().resume_wait_s
+    assert result.tasks_unserved == 0
