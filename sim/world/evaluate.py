@@ -83,7 +83,7 @@ BASELINES = ("reactive", "target-tracking", "aws-predictive", "demand-based", "v
 REFERENCES = (TARGET_TRACKING_HINDSIGHT,)
 POLICIES = (*POLICY_FACTORIES, *REFERENCES, CLAIRVOYANT, CLAIRVOYANT_RUN, CLAIRVOYANT_LEVERS, CLAIRVOYANT_RUN_LEVERS)
 # the policies that use vast's levers (parking, bids): the on-demand bound does not hold for them
-LEVER_POLICIES = ("predictive-park", "predictive-bids", "predictive-levers")
+LEVER_POLICIES = ("predictive-park", "predictive-bids", "predictive-levers", "vast-serverless")
 
 
 def bound_for(policy: str) -> str:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import io
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from benchmarks import policy as policy_benchmark
 from sim.world.evaluate import evaluate
@@ -50,3 +54,29 @@ def test_ray_without_ray_installed_is_one_clear_line(capsys: pytest.CaptureFixtu
     assert status == 2
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --backend ray: ray is not installed")
+
+
+def _without_timings(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if not timing(k)}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
+def test_the_family_benchmark_in_parallel_writes_what_a_serial_run_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the smallest real configuration: one family, two train seeds of a day, every policy and reference
+    monkeypatch.chdir(tmp_path)  # the benchmark writes bench-results/ where it runs
+    written = []
+    for workers in (1, 2):
+        console = Console(file=io.StringIO())
+        assert policy_benchmark.families(["quiet-surges"], [100, 101], [], 1, console, workers=workers) == 0
+        written.append(json.loads((tmp_path / "bench-results" / "policy.json").read_text()))
+    serial, parallel = (_without_timings(result) for result in written)
+    assert parallel == serial
+    assert [t["trace"] for t in parallel["splits"]["train"]["traces"]["quiet-surges"]] == [
+        "quiet-surges-100",
+        "quiet-surges-101",
+    ]
