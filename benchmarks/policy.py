@@ -310,6 +310,8 @@ def _overall(summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The issue's targets, over families: geometric means to the bound and the run, and where predictive loses."""
     overall: dict[str, Any] = {
         "geomean_predictive_vs_bound": _geomean([s["mean_ratio_to_bound"][PREDICTIVE] for s in summaries.values()]),
+        # the fixable gap (online-scaling notes): predictive ÷ the best fixed rule with hindsight
+        "geomean_predictive_vs_hindsight": _geomean([s["predictive_vs_hindsight_mean"] for s in summaries.values()]),
         "families_predictive_above_0_9_of_best_baseline": sorted(
             f for f, s in summaries.items() if s["predictive_vs_best_baseline_of_family"] > 0.9
         ),
