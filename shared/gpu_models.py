@@ -7,6 +7,7 @@ derives task completion rates from it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 # The workload: a proving task takes ~4 min of one machine, and a pipelined RTX 4090-class machine finishes
 # one every ~30 s, i.e. ~120 tasks/h. That is the anchor; every other model is scaled from it by a rough
@@ -46,6 +47,8 @@ CATALOG: dict[str, GpuModel] = {
 }
 
 
+# the world simulator's week asks this ~7 M times of a few dozen names (every offer ranked at every launch)
+@lru_cache(maxsize=1024)
 def normalised(name: str) -> str:
     """A GPU name as every part of FleetPilot compares it: case, underscores and repeated spaces ignored."""
     # the vast CLI writes spaces as underscores in queries ("RTX_4090"); accept either spelling

@@ -122,7 +122,8 @@ def sim_evaluate(
     policy: str = typer.Option(
         ...,
         help="predictive (predictive-park: with vast's stop and start); reactive, target-tracking, aws-predictive,"
-        " demand-based; clairvoyant (the bound), clairvoyant-run",
+        " demand-based, vast-serverless; target-tracking-hindsight (a reference: knobs picked from the outcome);"
+        " clairvoyant (the bound), clairvoyant-run",
     ),
     scenario: str = typer.Option(None, help="a scenario file (.yaml/.yml/.json), the one sim vast serves"),
     seed: int = typer.Option(None, help="overrides the scenario's seed (market prices and every machine's fate)"),

@@ -172,10 +172,12 @@ def rank(
     ranked = []
     penalties = history.penalties(now)
     startups = history.startup_means()
+    # a market lists few GPU models and many machines: each model's pace looked up once per search
+    model_pace: dict[str, float | None] = {}
     for offer in offers:
         if not acceptable(offer, constraints):
             continue
-        per_gpu = expected_per_gpu_tasks_per_h(offer, knowledge, history, now)
+        per_gpu = expected_per_gpu_tasks_per_h(offer, knowledge, history, now, model_pace)
         if per_gpu is None:
             continue
         tasks_per_h = per_gpu * offer.num_gpus
@@ -207,9 +209,14 @@ BENCH_RATIO_AT_MOST = 1.1
 
 
 def expected_per_gpu_tasks_per_h(
-    offer: VastOffer, knowledge: ThroughputKnowledge, history: HostHistory, now: datetime
+    offer: VastOffer,
+    knowledge: ThroughputKnowledge,
+    history: HostHistory,
+    now: datetime,
+    model_pace: dict[str, float | None] | None = None,
 ) -> float | None:
-    """This machine's own bench ratio times its model's reference, else the fleet's observation of the model.
+    """This machine's own bench ratio times its model's reference, else the fleet's observation of the model
+    (remembered in `model_pace`, by GPU name, when given: the same for every offer of a search).
 
     Never both: the ratio is measured against the reference, so it already holds whatever makes the model faster or
     slower than its reference, which is what the fleet's observation holds too.
@@ -219,4 +226,8 @@ def expected_per_gpu_tasks_per_h(
     if measure is not None and model is not None:
         ratio = measure.ratio_to_reference
         return model.reference_tasks_per_h * (min(ratio, BENCH_RATIO_AT_MOST) if measure.source == "bench" else ratio)
-    return knowledge.per_gpu_tasks_per_h(offer.gpu_name)
+    if model_pace is None:
+        return knowledge.per_gpu_tasks_per_h(offer.gpu_name)
+    if offer.gpu_name not in model_pace:
+        model_pace[offer.gpu_name] = knowledge.per_gpu_tasks_per_h(offer.gpu_name)
+    return model_pace[offer.gpu_name]

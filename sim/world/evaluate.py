@@ -15,10 +15,12 @@ from sim.world.engine import Engine, RunResult, Sample, WorldPolicy
 from sim.world.fluid import FluidQueue
 from sim.world.model import Action, WorldConfig, WorldView, offers_from_scenario
 from sim.world.objective import ObjectiveConfig, WaitStats
+from sim.world.policies import target_tracking_hindsight as hindsight
 from sim.world.policies.aws_predictive import AwsPredictivePolicy
 from sim.world.policies.demand_based import DemandBasedPolicy
 from sim.world.policies.reactive import ReactivePolicy
 from sim.world.policies.target_tracking import TargetTrackingPolicy
+from sim.world.policies.vast_serverless import VastServerlessConfig, VastServerlessPolicy
 from sim.world.trace import Trace
 
 CLAIRVOYANT = "clairvoyant"
@@ -28,6 +30,8 @@ CLAIRVOYANT_RUN = "clairvoyant-run"
 # these, as it may go below the on-demand bound (the run parks; it does not bid)
 CLAIRVOYANT_LEVERS = "clairvoyant-levers"
 CLAIRVOYANT_RUN_LEVERS = "clairvoyant-run-levers"
+# target tracking with its knobs picked per trace from the outcome: a reference between the baselines and the bound
+TARGET_TRACKING_HINDSIGHT = hindsight.NAME
 
 
 def default_guardrails(world: WorldConfig, scenario: Scenario, trace: Trace) -> GuardrailConfig:
@@ -68,12 +72,18 @@ POLICY_FACTORIES: dict[str, Callable[[GuardrailConfig], WorldPolicy]] = {
     "target-tracking": lambda guardrails: TargetTrackingPolicy(),
     "aws-predictive": lambda guardrails: AwsPredictivePolicy(),
     "demand-based": lambda guardrails: DemandBasedPolicy(),
+    # a user sets max_workers to the fleet they allow: the guardrails' cap, the same every policy meets
+    "vast-serverless": lambda guardrails: VastServerlessPolicy(
+        VastServerlessConfig(max_workers=guardrails.max_instances)
+    ),
 }
 # the scalers a user would pick instead of FleetPilot's: what "the best baseline" is taken over
-BASELINES = ("reactive", "target-tracking", "aws-predictive", "demand-based")
-POLICIES = (*POLICY_FACTORIES, CLAIRVOYANT, CLAIRVOYANT_RUN, CLAIRVOYANT_LEVERS, CLAIRVOYANT_RUN_LEVERS)
+BASELINES = ("reactive", "target-tracking", "aws-predictive", "demand-based", "vast-serverless")
+# references that read the trace's future or outcome: reported apart, never "the best baseline"
+REFERENCES = (TARGET_TRACKING_HINDSIGHT,)
+POLICIES = (*POLICY_FACTORIES, *REFERENCES, CLAIRVOYANT, CLAIRVOYANT_RUN, CLAIRVOYANT_LEVERS, CLAIRVOYANT_RUN_LEVERS)
 # the policies that use vast's levers (parking, bids): the on-demand bound does not hold for them
-LEVER_POLICIES = ("predictive-park", "predictive-bids", "predictive-levers")
+LEVER_POLICIES = ("predictive-park", "predictive-bids", "predictive-levers", "vast-serverless")
 
 
 def bound_for(policy: str) -> str:
@@ -319,31 +329,71 @@ def evaluate(
     elif policy in (CLAIRVOYANT_RUN, CLAIRVOYANT_RUN_LEVERS):
         levers = policy == CLAIRVOYANT_RUN_LEVERS
         evaluation = evaluate_clairvoyant_plan(trace, scenario, seed, world, objective, levers)
+    elif policy == TARGET_TRACKING_HINDSIGHT:
+        evaluation = evaluate_hindsight(trace, scenario, seed, world, objective)
     else:
         factory = POLICY_FACTORIES.get(policy)
         if factory is None:
             raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
-        # every policy meets the same guardrails: the predictive adapter runs them as the decider does, the engine
-        # puts every other policy's launches through them
-        guardrails = default_guardrails(world, scenario, trace)
-        engine_policy = factory(guardrails)
-        run = Engine(trace, engine_policy, scenario, seed, world, objective, guardrails=guardrails).run()
-        evaluation = _from_run(run, objective)
-        report = getattr(engine_policy, "report", None)
-        if callable(report):
-            evaluation.extra.update(report())
-        # the engine logs what the market, its cap and (for the baselines) the guardrails refused; the predictive
-        # adapter logs what its own guardrails refused or trimmed
-        logged = [*run.launch_refusals, *getattr(engine_policy, "launch_refusals", ())]
-        refusals = [Refusal(at_s, str(limit), count) for at_s, limit, count in logged]
-        evaluation.extra["limits"] = limits_summary(refusals)
-        if warning := limits_warning(evaluation.extra["limits"]):
-            evaluation.warnings.append(warning)
+        evaluation = _evaluate_policy(trace, factory, scenario, seed, world, objective)
     supply = market_supply(trace, scenario, world)
     evaluation.extra["market"] = supply.as_dict()
     if supply.warning:
         evaluation.warnings.insert(0, supply.warning)
     return evaluation
+
+
+def _evaluate_policy(
+    trace: Trace,
+    factory: Callable[[GuardrailConfig], WorldPolicy],
+    scenario: Scenario,
+    seed: int,
+    world: WorldConfig,
+    objective: ObjectiveConfig,
+) -> Evaluation:
+    # every policy meets the same guardrails: the predictive adapter runs them as the decider does, the engine
+    # puts every other policy's launches through them
+    guardrails = default_guardrails(world, scenario, trace)
+    engine_policy = factory(guardrails)
+    run = Engine(trace, engine_policy, scenario, seed, world, objective, guardrails=guardrails).run()
+    evaluation = _from_run(run, objective)
+    report = getattr(engine_policy, "report", None)
+    if callable(report):
+        evaluation.extra.update(report())
+    # the engine logs what the market, its cap and (for the baselines) the guardrails refused; the predictive
+    # adapter logs what its own guardrails refused or trimmed
+    logged = [*run.launch_refusals, *getattr(engine_policy, "launch_refusals", ())]
+    refusals = [Refusal(at_s, str(limit), count) for at_s, limit, count in logged]
+    evaluation.extra["limits"] = limits_summary(refusals)
+    if warning := limits_warning(evaluation.extra["limits"]):
+        evaluation.warnings.append(warning)
+    return evaluation
+
+
+def _fixed(policy: WorldPolicy) -> Callable[[GuardrailConfig], WorldPolicy]:
+    """A factory for a policy that meets the guardrails in the engine (as every baseline does)."""
+    return lambda guardrails: policy
+
+
+def evaluate_hindsight(
+    trace: Trace, scenario: Scenario, seed: int, world: WorldConfig, objective: ObjectiveConfig
+) -> Evaluation:
+    """Target tracking under every point of its grid, the best kept: a reference that reads the trace's outcome
+    (kind "hindsight_reference"), never a baseline a user could run."""
+    best: Evaluation | None = None
+    wall_s = 0.0
+    for config in hindsight.grid():
+        grid_point = _fixed(hindsight.TargetTrackingGridPoint(config))
+        run = _evaluate_policy(trace, grid_point, scenario, seed, world, objective)
+        run.extra["hindsight_knobs"] = hindsight.knobs(config)
+        wall_s += run.sim_wall_s
+        if best is None or run.objective_usd < best.objective_usd:
+            best = run
+    assert best is not None
+    best.kind = "hindsight_reference"
+    best.sim_wall_s = wall_s  # the reference took every grid point's run
+    best.extra["hindsight_grid_points"] = len(hindsight.grid())
+    return best
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
+import pytest
+
 from sim.world.engine import Engine, WorldPolicy
-from sim.world.evaluate import BASELINES, POLICIES
+from sim.world.evaluate import BASELINES, POLICIES, evaluate
 from sim.world.model import Action, Launch, Remove, WorldConfig, WorldView
 from sim.world.policies.aws_predictive import AwsPredictiveConfig, AwsPredictivePolicy
 from sim.world.policies.demand_based import DemandBasedConfig, DemandBasedPolicy
@@ -131,6 +134,25 @@ def test_aws_predictive_forecasts_from_the_same_hour_of_past_days_only() -> None
     assert policy.forecast_tasks_per_h(view, 20) is None  # no day before the first
 
 
+def test_aws_predictive_launches_at_most_an_hour_ahead_as_aws_allows() -> None:
+    assert AwsPredictiveConfig().scheduling_buffer_s == 3600.0
+    with pytest.raises(ValueError, match="scheduling_buffer_s=7200"):
+        AwsPredictiveConfig(scheduling_buffer_s=7200.0)
+
+
+def test_aws_predictive_sees_a_weekend_coming_from_the_same_weekday_a_week_before() -> None:
+    # twelve days: weekdays at 16 tasks a minute, days 5 and 6 (the weekend) at 2; hour 10 of day 12 is a Saturday
+    days = 12
+    seen = [2 if (m // (24 * 60)) % 7 in (5, 6) else 16 for m in range(days * 24 * 60 + 1)]
+    view = Engine(Trace.of(seen[:60], "seen"), Hold(), quiet_scenario(), 0, WorldConfig()).view()
+    view = replace(view, arrivals_by_minute=seen, now_s=days * 24 * 3600.0)
+    policy = AwsPredictivePolicy()
+    assert policy.forecast_tasks_per_h(view, days * 24 + 10) == 2 * 60  # last Saturday's, not the days' mean
+    assert policy.forecast_tasks_per_h(view, 11 * 24 + 10) == 16 * 60  # Friday: the Friday before
+    # before a week is behind the hour, the same hour of every previous day: day 6 (Sunday) from days 0-5
+    assert policy.forecast_tasks_per_h(view, 6 * 24 + 10) == (5 * 16 + 2) * 60 / 6
+
+
 QUEUED = Trace.of([80 if m == 60 else 2 for m in range(180)], "queued")  # 80 tasks queued at once
 
 
@@ -173,5 +195,29 @@ def test_demand_based_gives_back_empty_machines_after_the_idle_timeout_and_never
 
 
 def test_the_evaluator_lists_every_baseline() -> None:
-    assert set(BASELINES) == {"reactive", "target-tracking", "aws-predictive", "demand-based"}
+    assert set(BASELINES) == {"reactive", "target-tracking", "aws-predictive", "demand-based", "vast-serverless"}
     assert set(BASELINES) <= set(POLICIES)
+
+
+def _plain_diurnal(days: int, night_per_min: float, peak_per_min: float) -> Trace:
+    """A smooth working day, repeated: night level to the peak at 14:00 and back, a raised cosine 16 h wide."""
+    rates = []
+    for minute in range(days * 24 * 60):
+        distance_h = abs((minute / 60.0) % 24.0 - 14.0)
+        shape = math.cos(math.pi / 2 * distance_h / 8.0) ** 2 if distance_h < 8.0 else 0.0
+        rates.append(round(night_per_min + (peak_per_min - night_per_min) * shape))
+    return Trace.of(rates, "plain-diurnal")
+
+
+def test_reactive_serves_a_plain_diurnal_trace_and_gives_machines_back_for_good() -> None:
+    # two days from 2 to 12 machines' work: the instance cap (the guardrails', 30 in this market) is far above it
+    trace = _plain_diurnal(2, night_per_min=4, peak_per_min=24)
+    evaluation = evaluate(trace, "reactive", quiet_scenario(), 0)
+    run = evaluation.run
+    assert run is not None
+    refused_by_cap = [e for e in evaluation.extra["limits"] if e["limit"] in ("max_instances", "world_max_instances")]
+    assert refused_by_cap == []
+    assert run.parks == 0  # nothing was stopped and left to hold a place under the cap
+    assert run.tasks_unserved == 0
+    # a morning's ramp waits for machines 1-2 h away, no more
+    assert run.wait_max_s < 4 * 3600

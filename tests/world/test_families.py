@@ -225,4 +225,12 @@ def test_the_family_benchmark_keeps_train_and_test_apart_and_compares_with_the_b
     assert all(ratio >= 1 - 1e-9 for ratio in record["ratio_to_bound"].values())
     assert "clairvoyant-run" in results and "clairvoyant-run" not in train["traces"]["quiet-surges"][0]["results"]
     assert "geomean_predictive_vs_bound" in test["overall"]
+    assert "geomean_predictive_vs_hindsight" in test["overall"]
+    # the hindsight reference is reported, apart: never the best baseline
+    assert result["references"] == ["target-tracking-hindsight"]
+    assert results["target-tracking-hindsight"]["kind"] == "hindsight_reference"
+    assert record["best_baseline"] != "target-tracking-hindsight"
+    assert record["predictive_vs_hindsight"] == pytest.approx(
+        results["predictive"]["objective_usd"] / results["target-tracking-hindsight"]["objective_usd"], rel=1e-3
+    )
     assert result["fitted_constants"] == json.loads(json.dumps([c.as_dict() for c in FITTED_CONSTANTS]))

@@ -46,5 +46,7 @@ class ReactivePolicy:
                 if machine.state is not MachineState.PRODUCING:
                     continue
                 if machine.last_task_s is None or view.now_s - machine.last_task_s >= config.idle_s:
-                    actions.append(Remove(machine.instance_id, "stop", "idle"))
+                    # given back as the old system did (destroy): a vast stop would keep the instance, its disk
+                    # billed and counted against the instance cap, and this policy never starts one again
+                    actions.append(Remove(machine.instance_id, "destroy", "idle"))
         return actions
