@@ -424,7 +424,12 @@ class Provisioner:
             )
         try:
             await self._keep_alive(heartbeat)
-            ranked = await self._ranked_offers(constraints, self.history, urgent=command.launch_priority == "emergency")
+            ranked = await self._ranked_offers(
+                constraints,
+                self.history,
+                urgent=command.launch_priority == "emergency",
+                fills_last_slots=self.commitment().instances + len(missing) >= self.limits.max_instances,
+            )
         except VastAuthError as error:
             return self._result(command, "launch", "failed", RefusalRule.AUTH, str(error))
         except VastError as error:
@@ -456,9 +461,15 @@ class Provisioner:
         return self._result(command, "launch", "done", None, f"launched {len(created)}", sorted(done_ids + created))
 
     async def _ranked_offers(
-        self, constraints: OfferConstraints, history: HostHistory, *, urgent: bool = False
+        self,
+        constraints: OfferConstraints,
+        history: HostHistory,
+        *,
+        urgent: bool = False,
+        fills_last_slots: bool = False,
     ) -> list[RankedOffer]:
-        """An emergency launch (nobody serving queued tasks) weighs each host's expected startup against price."""
+        """An emergency launch (nobody serving queued tasks) weighs each host's expected startup against price; one
+        that takes the instance cap's last slots puts the fastest machines first (`ranking.rank`)."""
         query = search_query(constraints, limit=self.config.search_limit, disk_gb=self.config.disk_gb)
         offers = await self.client.search_offers(query)
         startup = StartupModel(image_gb=self.config.image_gb, typical_startup_s=self.config.typical_startup_s)
@@ -470,6 +481,7 @@ class Provisioner:
             self.clock.now(),
             urgent_horizon_h=URGENT_HORIZON_H if urgent else None,
             startup=startup,
+            fills_last_slots=fills_last_slots,
         )
 
     async def _launch_one(

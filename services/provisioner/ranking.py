@@ -166,9 +166,15 @@ def rank(
     *,
     urgent_horizon_h: float | None = None,
     startup: StartupModel = StartupModel(),
+    fills_last_slots: bool = False,
 ) -> list[RankedOffer]:
     """Acceptable offers, cheapest expected cost per task first (over `urgent_horizon_h` with the startup paid,
-    when given). Offers of unknown throughput are left out."""
+    when given). Offers of unknown throughput are left out.
+
+    `fills_last_slots`: this launch takes the instance cap's last slots, so a slot, not a dollar, is what is short:
+    the most expected throughput per machine first (within the price cap the constraints already hold), the cost
+    per task breaking ties. A flash crowd under the cap otherwise filled every slot with slow, cheap machines at
+    half the pace per slot of a rule that rented faster ones, and its queue drained hours later."""
     ranked = []
     penalties = history.penalties(now)
     startups = history.startup_means()
@@ -199,7 +205,10 @@ def rank(
                 pull_cost_usd=pull_usd,
             )
         )
-    ranked.sort(key=lambda r: (r.expected_usd_per_task, r.offer.dph_total, r.offer.id))
+    if fills_last_slots:
+        ranked.sort(key=lambda r: (-r.expected_tasks_per_h * r.success_factor, r.expected_usd_per_task, r.offer.id))
+    else:
+        ranked.sort(key=lambda r: (r.expected_usd_per_task, r.offer.dph_total, r.offer.id))
     return ranked
 
 

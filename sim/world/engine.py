@@ -323,13 +323,17 @@ class Engine:
         room = max(0, min(launch.count, self.world.max_instances - self.non_gone))
         if room < launch.count:
             refused["world_max_instances"] = launch.count - room
+        # as the provisioner ranks a launch that takes the cap's last slots: the fastest machines per slot first
+        last_slots = self.non_gone + launch.count >= self._instance_cap()
         offers = self.market.rent(
-            launch.gpu_models, launch.max_price_usd_per_h, count=room, now_s=self.now_s, urgent=launch.urgent
-        )
+            launch.gpu_models, launch.max_price_usd_per_h, count=room, now_s=self.now_s, urgent=launch.urgent,
+            fills_last_slots=last_slots,
+        )  # fmt: skip
         if len(offers) < room and launch.gpu_models and self.world.gpu_preference == "fallback":
             offers += self.market.rent(
-                (), launch.max_price_usd_per_h, count=room - len(offers), now_s=self.now_s, urgent=launch.urgent
-            )
+                (), launch.max_price_usd_per_h, count=room - len(offers), now_s=self.now_s, urgent=launch.urgent,
+                fills_last_slots=last_slots,
+            )  # fmt: skip
         if len(offers) < room:
             refused["market"] = room - len(offers)
         for n, offer in enumerate(offers):
@@ -337,6 +341,15 @@ class Engine:
         for limit, count in refused.items():
             self.launches_refused += count
             self._launch_refusals.append((self.now_s, limit, count))
+
+    def _instance_cap(self) -> int:
+        """The cap that binds first, as the provisioner's FLEETPILOT_MAX_INSTANCES: the world's, or the guardrails'
+        the engine or the policy runs under."""
+        caps = [self.world.max_instances]
+        for config in (self.guardrails, getattr(self.policy, "guardrails", None)):
+            if isinstance(config, GuardrailConfig):
+                caps.append(config.max_instances)
+        return min(caps)
 
     def _create(self, offer: Offer, bid_markup: float | None = None) -> None:
         draw = self.draws[self._launch_index]

@@ -204,6 +204,7 @@ class Market:
         count: int = 1,
         now_s: float = 0.0,
         urgent: bool = False,
+        fills_last_slots: bool = False,
     ) -> list[Offer]:
         """The `count` best free offers the provisioner would rent for this launch (fewer when the market is short);
         an urgent one (the provisioner's emergency launch) weighs each offer's predicted startup against its price."""
@@ -221,6 +222,7 @@ class Market:
             _at(now_s),
             urgent_horizon_h=URGENT_HORIZON_H if urgent else None,
             startup=self.startup,
+            fills_last_slots=fills_last_slots,
         )
         return [self._free.pop(choice.offer.id) for choice in ranked[:count]]
 

@@ -240,3 +240,15 @@ def test_only_a_machine_producing_for_a_while_gives_a_production_ratio() -> None
         line(4, InstanceState.PRODUCING, 400, machine=None),
     ]
     assert production_ratios(lines) == {500: pytest.approx(0.5)}
+
+
+def test_a_launch_that_takes_the_last_slots_ranks_the_fastest_machine_per_slot_first() -> None:
+    """Slots, not dollars, are short at the instance cap: an RTX 5090 before two cheaper-per-task RTX 3090s."""
+    offers = [offer(1, "RTX 3090", 0.20), offer(2, "RTX 5090", 0.75), offer(3, "RTX 3090", 0.21)]
+    cheapest_first = rank(offers, ANY_WITH_5090, ThroughputKnowledge(), HostHistory(), NOW)
+    assert [r.offer.id for r in cheapest_first] == [1, 3, 2]
+    per_slot = rank(offers, ANY_WITH_5090, ThroughputKnowledge(), HostHistory(), NOW, fills_last_slots=True)
+    assert [r.offer.id for r in per_slot] == [2, 1, 3]  # then by cost per task among equals
+
+
+ANY_WITH_5090 = OfferConstraints(allowed_gpu_models=("RTX 3090", "RTX 5090"), max_price_usd_per_h=1.0)

@@ -3,6 +3,8 @@ a machine measured slow, or a host that failed, goes down the list when it is of
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from services.provisioner.host_history import HostHistory, IncidentKind
 from services.provisioner.ranking import OfferConstraints, ThroughputKnowledge, rank
 from sim.vast.scenario import Scenario
@@ -143,3 +145,24 @@ def test_the_predictive_policys_emergency_launch_rents_the_offer_that_starts_fir
     engine.run()
     first_rented = min(engine.market.history.startups.items(), key=lambda item: item[1].at)[0]
     assert first_rented == 9  # the fast link; a calm launch would have taken a cheaper offer (1-8)
+
+
+def test_under_a_binding_instance_cap_a_flash_crowd_fills_the_slots_with_the_fastest_machines() -> None:
+    """Three slots and a crowd far beyond them: the provisioner's rule for the last slots takes the fast cards,
+    not the slow ones that are cheaper per task, whatever policy asked (here target tracking)."""
+    from sim.world.evaluate import POLICY_FACTORIES, default_guardrails
+
+    scenario = quiet_scenario(
+        market=[],
+        offers=[
+            *({"gpu_model": "RTX 3090", "price_usd_per_h": 0.20} for _ in range(6)),
+            *({"gpu_model": "RTX 5090", "price_usd_per_h": 0.75} for _ in range(3)),
+        ],
+    )
+    trace = Trace.of([0] * 30 + [400] * 120 + [0] * 240, "flash")
+    world = WorldConfig(initial_machines=0)
+    guardrails = replace(default_guardrails(world, scenario, trace), max_instances=3, budget_usd_per_h=10.0)
+    engine = Engine(trace, POLICY_FACTORIES["target-tracking"](guardrails), scenario, 0, world, guardrails=guardrails)
+    engine.run()
+    rented = {machine.offer.gpu_model for machine in engine.machines.values()}
+    assert rented == {"RTX 5090"}, rented
