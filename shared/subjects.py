@@ -52,6 +52,11 @@ class Subjects:
         """Request/reply (core NATS): ranked offers from the provisioner."""
         return f"{self.prefix}.provision.offers"
 
+    @property
+    def provision_charges(self) -> str:
+        """Request/reply (core NATS): what vast.ai charged the account, per instance, kind and day."""
+        return f"{self.prefix}.provision.charges"
+
     # fleet
     def fleet_instance(self, state: InstanceState) -> str:
         return f"{self.prefix}.fleet.instance.{state.value}"

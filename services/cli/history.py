@@ -21,6 +21,7 @@ from nats.js.api import DeliverPolicy
 from pydantic import BaseModel, ValidationError
 
 from shared.contract import BenchResult, DecisionRecord, InstanceTransitioned, LaunchInstances, ProvisionResult
+from shared.service import connect_once
 from shared.settings import Settings
 from shared.streams import AUDIT, BENCH, INSTANCES
 
@@ -114,7 +115,7 @@ async def read_stream(js: Any, stream: str, subject: str, model: type[M]) -> lis
 
 async def read_record(settings: Settings, instance_id: int) -> list[StoryLine]:
     subjects = settings.subjects
-    client = await nats.connect(servers=settings.nats_servers, connect_timeout=3, max_reconnect_attempts=0)
+    client = await connect_once(settings)  # the operator's credentials and inbox, as every command connects
     try:
         js = client.jetstream()
         instances = INSTANCES.name(subjects)

@@ -15,6 +15,7 @@ from services.cli.ask import ask
 from services.cli.asyncapi import asyncapi
 from services.cli.bench import bench_app
 from services.cli.config import config, load_dotenv_file
+from services.cli.cost import cost
 from services.cli.demo import demo
 from services.cli.dlq import dlq_app
 from services.cli.errors import FleetPilotApp, UserMistake
@@ -111,6 +112,7 @@ app.add_typer(sim_app, name="sim")
 app.add_typer(streams_app, name="streams")
 app.command("asyncapi")(asyncapi)
 app.command("config")(config)
+app.command("cost")(cost)
 app.command("demo")(demo)
 app.command("history")(history)
 app.command("ask")(ask)

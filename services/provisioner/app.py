@@ -21,6 +21,7 @@ from services.provisioner.vast_client import VastClient
 from shared.bus import answer_request, durable_pull, publish_event
 from shared.contract import (
     BenchResult,
+    ChargesQuery,
     DemandSignal,
     DestroyInstance,
     FleetSnapshot,
@@ -124,6 +125,10 @@ def assemble(
     @ctx.broker.subscriber(subjects.provision_offers, no_reply=True)
     async def on_offer_query(query: OfferQuery, msg: NatsMessage) -> None:
         await answer_request(ctx.broker, ctx.metrics, msg, await provisioner.offers(query))
+
+    @ctx.broker.subscriber(subjects.provision_charges, no_reply=True)
+    async def on_charges_query(query: ChargesQuery, msg: NatsMessage) -> None:
+        await answer_request(ctx.broker, ctx.metrics, msg, await provisioner.charges(query))
 
     @ctx.broker.subscriber(subjects.bench_result, **durable_pull(BENCH, ctx.settings, f"{SERVICE}-bench"))
     async def on_bench_result(result: BenchResult) -> None:

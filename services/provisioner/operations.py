@@ -12,12 +12,13 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, time
 from typing import Any, Literal, Protocol
 
 from services.bench.tokens import REPORT_TOKEN_ENV, instance_report_token
 from services.provisioner import budget
 from services.provisioner.budget import BudgetLimits, Commitment, DaySpend, Refusal
+from services.provisioner.charges import charge_lines
 from services.provisioner.host_history import (
     REMOVAL_INCIDENTS,
     HostHistory,
@@ -60,6 +61,8 @@ from shared import gpu_models
 from shared.clock import Clock
 from shared.contract import (
     BenchResult,
+    ChargeList,
+    ChargesQuery,
     DemandSignal,
     DestroyInstance,
     FleetSnapshot,
@@ -828,6 +831,16 @@ class Provisioner:
             for r in ranked[: query.limit]
         ]
         return OfferList(occurred_at=now, source=SOURCE, offers=lines)
+
+    async def charges(self, query: ChargesQuery) -> ChargeList:
+        """What vast.ai charged since the query's day; an error means unknown, never $0."""
+        now = self.clock.now()
+        since_s = datetime.combine(query.since, time(0), tzinfo=UTC).timestamp()
+        try:
+            rows = await self.client.list_charges(since_s)
+        except VastError as error:
+            return ChargeList(occurred_at=now, source=SOURCE, error=str(error)[:1000])
+        return ChargeList(occurred_at=now, source=SOURCE, lines=charge_lines(rows, self.known))
 
     # ---- learning -----------------------------------------------------------------------------------------
     async def learn_bench(self, result: BenchResult) -> None:

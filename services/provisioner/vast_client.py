@@ -25,7 +25,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from services.provisioner.metrics import VastApiMetrics
 from services.provisioner.settings import ProvisionerSettings
-from services.provisioner.vast_models import InstanceListing, VastInstance, VastOffer
+from services.provisioner.vast_models import InstanceListing, VastCharge, VastInstance, VastOffer
 from shared.clock import Clock
 
 V1_PAGE_SIZE = 25  # v1 caps a page at 25 rows
@@ -164,6 +164,16 @@ class VastClient:
         body = await self._call("search", "POST", "/api/v0/bundles/", json_body=query)
         offers, _ = self._readable(VastOffer, _field(body, "offers", "search", list), "search")
         return offers
+
+    async def list_charges(self, since_s: float) -> list[VastCharge]:
+        """What the account was charged since `since_s` (epoch s): `GET /api/v0/invoices?type=charge`."""
+        params = {"type": "charge", "select_filters": json.dumps({"timestamp": {"gte": since_s}})}
+        body = await self._call("invoices", "GET", "/api/v0/invoices", params=params)
+        rows = body.get("invoices", body.get("results")) if isinstance(body, dict) else body
+        if not isinstance(rows, list):
+            raise VastError("invoices", f"expected a list of charges, got {type(body).__name__}")
+        charges, _ = self._readable(VastCharge, rows, "invoices")
+        return charges
 
     async def create_instance(
         self, offer_id: int, request: dict[str, Any], *, bid_usd_per_h: float | None = None

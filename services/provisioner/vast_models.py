@@ -143,3 +143,27 @@ class InstanceListing:
 
     instances: list[VastInstance] = field(default_factory=list)
     unreadable_ids: frozenset[int] = frozenset()
+
+
+class VastCharge(BaseModel):
+    """A row of `GET /api/v0/invoices?type=charge`: vast writes numbers as strings ("10.000"), both are read."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    description: str = ""
+    timestamp: float
+    quantity: float = 0.0
+    amount: float
+    instance_id: int | None = None
+
+    @property
+    def kind(self) -> str:
+        """gpu, storage or bandwidth, from vast's description ("Instance 123 GPU charge: hours * $/hr")."""
+        text = self.description.lower()
+        if "gpu" in text:
+            return "gpu"
+        if "storage" in text or "disk" in text:
+            return "storage"
+        if "bandwidth" in text or "download" in text or "upload" in text or "inet" in text:
+            return "bandwidth"
+        return "other"

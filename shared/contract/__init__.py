@@ -50,7 +50,7 @@ from shared.contract.fleet import (
     ParkReason,
     committed_usd_per_h,
 )
-from shared.contract.offers import OfferLine, OfferList, OfferQuery
+from shared.contract.offers import ChargeLine, ChargeList, ChargesQuery, OfferLine, OfferList, OfferQuery
 from shared.contract.operator import OperatorMessage, OperatorReply
 from shared.contract.triggers import Trigger, TriggerPriority, TriggerReason
 
@@ -58,6 +58,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "Action",
     "AgentTrace",
+    "ChargeLine",
+    "ChargeList",
+    "ChargesQuery",
     "BenchKind",
     "BenchRequest",
     "BenchResult",

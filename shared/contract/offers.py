@@ -1,6 +1,10 @@
-"""Offer look-ups answered by the provisioner (the only service that talks to vast.ai), request/reply."""
+"""Offer look-ups and the account's charges, answered by the provisioner (the only service that talks to vast.ai),
+request/reply."""
 
 from __future__ import annotations
+
+from datetime import date
+from typing import Literal
 
 from pydantic import Field
 
@@ -31,4 +35,32 @@ class OfferList(Event):
     """Ranked best first. `error` set means the search failed: an empty list then means unknown, not none."""
 
     offers: list[OfferLine] = Field(default_factory=list)
+    error: str | None = Field(default=None, max_length=1000)
+
+
+ChargeKind = Literal["gpu", "storage", "bandwidth", "other"]
+
+
+class ChargesQuery(Event):
+    """Asked on `<prefix>.provision.charges` (core NATS request/reply): what vast.ai charged since `since`."""
+
+    since: date = Field(description="the first UTC day whose charges are wanted")
+
+
+class ChargeLine(ContractModel):
+    """One of vast.ai's charge rows: one instance, one kind, one UTC day."""
+
+    instance_id: int | None = None
+    gpu_model: str | None = Field(default=None, description="as the provisioner knows the instance; none: not ours")
+    kind: ChargeKind
+    day: date
+    quantity: float = Field(ge=0, description="hours (gpu, storage) or GB (bandwidth)")
+    amount_usd: float = Field(ge=0)
+    description: str = Field(default="", max_length=300)
+
+
+class ChargeList(Event):
+    """`error` set means vast.ai could not be read: an empty list then means unknown, never $0."""
+
+    lines: list[ChargeLine] = Field(default_factory=list)
     error: str | None = Field(default=None, max_length=1000)

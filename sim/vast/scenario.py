@@ -48,6 +48,7 @@ class Endpoint(StrEnum):
     MANAGE = "manage"  # PUT /api/v0/instances/{id}/ (start, stop, label)
     DESTROY = "destroy"  # DELETE /api/v0/instances/{id}/
     BID_PRICE = "bid_price"  # PUT /api/v0/instances/bid_price/{id}/ (change an interruptible instance's bid)
+    INVOICES = "invoices"  # GET /api/v0/invoices (type=charge: what the account was charged, per instance and day)
 
 
 class Fate(StrEnum):

@@ -11,7 +11,7 @@ import hmac
 import json
 import random
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import pydantic
@@ -253,6 +253,15 @@ class VastSimulator:
         return JSONResponse({"success": True, "msg": f"destroying instance {instance_id}."})
 
     # ---- admin ---------------------------------------------------------------------------------------------
+    async def _invoices(self, request: Request) -> Response:
+        """Charges only (`type=charge`); `select_filters={"timestamp": {"gte": <epoch s>}}` leaves out older days."""
+        params = {key: _json_param(value, key) for key, value in request.query_params.items() if key != "api_key"}
+        since_s = ((params.get("select_filters") or {}).get("timestamp") or {}).get("gte")
+        since = datetime.fromtimestamp(float(since_s), UTC) if since_s is not None else None
+        if params.get("type", "charge") != "charge":
+            return JSONResponse([])
+        return JSONResponse(self.world.charge_rows(self.clock.now(), since))
+
     async def _admin_ledger(self, request: Request) -> Response:
         return JSONResponse(self.world.ledger(self.clock.now()).model_dump(mode="json"))
 
@@ -352,6 +361,7 @@ class VastSimulator:
                 api(Endpoint.BID_PRICE, self._bid_price),
                 methods=["PUT"],
             ),
+            Route("/api/v0/invoices", api(Endpoint.INVOICES, self._invoices), methods=["GET"]),
             Route("/_sim/health", self._admin_health, methods=["GET"]),
             Route("/_sim/ledger", self._admin_ledger, methods=["GET"]),
             Route("/_sim/calls", self._admin_calls, methods=["GET", "DELETE"]),

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared import gpu_models
+from sim.vast.charges import DailyCharges, Totals
 from sim.vast.economics import BidLevels, gpu_taken_chance, outbid, pull_s, pulled_gb
 from sim.vast.economics import storage_usd_per_h as storage_cost_usd_per_h
 from sim.vast.query import Query, QueryError, parse_filters, parse_order
@@ -294,10 +295,14 @@ class VastWorld:
                 self._add_offer_from_segment(segment, host_id)
         for gpu_name in sorted({offer.gpu_name for offer in self.offers.values()}):
             self.bid_levels.add_model(gpu_name)
+        self.charges = DailyCharges(self._totals_at)
+        self.charges.mark((), self.start)
 
     # ---- time -------------------------------------------------------------------------------------------
     def advance(self, now: datetime) -> None:
-        """Run the market's whole ticks up to `now` (drift, offers taken by others, new offers, competing bids)."""
+        """Run the market's whole ticks up to `now` (drift, offers taken by others, new offers, competing bids);
+        the charges' totals at each midnight passed are taken first, before anything at `now` changes them."""
+        self.charges.mark(self.instances, now)
         tick = timedelta(seconds=self.scenario.dynamics.tick_s)
         while self._ticked_until + tick <= now:
             self._ticked_until += tick
@@ -844,6 +849,21 @@ class VastWorld:
             peak_committed_usd_per_h=round(peak_committed, 6),
             peak_instances=peak_live,
         )
+
+    def charge_rows(self, now: datetime, since: datetime | None = None) -> list[dict[str, Any]]:
+        """vast's charge rows (`GET /api/v0/invoices?type=charge`): per instance, kind and UTC day."""
+        self.advance(now)
+        return self.charges.rows(self.instances, now, since)
+
+    def _totals_at(self, instance_id: int, at: datetime) -> Totals | None:
+        instance = self.instances.get(instance_id)
+        if instance is None or instance.created_at > at:
+            return None
+        entry = self._ledger_entry(instance, at)
+        return (
+            entry.gpu_billed_s, entry.gpu_cost_usd, entry.storage_billed_s, entry.storage_cost_usd,
+            entry.download_gb, entry.bandwidth_cost_usd,
+        )  # fmt: skip
 
     def _ledger_entry(self, instance: SimInstance, now: datetime) -> LedgerEntry:
         end = instance.destroyed_at or now

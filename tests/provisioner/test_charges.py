@@ -1,0 +1,59 @@
+"""`fleetpilot cost` from vast.ai's own charges: the simulator bills each instance per kind and UTC day, the
+provisioner answers over NATS with each machine's GPU model, and the command sums them as the ledger does."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from nats.js import JetStreamContext
+from typer.testing import CliRunner
+
+from services.cli.main import app
+from shared.clock import SimulatedClock
+from shared.settings import Settings
+from tests.provisioner.service_harness import BusRecorder, market_scenario, running_provisioner, send
+from tests.provisioner.test_service import launch
+from tests.sim_vast.harness import StartVast
+
+
+def cli(settings: Settings, *args: str) -> tuple[int, str, str]:
+    env = {"FLEETPILOT_NATS_URL": settings.nats_url, "FLEETPILOT_SUBJECT_PREFIX": settings.subject_prefix}
+    result = CliRunner().invoke(app, list(args), env=env)
+    return result.exit_code, result.stdout, result.stderr
+
+
+async def test_cost_sums_vasts_charges_per_kind_model_and_machine_across_days(
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
+) -> None:
+    simulator, url = await start_vast(market_scenario())
+    async with running_provisioner(settings, sim_clock, url):
+        await send(js, settings, "launch", launch("launch-cost", 2))
+        ids = (await bus.result_for("launch-cost")).instance_ids
+        for _ in range(30):  # a day and a half, the world asked every hour as the provisioner's lists do
+            sim_clock.advance(3 * 1800)
+            simulator.world.advance(sim_clock.now())
+        day = (sim_clock.now() - timedelta(hours=45)).date()  # the day of the launch
+        code, out, err = await asyncio.to_thread(cli, settings, "cost", "--since", f"{day:%Y-%m-%d}", "--top", "5")
+        ledger = simulator.world.ledger(sim_clock.now())
+        code_today, today_only, _ = await asyncio.to_thread(
+            cli, settings, "cost", "--since", f"{sim_clock.now():%Y-%m-%d}"
+        )
+    assert code_today == 0
+    assert code == 0, err
+    total = sum(e.cost_usd for e in ledger.entries)
+    assert f"vast.ai charged ${total:.2f} since {day:%Y-%m-%d} (UTC)" in out
+    assert f"gpu ${sum(e.gpu_cost_usd for e in ledger.entries):.2f}" in out.splitlines()[0]
+    storage = sum(e.storage_cost_usd for e in ledger.entries)
+    assert storage == 0 or f"storage ${storage:.2f}" in out.splitlines()[0]
+    assert "RTX 4090" in out and all(f"#{i}" in out for i in ids)
+    assert max(len(line) for line in out.splitlines()) <= 80
+    # the last day alone: the charges of its hours only, per machine as well
+    [first_line, *_] = today_only.splitlines()
+    today = float(first_line.split("$")[1].split()[0])
+    assert 0 < today < total - 1.0
+
+
+async def test_cost_without_a_provisioner_is_unknown_never_zero(settings: Settings, js: JetStreamContext) -> None:
+    code, out, err = await asyncio.to_thread(cli, settings, "cost")
+    assert code == 1 and "unknown, not $0" in err and "$0" not in out
