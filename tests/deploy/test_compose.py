@@ -94,18 +94,33 @@ def require_compose_v2() -> list[str]:
     return command
 
 
-def compose_config(command: list[str], compose_file: Path) -> subprocess.CompletedProcess[str]:
+def compose_config(
+    command: list[str], compose_file: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`docker compose config` with the one variable compose requires (Grafana's admin password) set."""
     return subprocess.run(
         [*command, "-f", str(compose_file), "--profile", "demo", "config", "-q"],
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, "GRAFANA_ADMIN_PASSWORD": "a-password-of-the-operators", **(env or {})},
     )
 
 
 def test_compose_v2_accepts_the_file() -> None:
     result = compose_config(require_compose_v2(), COMPOSE_FILE)
     assert result.returncode == 0, result.stderr
+
+
+def test_compose_refuses_to_start_grafana_without_an_admin_password() -> None:
+    """No admin/admin default: without GRAFANA_ADMIN_PASSWORD compose stops with one line naming it."""
+    command = require_compose_v2()
+    env = {k: v for k, v in os.environ.items() if k != "GRAFANA_ADMIN_PASSWORD"}
+    result = subprocess.run(
+        [*command, "-f", str(COMPOSE_FILE), "--profile", "demo", "config", "-q"],
+        capture_output=True, text=True, check=False, env=env,
+    )  # fmt: skip
+    assert result.returncode != 0 and "GRAFANA_ADMIN_PASSWORD" in result.stderr
 
 
 def test_compose_v2_rejects_a_broken_file(tmp_path: Path) -> None:
