@@ -119,6 +119,25 @@ def effective_rows(from_dotenv: set[str]) -> list[tuple[str, str, str, Source]]:
     return rows
 
 
+def configuration_problems() -> list[str]:
+    """Unknown FLEETPILOT_* variables and contradicting settings, one line each (services/cli/config_checks.py);
+    a value that is not acceptable on its own raises pydantic's ValidationError instead."""
+    from services.cli.config_checks import inconsistencies, unknown_variables
+    from services.provisioner.settings import ProvisionerSettings
+    from shared.settings import Settings
+
+    variables = [variable for _, variable, _, _ in reference_rows()]
+    return unknown_variables(os.environ, variables) + inconsistencies(Settings(), ProvisionerSettings())
+
+
+def refuse_problems() -> None:
+    """The configuration's problems as one UserMistake (the CLI says it in one line, exit 2)."""
+    from services.cli.errors import UserMistake
+
+    if problems := configuration_problems():
+        raise UserMistake("; ".join(problems))
+
+
 def config(
     effective: bool = typer.Option(False, "--effective", help="the value in force and its source, per setting"),
     check: bool = typer.Option(False, "--check", help="validate every setting; exit 2 with the first problem"),
@@ -130,6 +149,7 @@ def config(
         typer.echo(markdown_reference())
         return
     rows = effective_rows(from_dotenv)
+    refuse_problems()
     if effective:
         width = max(len(variable) for _, variable, _, _ in rows)
         section = None

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 import typer
 import typer.main
 from pydantic import ValidationError
-from pydantic_settings import BaseSettings
+from pydantic_settings import BaseSettings, SettingsError
 from typer._click import exceptions as click_errors  # typer carries its own click; its errors are these
 
 # an ordinary mistake, as click and the shell expect
@@ -46,6 +46,20 @@ def describe_settings_error(error: ValidationError) -> str:
         value = f"={got!r}" if isinstance(got, str | int | float) else ""
         problems.append(f"{variable}{value}: {item['msg'].lower()}")
     return "; ".join(problems)
+
+
+def describe_undecodable_setting(error: SettingsError) -> str:
+    """pydantic-settings' `error parsing value for field "spacing_s" from source "EnvSettingsSource"` (a value
+    that is not the JSON a dict-typed setting wants) as the variable, what was wrong and what is expected."""
+    field = str(error).partition('field "')[2].partition('"')[0]
+    variables = [
+        environment_variable(settings_class, field)
+        for settings_class in settings_classes_by_name().values()
+        if field in settings_class.model_fields
+    ]
+    variable = " or ".join(variables) or field or "a FLEETPILOT_* variable"
+    cause = f" ({error.__cause__})" if error.__cause__ else ""
+    return f'{variable}: not readable{cause}; expected a JSON object, e.g. {{"name": value}}'
 
 
 def is_settings_error(error: ValidationError) -> bool:
@@ -125,4 +139,6 @@ class FleetPilotApp(typer.Typer):
             if not is_settings_error(error):
                 raise
             fail(describe_settings_error(error))
+        except SettingsError as error:
+            fail(describe_undecodable_setting(error))
         sys.exit(result if isinstance(result, int) else 0)

@@ -14,7 +14,7 @@ from services.cli.agent_eval import agent_app
 from services.cli.ask import ask
 from services.cli.asyncapi import asyncapi
 from services.cli.bench import bench_app
-from services.cli.config import config, load_dotenv_file
+from services.cli.config import config, load_dotenv_file, refuse_problems
 from services.cli.demo import demo
 from services.cli.dlq import dlq_app
 from services.cli.errors import FleetPilotApp, UserMistake
@@ -90,6 +90,7 @@ def run_service(
         raise typer.BadParameter(f"unknown service {service!r}; choose one of {', '.join(sorted(SERVICES))}")
     if dry_run and service != "provisioner":
         raise UserMistake(f"--dry-run: only the provisioner calls vast.ai; {service} has nothing to dry-run")
+    refuse_problems()  # a typo'd variable or contradicting caps: refused before the service acts on them
     level = log_level.value
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings()

@@ -26,19 +26,9 @@ DEFAULT_SPEED = 60.0
 
 
 def client_environment(stack: Stack) -> dict[str, str]:
-    """What a terminal needs to talk to this stack: the same bus, prefix and clock as the services."""
-    env = stack.env()
-    names = (
-        "FLEETPILOT_NATS_URL",
-        "FLEETPILOT_REDIS_URL",
-        "FLEETPILOT_SUBJECT_PREFIX",
-        "FLEETPILOT_VAST_API_URL",
-        "FLEETPILOT_VAST_API_KEY",
-        "FLEETPILOT_CLOCK_SPEED",
-        "FLEETPILOT_CLOCK_SIM_EPOCH",
-        "FLEETPILOT_CLOCK_WALL_EPOCH_S",
-    )
-    return {name: env[name] for name in names if name in env}
+    """Every setting the stack's services run with (not their own HTTP ports), so that a terminal that sources
+    it talks to the same bus and clock, and `fleetpilot config --effective` there shows what the stack enforces."""
+    return {name: value for name, value in stack.env().items() if name.startswith("FLEETPILOT_")}
 
 
 def exports(environment: dict[str, str]) -> str:
