@@ -23,6 +23,11 @@ TRACES_DIR = Path(__file__).resolve().parent / "traces"
 DEMO_API_KEY = "demo-key-not-a-secret"
 BENCH_REPORT_TOKEN = "demo-bench-token-not-a-secret"
 AGENT_FACTORY = "services.decider.agent.agent:create_agent"
+# a service's stop waits up to FastStream's 10 s graceful timeout for handlers in flight (shared/bus.py); past
+# that it is stuck, and is killed: its unacknowledged command comes back to the next provisioner by its key
+SERVICE_STOP_GRACE_S = 11.0
+# the stand-ins, NATS and Redis have no work in flight once their callers are gone; they stop in well under 1 s
+STAND_IN_STOP_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -126,8 +131,14 @@ class Stack:
         log_path = self.workdir / f"{name}.log"
         self.log_offsets[name] = log_path.stat().st_size if log_path.exists() else 0
         with open(log_path, "ab") as log:  # appended to across restarts
+            # its own process group: a Ctrl-C at the terminal reaches only the parent, which stops the callers
+            # before what they call (close), instead of every process at once
             self.processes[name] = subprocess.Popen(
-                [sys.executable, *args], env=self.env(http_port, name), stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, *args],
+                env=self.env(http_port, name),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                process_group=0,
             )
 
     def start(self) -> None:
@@ -261,23 +272,46 @@ class Stack:
         return [name for name, p in self.processes.items() if p.poll() is not None and name != "jobs"]
 
     def close(self) -> None:
-        # the services and the job stand-in first, then the stand-ins they call: a provisioner whose vast.ai went
-        # first spent its last 15 s retrying into the log
+        """Every process stopped, within SERVICE_STOP_GRACE_S + STAND_IN_STOP_GRACE_S at worst: the services (and
+        the job stand-in) together first, then the stand-ins they call with NATS and Redis together, each group
+        SIGKILLed past its grace."""
+        # a provisioner whose vast.ai went first spent its last 15 s retrying into the log: callers go first
         callers = [p for name, p in self.processes.items() if name in (*SERVICES, "jobs")]
         called = [p for name, p in self.processes.items() if name not in (*SERVICES, "jobs")]
-        for group in (callers, called):
-            for process in group:
-                if process.poll() is None:
-                    process.terminate()
-            deadline = time.monotonic() + 15
-            for process in group:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=max(0.1, deadline - time.monotonic()))
-                if process.poll() is None:
-                    process.kill()
+        stop_together(callers, SERVICE_STOP_GRACE_S)
+        stop_together([*called, *self.server_processes()], STAND_IN_STOP_GRACE_S)
+        self.processes.clear()
+        self.redis.stop()  # already stopped: forgets the process
+        self.nats.stop()
+
+    def kill_all(self) -> None:
+        """SIGKILL to every process at once: a second Ctrl-C, when a person will not wait for a graceful stop."""
+        stop_together([*self.processes.values(), *self.server_processes()], 0.0)
         self.processes.clear()
         self.redis.stop()
         self.nats.stop()
 
+    def server_processes(self) -> list[subprocess.Popen[bytes]]:
+        nodes = self.nats.nodes if isinstance(self.nats, NatsCluster) else [self.nats]
+        return [server.process for server in (self.redis, *nodes) if server.process is not None]
+
     def now(self) -> datetime:
         return self.sim_epoch + timedelta(seconds=(time.time() - self.wall_epoch_s) * self.plan.speed)
+
+
+def stop_together(processes: list[subprocess.Popen[bytes]], grace_s: float) -> None:
+    """SIGTERM to all at once, then one shared deadline: stopping takes the slowest one's time, not the sum."""
+    for process in processes:
+        if process.poll() is not None:
+            continue
+        if grace_s > 0:
+            process.terminate()
+        else:
+            process.kill()
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -42,6 +42,10 @@ SERVICES = {
     "provisioner": "services.provisioner.app",
 }
 
+# uvicorn waits without limit for HTTP requests in flight at a stop (a slow scrape, a bench upload); 5 s lets a
+# scrape finish, and keeps a stop within its supervisor's grace (sim/stack.py: 11 s; Kubernetes: 30 s)
+HTTP_STOP_GRACE_S = 5
+
 
 class LogLevel(StrEnum):
     DEBUG = "debug"
@@ -97,7 +101,12 @@ def run_service(
     module = importlib.import_module(SERVICES[service])
     asgi = module.create_app(settings, dry_run=True) if dry_run else module.create_app(settings)
     config = uvicorn.Config(
-        asgi, host=settings.http_host, port=port or settings.http_port, log_level=level, access_log=False
+        asgi,
+        host=settings.http_host,
+        port=port or settings.http_port,
+        log_level=level,
+        access_log=False,
+        timeout_graceful_shutdown=HTTP_STOP_GRACE_S,
     )
     server = uvicorn.Server(config)
     if isinstance(asgi, ServiceApp):

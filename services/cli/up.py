@@ -77,5 +77,14 @@ def up(
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
-        typer.echo("stopping: services first, then the stand-ins, NATS and Redis", err=True)
+        stop(stack)
+
+
+def stop(stack: Stack) -> None:
+    """Graceful and bounded (Stack.close); a second Ctrl-C while it runs kills every process at once."""
+    typer.echo("stopping: services first, then the stand-ins, NATS and Redis (Ctrl-C again: at once)", err=True)
+    try:
         stack.close()
+    except KeyboardInterrupt:
+        stack.kill_all()
+        typer.echo("stopped at once: every process killed", err=True)
