@@ -200,6 +200,30 @@ def nats_connect_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
+class QuietSupervisor(logging.Filter):
+    """Drops two lines FastStream's task supervisor writes on every normal start, so an ERROR in the log is one:
+    an INFO "callback for Task-N is being executed..." whenever a subscriber task ends, and an ERROR with a
+    traceback for an empty pull. nats-py 2.16 ends an empty `fetch` with the builtin TimeoutError, where
+    FastStream 0.7 expects nats.errors.TimeoutError (a subclass) and so only suppresses that; the supervisor
+    restarts the pull at once, nothing is lost. Any other exception keeps its line and traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("callback for ") and message.endswith(" is being executed..."):
+            return False
+        error = record.exc_info[1] if record.exc_info else None
+        return not (type(error) is TimeoutError and "raised an exception, retrying" in message)
+
+
+def faststream_logger(service: str) -> logging.Logger:
+    """FastStream's own lines through the process's logging (one format, no colour codes in a log file, the
+    level of `fleetpilot run --log-level`) instead of its private coloured handlers on stdout."""
+    logger = logging.getLogger(f"fleetpilot.{service}.faststream")
+    if not any(isinstance(existing, QuietSupervisor) for existing in logger.filters):
+        logger.addFilter(QuietSupervisor())
+    return logger
+
+
 def build_broker(settings: Settings, service: str, metrics: BusMetrics, clock: Clock) -> NatsBroker:
     """The one way a service gets a broker: same middlewares, same auth, no import-time globals."""
     dead_letters = DeadLetterMiddleware(service, settings.subjects.dead_letter(service), metrics, clock)
@@ -215,6 +239,8 @@ def build_broker(settings: Settings, service: str, metrics: BusMetrics, clock: C
             dead_letters,
         ],
         inbox_prefix=inbox_prefix(settings),
+        logger=faststream_logger(service),
+        log_level=logging.DEBUG,  # "Received"/"Processed" per message: at INFO they were most of every log
         max_reconnect_attempts=-1,
         reconnect_time_wait=1,
         graceful_timeout=10.0,
