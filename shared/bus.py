@@ -63,24 +63,35 @@ def classify_failure(error: BaseException) -> DeadLetterReason:
 
 
 def describe_error(error: BaseException) -> str:
-    """A readable error naming fields and values (pydantic's text does), capped for the envelope."""
-    text = str(error) if isinstance(error, _INVALID_MESSAGE_ERRORS) else f"{type(error).__name__}: {error}"
+    """Why a message was rejected, in plain words: each wrong field with the value it had and what was expected
+    (`duration_s = 'four minutes': expected a valid number`), or the error's type and text; capped for the
+    envelope."""
+    text = problem_fields(error, limit=50) or f"{type(error).__name__}: {error}"
     return text[:4000]
 
 
-def problem_fields(error: BaseException) -> str:
-    """`field.path: what is wrong (got value)` for each field of a message that did not validate (at most five),
-    so the dead-letter log line names them; "" for any other error."""
+def plain_problem(item: Any) -> str:
+    """One pydantic problem as `field = value: expected ...`, without its documentation link."""
+    field = ".".join(str(part) for part in item["loc"]) or "(the message)"
+    got = item.get("input")
+    value = f" = {got!r}" if isinstance(got, str | int | float | bool) or got is None else ""
+    message = str(item["msg"])
+    if item["type"] == "missing":
+        return f"{field}: missing, expected a value (required)"
+    if item["type"] == "extra_forbidden":
+        return f"{field}{value}: unknown field, expected only the fields of this message"
+    if message.startswith("Input should be "):
+        message = "expected " + message.removeprefix("Input should be ")
+    return f"{field}{value}: {message[:1].lower()}{message[1:]}"
+
+
+def problem_fields(error: BaseException, limit: int = 5) -> str:
+    """`field = value: expected ...` for each field of a message that did not validate (at most `limit`), so the
+    dead letter and its log line name them; "" for any other error."""
     inner = getattr(error, "original_error", error)  # fast_depends wraps pydantic's error
     if not isinstance(inner, pydantic.ValidationError):
         return ""
-    problems = []
-    for item in inner.errors()[:5]:
-        field = ".".join(str(part) for part in item["loc"]) or "(the message)"
-        got = item.get("input")
-        shown = f" (got {got!r})" if isinstance(got, str | int | float | bool) or got is None else ""
-        problems.append(f"{field}: {item['msg']}{shown}"[:200])
-    return "; ".join(problems)
+    return "; ".join(plain_problem(item)[:200] for item in inner.errors()[:limit])
 
 
 def delivery_count(raw: Msg) -> int | None:

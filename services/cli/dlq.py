@@ -1,4 +1,5 @@
-"""`fleetpilot dlq list|show`: the dead letters kept in the DLQ stream, with why each was rejected.
+"""`fleetpilot dlq list|show|replay|purge`: the dead letters kept in the DLQ stream, with why each was rejected;
+a replay sends one back to where it was going, a purge deletes them.
 
 Rendering is pure (DeadLetter in, lines out); the JetStream reads sit at the bottom.
 """
@@ -6,6 +7,7 @@ Rendering is pure (DeadLetter in, lines out); the JetStream reads sit at the bot
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -14,6 +16,7 @@ import nats.errors
 import nats.js.errors
 import typer
 
+from services.cli.errors import UserMistake
 from services.cli.ops import connected, fail_unreachable, newest_first
 from shared.contract import DeadLetter
 from shared.settings import Settings
@@ -78,6 +81,48 @@ async def read_dead_letter(settings: Settings, seq: int) -> DeadLetter | None:
     return DeadLetter.model_validate_json(message.data or b"")
 
 
+def replay_headers(letter: DeadLetter) -> dict[str, str]:
+    """The original headers, under a message id of the replay's own: JetStream would drop a copy under the
+    original's id within its duplicate window, and two replays of one letter stay one message."""
+    headers = {key: value for key, value in letter.headers.items() if key != "Nats-Msg-Id"}
+    return {**headers, "Nats-Msg-Id": f"replay-{letter.event_id}"}
+
+
+async def replay_dead_letter(settings: Settings, seq: int) -> DeadLetter | None:
+    """Publish a dead letter's original bytes to its original subject, then delete it from the DLQ."""
+    stream = DLQ.name(settings.subjects)
+    async with connected(settings) as client:
+        js = client.jetstream()
+        try:
+            message = await js.get_msg(stream, seq)
+        except nats.js.errors.NotFoundError:
+            return None
+        letter = DeadLetter.model_validate_json(message.data or b"")
+        payload = base64.b64decode(letter.payload_base64)
+        await js.publish(letter.original_subject, payload, headers=replay_headers(letter), timeout=5.0)
+        await js.delete_msg(stream, seq)
+    return letter
+
+
+async def purge_dead_letters(settings: Settings, service: str | None) -> int:
+    """Delete the dead letters (of one service when given); returns how many there were."""
+    stream = DLQ.name(settings.subjects)
+    subject = settings.subjects.dead_letter(service) if service else None
+    async with connected(settings) as client:
+        js = client.jetstream()
+        before = (await js.stream_info(stream, subjects_filter=subject)).state
+        count = sum((before.subjects or {}).values()) if subject else before.messages
+        await js.purge_stream(stream, subject=subject)
+    return count
+
+
+def check_service(service: str | None) -> None:
+    from services.cli.main import SERVICES  # the CLI's entry point names them; imported late (it imports this)
+
+    if service is not None and service not in SERVICES:
+        raise UserMistake(f"--service {service!r}: expected one of {', '.join(sorted(SERVICES))}")
+
+
 def run_reading(settings: Settings, reading: Coroutine[Any, Any, Found]) -> Found:
     try:
         return asyncio.run(reading)
@@ -97,6 +142,7 @@ def dlq_list(
     service: str = typer.Option(None, help="only this service's (demand, fleet, provisioner, decider, bench)"),
 ) -> None:
     """List the newest dead letters: number, time, service, reason, subject and the problem."""
+    check_service(service)
     settings = Settings()
     letters = run_reading(settings, read_dead_letters(settings, count, service))
     if not letters:
@@ -117,3 +163,28 @@ def dlq_show(seq: int = typer.Argument(..., min=1, help="the number `fleetpilot 
         raise typer.Exit(1)
     for line in detail_lines(seq, letter):
         typer.echo(line)
+
+
+@dlq_app.command("replay")
+def dlq_replay(seq: int = typer.Argument(..., min=1, help="the number `fleetpilot dlq list` shows (#N)")) -> None:
+    """Send one dead letter's original message to its original subject again (after a fix), and delete it."""
+    settings = Settings()
+    letter = run_reading(settings, replay_dead_letter(settings, seq))
+    if letter is None:
+        typer.echo(f"no dead letter #{seq} in {DLQ.name(settings.subjects)} (see `fleetpilot dlq list`)", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"replayed #{seq} to {letter.original_subject} ({letter.service} will read it again); deleted it")
+
+
+@dlq_app.command("purge")
+def dlq_purge(
+    service: str = typer.Option(None, help="only this service's (demand, fleet, provisioner, decider, bench)"),
+    yes: bool = typer.Option(False, "--yes", help="really delete them (they cannot be replayed afterwards)"),
+) -> None:
+    """Delete the dead letters, all or one service's."""
+    check_service(service)
+    if not yes:
+        raise UserMistake("dlq purge deletes dead letters for good: add --yes (see them first: fleetpilot dlq list)")
+    settings = Settings()
+    count = run_reading(settings, purge_dead_letters(settings, service))
+    typer.echo(f"purged {count} dead letter(s){f' of {service}' if service else ''}")
