@@ -10,12 +10,13 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 from dotenv import dotenv_values, load_dotenv
-from pydantic import SecretStr
-from pydantic_settings import BaseSettings
+
+if TYPE_CHECKING:  # imported where used: every command loads `.env` through this module, most need no pydantic
+    from pydantic_settings import BaseSettings
 
 # (title, "module:Class"): the settings classes, in the order an operator meets them
 SETTINGS_CLASSES = (
@@ -36,6 +37,8 @@ def load_class(spec: str) -> type[BaseSettings]:
 
 
 def describe_default(field: Any) -> str:
+    from pydantic import SecretStr
+
     if field.default_factory is not None:
         return "(computed)"
     default = field.default
@@ -96,6 +99,8 @@ def source_of(variable: str, from_dotenv: set[str]) -> Source:
 
 
 def shown_value(value: Any) -> str:
+    from pydantic import SecretStr
+
     if isinstance(value, SecretStr):
         return "(secret, set)" if value.get_secret_value() else '""'
     if value is None:

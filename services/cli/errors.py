@@ -6,13 +6,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 import typer.main
-from pydantic import ValidationError
-from pydantic_settings import BaseSettings, SettingsError
 from typer._click import exceptions as click_errors  # typer carries its own click; its errors are these
+
+if TYPE_CHECKING:  # imported where used: pydantic-settings alone costs `fleetpilot --version` 0.15 s
+    from pydantic import ValidationError
+    from pydantic_settings import BaseSettings, SettingsError
 
 # an ordinary mistake, as click and the shell expect
 USAGE_EXIT_CODE = 2
@@ -84,6 +86,8 @@ def writable_file(path: Path | None, option: str) -> Path | None:
 def one_line(error: BaseException) -> str:
     """A bad file's problem in one line: each pydantic problem as `field: message (got value)`, a YAML or
     JSON error's first line, an OS error's reason and file."""
+    from pydantic import ValidationError
+
     if isinstance(error, ValidationError):
         problems = []
         for item in error.errors():
@@ -108,6 +112,18 @@ def load_scenario(path: str, option: str = "--scenario") -> Any:
         return Scenario.load(path)
     except (OSError, ValueError, yaml.YAMLError) as error:  # pydantic's ValidationError is a ValueError
         raise UserMistake(f"{option} {path}: {one_line(error)}") from None
+
+
+def describe_bad_setting(error: Exception) -> str:
+    """A bad FLEETPILOT_* value in one line; any other error (a bug) is raised again, with its traceback."""
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
+    if isinstance(error, ValidationError) and is_settings_error(error):
+        return describe_settings_error(error)
+    if isinstance(error, SettingsError):
+        return describe_undecodable_setting(error)
+    raise error
 
 
 def fail(line: str) -> NoReturn:
@@ -135,10 +151,9 @@ class FleetPilotApp(typer.Typer):
             raise SystemExit(130) from None
         except UserMistake as error:
             fail(str(error))
-        except ValidationError as error:
-            if not is_settings_error(error):
-                raise
-            fail(describe_settings_error(error))
-        except SettingsError as error:
-            fail(describe_undecodable_setting(error))
+        except KeyboardInterrupt:  # Ctrl-C while a command starts (or runs, where it does not say more itself)
+            typer.echo("interrupted", err=True)
+            raise SystemExit(130) from None
+        except Exception as error:
+            fail(describe_bad_setting(error))
         sys.exit(result if isinstance(result, int) else 0)
