@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 from services.provisioner.dry_run import DryRunVastClient, refused_in_shadow_mode
 from services.provisioner.metrics import ProvisionerMetrics
 from services.provisioner.operations import Provisioner
+from services.provisioner.outcome_log import outcome_line
 from services.provisioner.settings import ProvisionerSettings
 from services.provisioner.store import ProvisionerStore
 from services.provisioner.vast_client import VastClient
@@ -28,6 +29,7 @@ from shared.contract import (
     LaunchInstances,
     OfferList,
     OfferQuery,
+    ProvisionCommand,
     ProvisionResult,
     ResumeInstance,
     StopInstance,
@@ -101,25 +103,30 @@ def assemble(
         options["config"] = durable_consumer(durable, ack_wait_s=config.command_ack_wait_s)
         return options
 
+    async def answer(command: ProvisionCommand, result: ProvisionResult) -> None:
+        if result.outcome == "done":  # a refusal or failure is logged where it is decided, as a warning
+            log.info(outcome_line(command, result, provisioner.known))
+        await publisher.result(result)
+
     @ctx.broker.subscriber(subjects.provision_command("launch"), **command_consumer("launch"))
     async def on_launch(command: LaunchInstances, msg: NatsMessage) -> None:
         refusal = refused_in_shadow_mode(command, "launch", ctx.settings, ctx.clock.now())
-        await publisher.result(refusal or await provisioner.launch(command, heartbeat=msg.in_progress))
+        await answer(command, refusal or await provisioner.launch(command, heartbeat=msg.in_progress))
 
     @ctx.broker.subscriber(subjects.provision_command("stop"), **command_consumer("stop"))
     async def on_stop(command: StopInstance, msg: NatsMessage) -> None:
         refusal = refused_in_shadow_mode(command, "stop", ctx.settings, ctx.clock.now())
-        await publisher.result(refusal or await provisioner.stop(command, heartbeat=msg.in_progress))
+        await answer(command, refusal or await provisioner.stop(command, heartbeat=msg.in_progress))
 
     @ctx.broker.subscriber(subjects.provision_command("destroy"), **command_consumer("destroy"))
     async def on_destroy(command: DestroyInstance, msg: NatsMessage) -> None:
         refusal = refused_in_shadow_mode(command, "destroy", ctx.settings, ctx.clock.now())
-        await publisher.result(refusal or await provisioner.destroy(command, heartbeat=msg.in_progress))
+        await answer(command, refusal or await provisioner.destroy(command, heartbeat=msg.in_progress))
 
     @ctx.broker.subscriber(subjects.provision_command("resume"), **command_consumer("resume"))
     async def on_resume(command: ResumeInstance, msg: NatsMessage) -> None:
         refusal = refused_in_shadow_mode(command, "resume", ctx.settings, ctx.clock.now())
-        await publisher.result(refusal or await provisioner.resume(command, heartbeat=msg.in_progress))
+        await answer(command, refusal or await provisioner.resume(command, heartbeat=msg.in_progress))
 
     @ctx.broker.subscriber(subjects.provision_offers)
     async def on_offer_query(query: OfferQuery) -> OfferList:
