@@ -150,7 +150,7 @@ class Stack:
         vast = [*cli, "sim", "vast", "--port", str(self.ports["vast"]), "--speed", str(self.plan.speed)]
         if self.vast_scenario is not None:
             vast += ["--scenario", str(self.vast_scenario)]
-        self.spawn("vast", [*vast, "--log-level", "warning"])
+        self.spawn("vast", [*vast, "--log-level", "info"])  # its log: each rental, state change and destroy
         self.spawn("ollama", [*cli, "sim", "ollama", "--port", str(self.ports["ollama"]), "--behaviour", "follow"])
         self.wait_serving("vast", 30)
         self.wait_serving("ollama", 30)
