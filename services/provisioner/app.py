@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from faststream.asgi import AsgiFastStream
@@ -63,6 +64,29 @@ class BusPublisher:
     async def account(self, event: VastAccountObserved) -> None:
         # the last value is what `fleetpilot status` shows
         await publish_event(self.ctx.broker, self.ctx.subjects.provision_account, event, stream=self.latest_stream)
+
+
+@dataclass
+class VastListing:
+    """Whether vast.ai's instance list was read at the last reconciliation: a provisioner that cannot reach or
+    list vast.ai knows nothing of the fleet it pays for, and says so on /health (a refused key has its own
+    reason, VastApiMetrics.auth_problem)."""
+
+    failed_since: datetime | None = None
+
+    def record(self, listed: bool, now: datetime) -> None:
+        if listed:
+            self.failed_since = None
+        elif self.failed_since is None:
+            self.failed_since = now
+
+    def problem(self) -> str | None:
+        if self.failed_since is None:
+            return None
+        return (
+            f"vast.ai could not be reached or listed since {self.failed_since:%Y-%m-%d %H:%M:%S} UTC: the fleet "
+            "is unknown (the log says why; FLEETPILOT_VAST_API_URL?)"
+        )
 
 
 @dataclass
@@ -140,10 +164,14 @@ def assemble(
     async def on_demand_signal(signal: DemandSignal) -> None:
         await provisioner.learn_demand(signal)
 
+    listing = VastListing()
+    # a refused key fails every list too; its own reason says more, so it is not said twice
+    ctx.health_checks.append(lambda: None if metrics.vast.auth_problem() else listing.problem())
+
     async def reconcile_forever() -> None:
         while True:
             try:
-                await provisioner.reconcile()
+                listing.record(await provisioner.reconcile(), ctx.clock.now())
             except Exception:  # Redis or NATS away: log, and try again on the next round
                 log.exception("reconciliation failed")
             await ctx.clock.sleep(config.reconcile_interval_s)
