@@ -19,6 +19,7 @@ from services.provisioner.metrics import ProvisionerMetrics
 from services.provisioner.operations import Provisioner
 from services.provisioner.outcome_log import outcome_line
 from services.provisioner.settings import ProvisionerSettings
+from services.provisioner.standby import ActiveLease
 from services.provisioner.store import ProvisionerStore
 from services.provisioner.vast_client import VastClient
 from shared.bus import durable_pull, publish_event
@@ -41,6 +42,8 @@ from shared.settings import Settings
 from shared.streams import BENCH, COMMANDS, INSTANCES, LATEST, durable_consumer
 
 SERVICE = "provisioner"
+ACTIVE_LINE = "active: this replica reconciles with vast.ai (it holds the lease)"
+STANDBY_LINE = "standing by: another provisioner replica holds the lease and reconciles; taking over when it lapses"
 
 log = logging.getLogger("fleetpilot.provisioner")
 
@@ -152,7 +155,8 @@ def assemble(
         refusal = refused_in_shadow_mode(command, "resume", ctx.settings, ctx.clock.now())
         await answer(command, refusal or await provisioner.resume(command, heartbeat=msg.in_progress))
 
-    @ctx.broker.subscriber(subjects.provision_offers)
+    # a queue group: of several replicas one answers, and one search reaches vast.ai
+    @ctx.broker.subscriber(subjects.provision_offers, queue=SERVICE)
     async def on_offer_query(query: OfferQuery) -> OfferList:
         return await provisioner.offers(query)
 
@@ -168,15 +172,31 @@ def assemble(
     # a refused key fails every list too; its own reason says more, so it is not said twice
     ctx.health_checks.append(lambda: None if metrics.vast.auth_problem() else listing.problem())
 
+    active = ActiveLease(store, config.lease_ttl_s)
+
     async def reconcile_forever() -> None:
+        was_active: bool | None = None
+        first_round = True
         while True:
             try:
-                listing.record(await provisioner.reconcile(), ctx.clock.now())
+                # the first round's lease was taken before the broker started (take_the_lease)
+                is_active = active.token is not None if first_round else await active.hold()
+                first_round = False
+                if is_active != was_active:
+                    log.info(ACTIVE_LINE if is_active else STANDBY_LINE)
+                    was_active = is_active
+                if is_active:  # a standby lists nothing: two replicas would double every vast.ai call
+                    listing.record(await provisioner.reconcile(), ctx.clock.now())
             except Exception:  # Redis or NATS away: log, and try again on the next round
                 log.exception("reconciliation failed")
             await ctx.clock.sleep(config.reconcile_interval_s)
 
     tasks: list[asyncio.Task[None]] = []
+
+    async def take_the_lease() -> None:
+        """Before the first command is consumed, so the first list comes first, as without a standby."""
+        with contextlib.suppress(Exception):  # Redis away: the loop tries again
+            await active.hold()
 
     async def start_reconciling() -> None:
         tasks.append(asyncio.create_task(reconcile_forever(), name="provisioner-reconcile"))
@@ -186,10 +206,13 @@ def assemble(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        with contextlib.suppress(Exception):  # Redis away: the lease expires by itself
+            await active.release()
         await client.aclose()
         await redis.aclose()
 
     app = asgi_app(ctx)
+    app.on_startup(take_the_lease)
     app.after_startup(start_reconciling)
     app.on_shutdown(stop_everything)
     return ProvisionerService(app, provisioner, ctx)
