@@ -18,6 +18,8 @@ if TYPE_CHECKING:  # imported where used: pydantic-settings alone costs `fleetpi
 
 # an ordinary mistake, as click and the shell expect
 USAGE_EXIT_CODE = 2
+# a Ctrl-C, as the shell reports a process ended by SIGINT (128 + 2)
+INTERRUPTED_EXIT_CODE = 130
 
 
 class UserMistake(Exception):
@@ -151,9 +153,11 @@ class FleetPilotApp(typer.Typer):
             raise SystemExit(130) from None
         except UserMistake as error:
             fail(str(error))
-        except KeyboardInterrupt:  # Ctrl-C while a command starts (or runs, where it does not say more itself)
+        except KeyboardInterrupt:  # Ctrl-C before typer's own handling (while the commands are looked up)
             typer.echo("interrupted", err=True)
-            raise SystemExit(130) from None
+            raise SystemExit(INTERRUPTED_EXIT_CODE) from None
         except Exception as error:
             fail(describe_bad_setting(error))
+        if result == INTERRUPTED_EXIT_CODE:  # typer turns a Ctrl-C into a silent exit 130; say it in one line
+            typer.echo("interrupted", err=True)
         sys.exit(result if isinstance(result, int) else 0)
