@@ -17,14 +17,16 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import typer
 
 from services.cli.errors import UserMistake
 from services.cli.up_watch import MAX_RESTARTS, LogFollower, progress_lines, read_spend, tail
-from shared.contract.audit import DeciderMode
-from sim.stack import SERVICES, Stack, StackPlan
+
+if TYPE_CHECKING:  # the stack is imported when it starts: `fleetpilot up --help` needs none of it
+    from shared.contract.audit import DeciderMode
+    from sim.stack import Stack
 
 # 60 simulated seconds per wall second: a machine's ~10 min start-up takes 10 s, an hour of demand one minute,
 # and the decider's 5 min heartbeat comes every 5 s. Slow enough to read `fleetpilot status` as it changes.
@@ -92,6 +94,8 @@ def run_stack(
     directory: Path, speed: float, budget_usd_per_h: float, max_instances: int, decider_mode: DeciderMode
 ) -> None:
     """The stack in `directory` until Ctrl-C or SIGTERM; a service that stops early ends it (exit 1)."""
+    from sim.stack import SERVICES, Stack, StackPlan
+
     plan = dataclasses.replace(StackPlan.full(), speed=speed, budget_usd_per_h=budget_usd_per_h)
     plan = dataclasses.replace(plan, max_instances=max_instances)
     mode_env = {"FLEETPILOT_DECIDER_MODE": decider_mode}
