@@ -12,16 +12,14 @@ import contextlib
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-import nats.errors
-import nats.js.errors
 import typer
 
 from services.cli.errors import UserMistake
 from services.cli.ops import connected, fail_unreachable, newest_first
 from shared.contract import DeadLetter
 from shared.settings import Settings
-from shared.streams import DLQ
 
+# NATS and the streams are imported by the functions that talk to them: `fleetpilot dlq --help` needs neither
 dlq_app = typer.Typer(help="Dead letters: messages a service rejected, with the reason.", no_args_is_help=True)
 
 ERROR_PREVIEW_CHARS = 160
@@ -61,6 +59,8 @@ def detail_lines(seq: int, letter: DeadLetter) -> list[str]:
 
 async def read_dead_letters(settings: Settings, count: int, service: str | None = None) -> list[tuple[int, DeadLetter]]:
     """The newest `count` dead letters (oldest first), of one service when `service` is given."""
+    from shared.streams import DLQ
+
     found: list[tuple[int, DeadLetter]] = []
     letters = newest_first(settings, DLQ.name(settings.subjects), DeadLetter, "DLQ message")
     async with contextlib.aclosing(letters):  # stopping early closes the generator, and its connection, now
@@ -73,6 +73,10 @@ async def read_dead_letters(settings: Settings, count: int, service: str | None 
 
 
 async def read_dead_letter(settings: Settings, seq: int) -> DeadLetter | None:
+    import nats.js.errors
+
+    from shared.streams import DLQ
+
     async with connected(settings) as client:
         try:
             message = await client.jetstream().get_msg(DLQ.name(settings.subjects), seq)
@@ -90,6 +94,10 @@ def replay_headers(letter: DeadLetter) -> dict[str, str]:
 
 async def replay_dead_letter(settings: Settings, seq: int) -> DeadLetter | None:
     """Publish a dead letter's original bytes to its original subject, then delete it from the DLQ."""
+    import nats.js.errors
+
+    from shared.streams import DLQ
+
     stream = DLQ.name(settings.subjects)
     async with connected(settings) as client:
         js = client.jetstream()
@@ -106,6 +114,8 @@ async def replay_dead_letter(settings: Settings, seq: int) -> DeadLetter | None:
 
 async def purge_dead_letters(settings: Settings, service: str | None) -> int:
     """Delete the dead letters (of one service when given); returns how many there were."""
+    from shared.streams import DLQ
+
     stream = DLQ.name(settings.subjects)
     subject = settings.subjects.dead_letter(service) if service else None
     async with connected(settings) as client:
@@ -124,6 +134,11 @@ def check_service(service: str | None) -> None:
 
 
 def run_reading(settings: Settings, reading: Coroutine[Any, Any, Found]) -> Found:
+    import nats.errors
+    import nats.js.errors
+
+    from shared.streams import DLQ
+
     try:
         return asyncio.run(reading)
     except nats.js.errors.NotFoundError:
@@ -156,6 +171,8 @@ def dlq_list(
 @dlq_app.command("show")
 def dlq_show(seq: int = typer.Argument(..., min=1, help="the number `fleetpilot dlq list` shows (#N)")) -> None:
     """Show one dead letter: the whole error, the headers and the original payload."""
+    from shared.streams import DLQ
+
     settings = Settings()
     letter = run_reading(settings, read_dead_letter(settings, seq))
     if letter is None:
@@ -168,6 +185,8 @@ def dlq_show(seq: int = typer.Argument(..., min=1, help="the number `fleetpilot 
 @dlq_app.command("replay")
 def dlq_replay(seq: int = typer.Argument(..., min=1, help="the number `fleetpilot dlq list` shows (#N)")) -> None:
     """Send one dead letter's original message to its original subject again (after a fix), and delete it."""
+    from shared.streams import DLQ
+
     settings = Settings()
     letter = run_reading(settings, replay_dead_letter(settings, seq))
     if letter is None:
