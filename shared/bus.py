@@ -71,25 +71,37 @@ def classify_failure(error: BaseException) -> DeadLetterReason:
 
 
 def describe_error(error: BaseException) -> str:
-    """A readable error naming fields and values (pydantic's text does), capped for the envelope."""
-    readable = isinstance(error, (*_INVALID_MESSAGE_ERRORS, ImplausibleInput))
-    text = str(error) if readable else f"{type(error).__name__}: {error}"
+    """Why a message was rejected, in plain words: each wrong field with the value it had and what was expected
+    (`duration_s = 'four minutes': expected a valid number`), an implausible input's reason, or the error's type
+    and text; capped for the envelope."""
+    if isinstance(error, ImplausibleInput):
+        return str(error)[:4000]
+    text = problem_fields(error, limit=50) or f"{type(error).__name__}: {error}"
     return text[:4000]
 
 
-def problem_fields(error: BaseException) -> str:
-    """`field.path: what is wrong (got value)` for each field of a message that did not validate (at most five),
-    so the dead-letter log line names them; "" for any other error."""
+def plain_problem(item: Any) -> str:
+    """One pydantic problem as `field = value: expected ...`, without its documentation link."""
+    field = ".".join(str(part) for part in item["loc"]) or "(the message)"
+    got = item.get("input")
+    value = f" = {got!r}" if isinstance(got, str | int | float | bool) or got is None else ""
+    message = str(item["msg"])
+    if item["type"] == "missing":
+        return f"{field}: missing, expected a value (required)"
+    if item["type"] == "extra_forbidden":
+        return f"{field}{value}: unknown field, expected only the fields of this message"
+    if message.startswith("Input should be "):
+        message = "expected " + message.removeprefix("Input should be ")
+    return f"{field}{value}: {message[:1].lower()}{message[1:]}"
+
+
+def problem_fields(error: BaseException, limit: int = 5) -> str:
+    """`field = value: expected ...` for each field of a message that did not validate (at most `limit`), so the
+    dead letter and its log line name them; "" for any other error."""
     inner = getattr(error, "original_error", error)  # fast_depends wraps pydantic's error
     if not isinstance(inner, pydantic.ValidationError):
         return ""
-    problems = []
-    for item in inner.errors()[:5]:
-        field = ".".join(str(part) for part in item["loc"]) or "(the message)"
-        got = item.get("input")
-        shown = f" (got {got!r})" if isinstance(got, str | int | float | bool) or got is None else ""
-        problems.append(f"{field}: {item['msg']}{shown}"[:200])
-    return "; ".join(problems)
+    return "; ".join(plain_problem(item)[:200] for item in inner.errors()[:limit])
 
 
 def delivery_count(raw: Msg) -> int | None:
@@ -233,6 +245,30 @@ def nats_connect_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
+class QuietSupervisor(logging.Filter):
+    """Drops two lines FastStream's task supervisor writes on every normal start, so an ERROR in the log is one:
+    an INFO "callback for Task-N is being executed..." whenever a subscriber task ends, and an ERROR with a
+    traceback for an empty pull. nats-py 2.16 ends an empty `fetch` with the builtin TimeoutError, where
+    FastStream 0.7 expects nats.errors.TimeoutError (a subclass) and so only suppresses that; the supervisor
+    restarts the pull at once, nothing is lost. Any other exception keeps its line and traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("callback for ") and message.endswith(" is being executed..."):
+            return False
+        error = record.exc_info[1] if record.exc_info else None
+        return not (type(error) is TimeoutError and "raised an exception, retrying" in message)
+
+
+def faststream_logger(service: str) -> logging.Logger:
+    """FastStream's own lines through the process's logging (one format, no colour codes in a log file, the
+    level of `fleetpilot run --log-level`) instead of its private coloured handlers on stdout."""
+    logger = logging.getLogger(f"fleetpilot.{service}.faststream")
+    if not any(isinstance(existing, QuietSupervisor) for existing in logger.filters):
+        logger.addFilter(QuietSupervisor())
+    return logger
+
+
 def build_broker(settings: Settings, service: str, metrics: BusMetrics, clock: Clock) -> NatsBroker:
     """The one way a service gets a broker: same middlewares, same auth, no import-time globals."""
     dead_letters = DeadLetterMiddleware(service, settings.subjects.dead_letter(service), metrics, clock)
@@ -248,6 +284,8 @@ def build_broker(settings: Settings, service: str, metrics: BusMetrics, clock: C
             dead_letters,
         ],
         inbox_prefix=inbox_prefix(settings),
+        logger=faststream_logger(service),
+        log_level=logging.DEBUG,  # "Received"/"Processed" per message: at INFO they were most of every log
         max_reconnect_attempts=-1,
         reconnect_time_wait=1,
         graceful_timeout=10.0,

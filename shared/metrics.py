@@ -28,6 +28,12 @@ class BusMetrics:
             ["service"],
             registry=self.registry,
         )
+        self.unknown_fields = Counter(
+            "fleetpilot_unknown_fields_total",
+            "Fields the job system sent that this FleetPilot does not know, ignored (by message type)",
+            ["service", "message"],
+            registry=self.registry,
+        )
         # JetStream consumer lag, read by shared/consumer_lag.py; absent while unknown
         self.consumer_pending = Gauge(
             "fleetpilot_consumer_pending_messages",

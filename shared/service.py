@@ -19,9 +19,10 @@ from prometheus_client import make_asgi_app
 from pydantic import SecretStr
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
-from shared.bus import build_broker, nats_connect_options
+from shared.bus import build_broker, faststream_logger, nats_connect_options
 from shared.clock import Clock
 from shared.consumer_lag import poll_consumer_lag
+from shared.contract import ToleratesUnknownFields
 from shared.live_mode import refuse_unsafe_live_start
 from shared.metrics import BusMetrics
 from shared.settings import Settings
@@ -47,6 +48,7 @@ class ServiceContext:
     broker: NatsBroker = field(init=False)
     # each returns why the service is unhealthy, or None; /health runs them after the broker's own check
     health_checks: list[Callable[[], str | None]] = field(init=False, default_factory=list)
+    unknown_fields_seen: set[tuple[str, str]] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         self.metrics = BusMetrics(self.name)
@@ -104,6 +106,18 @@ class ServiceContext:
             raise
         self.log.info("NATS at %s answers", url)
 
+    def count_unknown_fields(self, message: ToleratesUnknownFields) -> None:
+        """A job-system message's fields this FleetPilot does not know: ignored, counted, and logged the first
+        time each is seen (a newer job system sends them on every event: one line, not one per event)."""
+        unknown = message.unknown_fields()
+        if not unknown:
+            return
+        kind = type(message).__name__
+        self.metrics.unknown_fields.labels(self.name, kind).inc(len(unknown))
+        if new := [name for name in unknown if (kind, name) not in self.unknown_fields_seen]:
+            self.unknown_fields_seen.update((kind, name) for name in new)
+            self.log.info("%s: ignoring field(s) %s, unknown to this FleetPilot (counted)", kind, ", ".join(new))
+
     def unhealthy_reasons(self, connected: bool) -> list[str]:
         reasons = [] if connected else [f"not connected to NATS at {self.settings.nats_url_for_humans}"]
         return reasons + [reason for check in self.health_checks if (reason := check()) is not None]
@@ -160,7 +174,9 @@ class ServiceApp(AsgiFastStream):
 
     def __init__(self, ctx: ServiceContext) -> None:
         super().__init__(
-            ctx.broker, asgi_routes=[("/metrics", make_asgi_app(ctx.metrics.registry)), ("/health", health(ctx))]
+            ctx.broker,
+            asgi_routes=[("/metrics", make_asgi_app(ctx.metrics.registry)), ("/health", health(ctx))],
+            logger=faststream_logger(ctx.name),
         )
         self.ctx = ctx
         self.consumer_lag: list[asyncio.Task[None]] = []

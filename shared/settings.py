@@ -6,14 +6,16 @@ at the one adapter that needs them.
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
+from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BeforeValidator, Field, SecretStr
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.clock import Clock, ClockControl, GovernedClock, RealClock, ScaledClock
 from shared.contract.audit import DeciderMode
@@ -73,7 +75,7 @@ class Settings(BaseSettings):
         description="most a UTC day may cost, image pulls included (a launch or resume that would pass it by "
         "midnight is refused); unset: FLEETPILOT_BUDGET_USD_PER_H x 24",
     )
-    max_instances: int = Field(default=40, ge=0, description="most instances alive at once")
+    max_instances: int = Field(default=40, ge=1, description="most instances alive at once")
     normal_max_price_usd_per_h: float = Field(default=0.80, gt=0, description="per-instance cap, normal launches")
     emergency_max_price_usd_per_h: float = Field(default=1.20, gt=0, description="per-instance cap, emergencies")
 
@@ -118,3 +120,20 @@ def without_credentials(url: str) -> str:
     if "@" not in parts.netloc:
         return url
     return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def split_commas(value: Any) -> Any:
+    """`RTX 4090,RTX 5090` → `["RTX 4090", "RTX 5090"]`: a list as people write it in a shell. A JSON list
+    (`["RTX 4090"]`, what the reference said before) is still read, since a GPU name never starts with `[`."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        return json.loads(text)
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+# a list-typed setting: comma-separated in the environment (pydantic-settings would want JSON, and say a
+# wrong value in a 50-line traceback); NoDecode hands the raw string to split_commas instead
+CommaSeparatedStrings = Annotated[list[str], NoDecode, BeforeValidator(split_commas)]
+CommaSeparatedInts = Annotated[list[int], NoDecode, BeforeValidator(split_commas)]

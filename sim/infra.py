@@ -71,7 +71,8 @@ class LocalServer:
         if self.running:
             return
         with open(self.log_path, "ab") as log_file:
-            self.process = subprocess.Popen(self.command(), stdout=log_file, stderr=subprocess.STDOUT)
+            # its own process group: a Ctrl-C at a terminal stops its users first (Stack.close), then it
+            self.process = subprocess.Popen(self.command(), stdout=log_file, stderr=subprocess.STDOUT, process_group=0)
         try:
             wait_for_port(self.port)
         except TimeoutError:

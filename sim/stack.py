@@ -30,6 +30,11 @@ AGENT_FACTORY = "services.decider.agent.agent:create_agent"
 # A governed stack's clock runs this fast while the processes start (imports, connections: seconds of CPU on a
 # busy machine), and at the plan's speed from the first task on: starting up costs no simulated hours.
 STARTUP_SPEED = 30.0
+# a service's stop waits up to FastStream's 10 s graceful timeout for handlers in flight (shared/bus.py); past
+# that it is stuck, and is killed: its unacknowledged command comes back to the next provisioner by its key
+SERVICE_STOP_GRACE_S = 11.0
+# the stand-ins, NATS and Redis have no work in flight once their callers are gone; they stop in well under 1 s
+STAND_IN_STOP_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -148,8 +153,14 @@ class Stack:
         log_path = self.workdir / f"{name}.log"
         self.log_offsets[name] = log_path.stat().st_size if log_path.exists() else 0
         with open(log_path, "ab") as log:  # appended to across restarts
+            # its own process group: a Ctrl-C at the terminal reaches only the parent, which stops the callers
+            # before what they call (close), instead of every process at once
             self.processes[name] = subprocess.Popen(
-                [sys.executable, *args], env=self.env(http_port, name), stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, *args],
+                env=self.env(http_port, name),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                process_group=0,
             )
 
     def start(self) -> None:
@@ -165,7 +176,7 @@ class Stack:
         vast = [*cli, "sim", "vast", "--port", str(self.ports["vast"]), "--speed", str(self.plan.speed)]
         if self.vast_scenario is not None:
             vast += ["--scenario", str(self.vast_scenario)]
-        self.spawn("vast", [*vast, "--log-level", "warning"])
+        self.spawn("vast", [*vast, "--log-level", "info"])  # its log: each rental, state change and destroy
         self.spawn("ollama", [*cli, "sim", "ollama", "--port", str(self.ports["ollama"]), "--behaviour", "follow"])
         self.wait_serving("vast", 30)
         self.wait_serving("ollama", 30)
@@ -216,9 +227,7 @@ class Stack:
 
     def pids(self) -> list[int]:
         """Every process of the stack that is running: the services, the stand-ins, nats-server and redis-server."""
-        servers = [self.redis, *(self.nats.nodes if isinstance(self.nats, NatsCluster) else [self.nats])]
-        popens = [*self.processes.values(), *(server.process for server in servers if server.process is not None)]
-        return [p.pid for p in popens if p.poll() is None]
+        return [p.pid for p in [*self.processes.values(), *self.server_processes()] if p.poll() is None]
 
     def start_jobs(self) -> None:
         if self.governor is not None:
@@ -295,25 +304,30 @@ class Stack:
         return [name for name, p in self.processes.items() if p.poll() is not None and name != "jobs"]
 
     def close(self) -> None:
+        """Every process stopped, within SERVICE_STOP_GRACE_S + STAND_IN_STOP_GRACE_S at worst: the services (and
+        the job stand-in) together first, then the stand-ins they call with NATS and Redis together, each group
+        SIGKILLed past its grace."""
+        # a provisioner whose vast.ai went first spent its last 15 s retrying into the log: callers go first
         if self.governor is not None:
             self.governor.stop()
-        # the services and the job stand-in first, then the stand-ins they call: a provisioner whose vast.ai went
-        # first spent its last 15 s retrying into the log
         callers = [p for name, p in self.processes.items() if name in (*SERVICES, "jobs")]
         called = [p for name, p in self.processes.items() if name not in (*SERVICES, "jobs")]
-        for group in (callers, called):
-            for process in group:
-                if process.poll() is None:
-                    process.terminate()
-            deadline = time.monotonic() + 15
-            for process in group:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=max(0.1, deadline - time.monotonic()))
-                if process.poll() is None:
-                    process.kill()
+        stop_together(callers, SERVICE_STOP_GRACE_S)
+        stop_together([*called, *self.server_processes()], STAND_IN_STOP_GRACE_S)
+        self.processes.clear()
+        self.redis.stop()  # already stopped: forgets the process
+        self.nats.stop()
+
+    def kill_all(self) -> None:
+        """SIGKILL to every process at once: a second Ctrl-C, when a person will not wait for a graceful stop."""
+        stop_together([*self.processes.values(), *self.server_processes()], 0.0)
         self.processes.clear()
         self.redis.stop()
         self.nats.stop()
+
+    def server_processes(self) -> list[subprocess.Popen[bytes]]:
+        nodes = self.nats.nodes if isinstance(self.nats, NatsCluster) else [self.nats]
+        return [server.process for server in (self.redis, *nodes) if server.process is not None]
 
     def now(self) -> datetime:
         if self.clock is None:
@@ -327,3 +341,21 @@ class Stack:
         if self.governor is not None:
             return datetime.fromtimestamp(self.governor.sim_at(wall_s), UTC)
         return datetime.fromtimestamp(self.clock.sim_s(wall_s), UTC)
+
+
+def stop_together(processes: list[subprocess.Popen[bytes]], grace_s: float) -> None:
+    """SIGTERM to all at once, then one shared deadline: stopping takes the slowest one's time, not the sum."""
+    for process in processes:
+        if process.poll() is not None:
+            continue
+        if grace_s > 0:
+            process.terminate()
+        else:
+            process.kill()
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        if process.poll() is None:
+            process.kill()
+            process.wait()

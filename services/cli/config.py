@@ -10,12 +10,13 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 from dotenv import dotenv_values, load_dotenv
-from pydantic import SecretStr
-from pydantic_settings import BaseSettings
+
+if TYPE_CHECKING:  # imported where used: every command loads `.env` through this module, most need no pydantic
+    from pydantic_settings import BaseSettings
 
 # (title, "module:Class"): the settings classes, in the order an operator meets them
 SETTINGS_CLASSES = (
@@ -36,6 +37,8 @@ def load_class(spec: str) -> type[BaseSettings]:
 
 
 def describe_default(field: Any) -> str:
+    from pydantic import SecretStr
+
     if field.default_factory is not None:
         return "(computed)"
     default = field.default
@@ -96,6 +99,8 @@ def source_of(variable: str, from_dotenv: set[str]) -> Source:
 
 
 def shown_value(value: Any) -> str:
+    from pydantic import SecretStr
+
     if isinstance(value, SecretStr):
         return "(secret, set)" if value.get_secret_value() else '""'
     if value is None:
@@ -119,6 +124,25 @@ def effective_rows(from_dotenv: set[str]) -> list[tuple[str, str, str, Source]]:
     return rows
 
 
+def configuration_problems() -> list[str]:
+    """Unknown FLEETPILOT_* variables and contradicting settings, one line each (services/cli/config_checks.py);
+    a value that is not acceptable on its own raises pydantic's ValidationError instead."""
+    from services.cli.config_checks import inconsistencies, unknown_variables
+    from services.provisioner.settings import ProvisionerSettings
+    from shared.settings import Settings
+
+    variables = [variable for _, variable, _, _ in reference_rows()]
+    return unknown_variables(os.environ, variables) + inconsistencies(Settings(), ProvisionerSettings())
+
+
+def refuse_problems() -> None:
+    """The configuration's problems as one UserMistake (the CLI says it in one line, exit 2)."""
+    from services.cli.errors import UserMistake
+
+    if problems := configuration_problems():
+        raise UserMistake("; ".join(problems))
+
+
 def config(
     effective: bool = typer.Option(False, "--effective", help="the value in force and its source, per setting"),
     check: bool = typer.Option(False, "--check", help="validate every setting; exit 2 with the first problem"),
@@ -130,6 +154,7 @@ def config(
         typer.echo(markdown_reference())
         return
     rows = effective_rows(from_dotenv)
+    refuse_problems()
     if effective:
         width = max(len(variable) for _, variable, _, _ in rows)
         section = None

@@ -6,16 +6,20 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 import typer.main
-from pydantic import ValidationError
-from pydantic_settings import BaseSettings
 from typer._click import exceptions as click_errors  # typer carries its own click; its errors are these
+
+if TYPE_CHECKING:  # imported where used: pydantic-settings alone costs `fleetpilot --version` 0.15 s
+    from pydantic import ValidationError
+    from pydantic_settings import BaseSettings, SettingsError
 
 # an ordinary mistake, as click and the shell expect
 USAGE_EXIT_CODE = 2
+# a Ctrl-C, as the shell reports a process ended by SIGINT (128 + 2)
+INTERRUPTED_EXIT_CODE = 130
 
 
 class UserMistake(Exception):
@@ -48,6 +52,20 @@ def describe_settings_error(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
+def describe_undecodable_setting(error: SettingsError) -> str:
+    """pydantic-settings' `error parsing value for field "spacing_s" from source "EnvSettingsSource"` (a value
+    that is not the JSON a dict-typed setting wants) as the variable, what was wrong and what is expected."""
+    field = str(error).partition('field "')[2].partition('"')[0]
+    variables = [
+        environment_variable(settings_class, field)
+        for settings_class in settings_classes_by_name().values()
+        if field in settings_class.model_fields
+    ]
+    variable = " or ".join(variables) or field or "a FLEETPILOT_* variable"
+    cause = f" ({error.__cause__})" if error.__cause__ else ""
+    return f'{variable}: not readable{cause}; expected a JSON object, e.g. {{"name": value}}'
+
+
 def is_settings_error(error: ValidationError) -> bool:
     return error.title in settings_classes_by_name()
 
@@ -70,6 +88,8 @@ def writable_file(path: Path | None, option: str) -> Path | None:
 def one_line(error: BaseException) -> str:
     """A bad file's problem in one line: each pydantic problem as `field: message (got value)`, a YAML or
     JSON error's first line, an OS error's reason and file."""
+    from pydantic import ValidationError
+
     if isinstance(error, ValidationError):
         problems = []
         for item in error.errors():
@@ -94,6 +114,18 @@ def load_scenario(path: str, option: str = "--scenario") -> Any:
         return Scenario.load(path)
     except (OSError, ValueError, yaml.YAMLError) as error:  # pydantic's ValidationError is a ValueError
         raise UserMistake(f"{option} {path}: {one_line(error)}") from None
+
+
+def describe_bad_setting(error: Exception) -> str:
+    """A bad FLEETPILOT_* value in one line; any other error (a bug) is raised again, with its traceback."""
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
+    if isinstance(error, ValidationError) and is_settings_error(error):
+        return describe_settings_error(error)
+    if isinstance(error, SettingsError):
+        return describe_undecodable_setting(error)
+    raise error
 
 
 def fail(line: str) -> NoReturn:
@@ -121,8 +153,11 @@ class FleetPilotApp(typer.Typer):
             raise SystemExit(130) from None
         except UserMistake as error:
             fail(str(error))
-        except ValidationError as error:
-            if not is_settings_error(error):
-                raise
-            fail(describe_settings_error(error))
+        except KeyboardInterrupt:  # Ctrl-C before typer's own handling (while the commands are looked up)
+            typer.echo("interrupted", err=True)
+            raise SystemExit(INTERRUPTED_EXIT_CODE) from None
+        except Exception as error:
+            fail(describe_bad_setting(error))
+        if result == INTERRUPTED_EXIT_CODE:  # typer turns a Ctrl-C into a silent exit 130; say it in one line
+            typer.echo("interrupted", err=True)
         sys.exit(result if isinstance(result, int) else 0)

@@ -11,19 +11,14 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import nats
-import nats.errors
-import nats.js.errors
 import typer
-from nats.aio.client import Client as NatsClient
 from pydantic import BaseModel, ValidationError
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from shared.bus import event_headers
 from shared.contract import (
     DecisionRecord,
     Event,
@@ -37,9 +32,10 @@ from shared.contract import (
     TaskEvent,
     VastAccountObserved,
 )
-from shared.service import connect_once, describe_nats_error
 from shared.settings import Settings
-from shared.streams import AUDIT, DEMAND, LATEST
+
+if TYPE_CHECKING:  # NATS and the streams are imported by the commands that talk to them: --help needs neither
+    from nats.aio.client import Client as NatsClient
 
 SOURCE = "cli"
 # the lifecycle in order, so the counts read like the fleet's pipeline
@@ -201,6 +197,8 @@ def decision_lines(record: DecisionRecord) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def connected(settings: Settings) -> AsyncIterator[NatsClient]:
+    from shared.service import connect_once
+
     client = await connect_once(settings)
     try:
         yield client
@@ -210,6 +208,11 @@ async def connected(settings: Settings) -> AsyncIterator[NatsClient]:
 
 async def fetch_snapshot(settings: Settings, timeout_s: float) -> tuple[FleetSnapshot, SnapshotOrigin] | None:
     """Ask fleet; when nobody answers, fall back to the snapshot fleet last published. None: neither exists."""
+    import nats.errors
+    import nats.js.errors
+
+    from shared.streams import LATEST
+
     subjects = settings.subjects
     request = FleetSnapshotRequest(occurred_at=datetime.now(UTC), source=SOURCE)
     async with connected(settings) as client:
@@ -227,6 +230,10 @@ async def fetch_snapshot(settings: Settings, timeout_s: float) -> tuple[FleetSna
 
 async def fetch_account_view(settings: Settings) -> VastAccountObserved | None:
     """The provisioner's last view of the vast.ai account (foreign instances); None when it published none."""
+    import nats.js.errors
+
+    from shared.streams import LATEST
+
     async with connected(settings) as client:
         try:
             stored = await client.jetstream().get_last_msg(
@@ -279,6 +286,8 @@ async def publish_to_stream(
     settings: Settings, subject: str, event: Event, stream: str, timeout_s: float = 5.0
 ) -> Published:
     """JetStream publish with Nats-Msg-Id = event_id: a retried publish of the same event is stored once."""
+    from shared.bus import event_headers
+
     async with connected(settings) as client:
         ack = await client.jetstream().publish(
             subject, event.model_dump_json().encode(), headers=event_headers(event), stream=stream, timeout=timeout_s
@@ -291,6 +300,8 @@ async def newest_first(
 ) -> AsyncGenerator[tuple[int, M], None]:
     """A stream's messages as `model`, newest first with their sequence, down to `after_seq` (exclusive); a
     message deleted meanwhile is passed over, one that does not validate is said on stderr and passed over."""
+    import nats.js.errors
+
     async with connected(settings) as client:
         js = client.jetstream()
         state = (await js.stream_info(stream)).state
@@ -343,6 +354,8 @@ async def recent_decisions(
 ) -> list[tuple[int, DecisionRecord]]:
     """The last `count` decision records (oldest first) with their stream sequence, newer than `after_seq`, that
     match `where` (all when None)."""
+    from shared.streams import AUDIT
+
     found: list[tuple[int, DecisionRecord]] = []
     where = where or DecisionFilter()
     records = newest_first(settings, AUDIT.name(settings.subjects), DecisionRecord, "decision record", after_seq)
@@ -370,6 +383,8 @@ audit_app = typer.Typer(help="Read the decision audit trail.", no_args_is_help=T
 
 def fail_unreachable(settings: Settings, error: BaseException) -> typer.Exit:
     """NATS down or refusing is an ordinary mistake of setup: one line with the URL (never its credentials)."""
+    from shared.service import describe_nats_error
+
     typer.echo(
         f"error: cannot reach NATS at {settings.nats_url_for_humans} ({describe_nats_error(error)}): "
         "is it running, and is FLEETPILOT_NATS_URL right?",
@@ -383,6 +398,8 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="print the FleetSnapshot as JSON instead of a table"),
 ) -> None:
     """Show the fleet: every instance with its state, GPU, price, age and throughput (asks the fleet service)."""
+    import nats.errors
+
     settings = Settings()
     try:
         found = asyncio.run(fetch_snapshot(settings, timeout_s))
@@ -429,6 +446,8 @@ def publish_task(
     timeout_s: float = typer.Option(5.0, "--timeout", help="seconds to wait for JetStream's acknowledgement"),
 ) -> None:
     """Publish one task event (TaskEvent) to the DEMAND stream."""
+    from shared.streams import DEMAND
+
     settings = Settings()
     try:
         event = build_event(
@@ -459,6 +478,8 @@ def publish_queue(
     timeout_s: float = typer.Option(5.0, "--timeout", help="seconds to wait for JetStream's acknowledgement"),
 ) -> None:
     """Publish the job system's queue as it stands now (QueueSnapshot) to the DEMAND stream."""
+    from shared.streams import DEMAND
+
     settings = Settings()
     try:
         depths = [parse_queue_depth(text) for text in queues]
@@ -471,6 +492,8 @@ def publish_queue(
 
 
 def _publish(settings: Settings, subject: str, event: Event, stream: str, timeout_s: float) -> None:
+    import nats.errors
+
     try:
         published = asyncio.run(publish_to_stream(settings, subject, event, stream, timeout_s))
     except nats.errors.TimeoutError:
@@ -530,6 +553,11 @@ def audit_tail(
     poll_s: float = typer.Option(2.0, help="with --follow: seconds between looks"),
 ) -> None:
     """Print the most recent decisions with their explanations: triggers, data, policy, agent, guardrails."""
+    import nats.errors
+    import nats.js.errors
+
+    from shared.streams import AUDIT
+
     settings = Settings()
     where = DecisionFilter(instance, _outcome_option(outcome), _since_option(since, datetime.now(UTC)))
 

@@ -16,7 +16,7 @@ import typer
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from shared.bus import nats_connect_options
-from shared.settings import Settings
+from shared.settings import Settings, without_credentials
 from shared.streams import ensure_streams
 
 # the answer to a JetStream API call; a refused call (permissions) gets none at all, so this is how long to wait
@@ -25,9 +25,10 @@ API_TIMEOUT_S = 10.0
 streams_app = typer.Typer(help="The JetStream streams FleetPilot's services bind to.", no_args_is_help=True)
 
 
-async def ensure_over_nats(settings: Settings, replicas: int, wait_s: float) -> list[str]:
+async def ensure_over_nats(settings: Settings, replicas: int, wait_s: float) -> tuple[list[str], str]:
     """Connect, then create or update every stream, retrying until `wait_s` while the broker is still starting
-    (refused connections) or a cluster is still electing its leaders (JetStream answers 503)."""
+    (refused connections) or a cluster is still electing its leaders (JetStream answers 503). Returns the
+    streams and the server that made them (of a cluster's URLs, the one connected to; no credentials)."""
 
     def waiting(errors: tuple[type[BaseException], ...]) -> AsyncRetrying:
         return AsyncRetrying(
@@ -44,7 +45,9 @@ async def ensure_over_nats(settings: Settings, replicas: int, wait_s: float) -> 
         # not on a timeout: a refused call (permissions) gets no answer at all, and waiting cannot change that
         async for attempt in waiting((nats.js.errors.ServiceUnavailableError,)):
             with attempt:
-                return await ensure_streams(client.jetstream(timeout=API_TIMEOUT_S), settings.subjects, replicas)
+                names = await ensure_streams(client.jetstream(timeout=API_TIMEOUT_S), settings.subjects, replicas)
+                server = client.connected_url.geturl() if client.connected_url else settings.nats_url_for_humans
+                return names, without_credentials(server)
         raise AssertionError("unreachable: tenacity re-raises the last error")
     finally:
         await client.close()
@@ -61,7 +64,7 @@ def ensure(
     settings = Settings()
     copies = replicas or settings.stream_replicas
     try:
-        names = asyncio.run(ensure_over_nats(settings, copies, wait_s))
+        names, server = asyncio.run(ensure_over_nats(settings, copies, wait_s))
     except nats.errors.TimeoutError:
         typer.echo(
             f"JetStream did not answer within {API_TIMEOUT_S:.0f} s: may NATS user "
@@ -74,6 +77,6 @@ def ensure(
         typer.echo(f"JetStream refused the stream configuration: {error.description} (code {error.err_code})", err=True)
         raise typer.Exit(1) from None
     except (OSError, nats.errors.Error) as error:
-        typer.echo(f"cannot reach NATS at {settings.nats_url} after {wait_s:.0f} s: {error}", err=True)
+        typer.echo(f"cannot reach NATS at {settings.nats_url_for_humans} after {wait_s:.0f} s: {error}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(f"streams ensured ({copies} replica{'s' if copies > 1 else ''}): {', '.join(names)}")
+    typer.echo(f"streams ensured ({copies} replica{'s' if copies > 1 else ''}): {', '.join(names)} on {server}")

@@ -90,6 +90,7 @@ class DemandRuntime:
                 await self.dead_letters.park(raw, "invalid_message", error, delivery_count(raw) or 1)
                 await raw.ack()
                 continue
+            self.ctx.count_unknown_fields(event)
             try:
                 outcome = core.ingest(event, now)
             except Exception as error:  # a fault of ours, not the message's: retry it, then park it
@@ -233,6 +234,7 @@ def build(ctx: ServiceContext, config: DemandSettings | None = None) -> AsgiFast
 
     @ctx.broker.subscriber(subjects.queue, **durable_pull(DEMAND, ctx.settings, "demand-queue"))
     async def on_queue_snapshot(snapshot: QueueSnapshot) -> None:
+        ctx.count_unknown_fields(snapshot)
         if (implausible := runtime.core.implausible(snapshot)) is not None:
             raise ImplausibleInput(implausible)  # dead-lettered with the reason and counted, never applied
         runtime.core.observe_queue(snapshot, ctx.clock.now())

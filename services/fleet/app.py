@@ -203,10 +203,12 @@ def build(ctx: ServiceContext, config: FleetSettings | None = None) -> AsgiFastS
 
     @ctx.broker.subscriber(subjects.tasks_all, **durable_pull(DEMAND, settings, "fleet-tasks"))
     async def on_task_event(event: TaskEvent) -> None:
+        ctx.count_unknown_fields(event)
         await runtime.settle(runtime.core.observe_task(event, clock.now()))
 
     @ctx.broker.subscriber(subjects.queue, **durable_pull(DEMAND, settings, "fleet-queue"))
     async def on_queue_snapshot(snapshot: QueueSnapshot) -> None:
+        ctx.count_unknown_fields(snapshot)
         runtime.core.observe_queue(snapshot, clock.now())
 
     @ctx.broker.subscriber(subjects.bench_result, **durable_pull(BENCH, settings, "fleet-bench"))

@@ -4,8 +4,10 @@ signal in; instance observations and command results out; reconciliation on star
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from faststream.asgi import AsgiFastStream
@@ -15,7 +17,9 @@ from redis.asyncio import Redis
 from services.provisioner.dry_run import DryRunVastClient, refused_in_shadow_mode
 from services.provisioner.metrics import ProvisionerMetrics
 from services.provisioner.operations import Provisioner
+from services.provisioner.outcome_log import outcome_line
 from services.provisioner.settings import ProvisionerSettings
+from services.provisioner.standby import ActiveLease
 from services.provisioner.store import ProvisionerStore
 from services.provisioner.vast_client import VastClient
 from shared.bus import answer_request, durable_pull, publish_event
@@ -28,6 +32,7 @@ from shared.contract import (
     InstanceObserved,
     LaunchInstances,
     OfferQuery,
+    ProvisionCommand,
     ProvisionResult,
     ResumeInstance,
     StopInstance,
@@ -38,6 +43,8 @@ from shared.settings import Settings
 from shared.streams import BENCH, COMMANDS, INSTANCES, LATEST, durable_consumer
 
 SERVICE = "provisioner"
+ACTIVE_LINE = "active: this replica reconciles with vast.ai (it holds the lease)"
+STANDBY_LINE = "standing by: another provisioner replica holds the lease and reconciles; taking over when it lapses"
 
 log = logging.getLogger("fleetpilot.provisioner")
 
@@ -61,6 +68,29 @@ class BusPublisher:
     async def account(self, event: VastAccountObserved) -> None:
         # the last value is what `fleetpilot status` shows
         await publish_event(self.ctx.broker, self.ctx.subjects.provision_account, event, stream=self.latest_stream)
+
+
+@dataclass
+class VastListing:
+    """Whether vast.ai's instance list was read at the last reconciliation: a provisioner that cannot reach or
+    list vast.ai knows nothing of the fleet it pays for, and says so on /health (a refused key has its own
+    reason, VastApiMetrics.auth_problem)."""
+
+    failed_since: datetime | None = None
+
+    def record(self, listed: bool, now: datetime) -> None:
+        if listed:
+            self.failed_since = None
+        elif self.failed_since is None:
+            self.failed_since = now
+
+    def problem(self) -> str | None:
+        if self.failed_since is None:
+            return None
+        return (
+            f"vast.ai could not be reached or listed since {self.failed_since:%Y-%m-%d %H:%M:%S} UTC: the fleet "
+            "is unknown (the log says why; FLEETPILOT_VAST_API_URL?)"
+        )
 
 
 @dataclass
@@ -101,32 +131,38 @@ def assemble(
         options["config"] = durable_consumer(durable, ack_wait_s=config.command_ack_wait_s)
         return options
 
+    async def answer(command: ProvisionCommand, result: ProvisionResult) -> None:
+        if result.outcome == "done":  # a refusal or failure is logged where it is decided, as a warning
+            log.info(outcome_line(command, result, provisioner.known))
+        await publisher.result(result)
+
     @ctx.broker.subscriber(subjects.provision_command("launch"), **command_consumer("launch"))
     async def on_launch(command: LaunchInstances, msg: NatsMessage) -> None:
         refusal = refused_in_shadow_mode(command, "launch", ctx.settings, ctx.clock.now())
-        await publisher.result(refusal or await provisioner.launch(command, heartbeat=msg.in_progress))
+        await answer(command, refusal or await provisioner.launch(command, heartbeat=msg.in_progress))
 
     @ctx.broker.subscriber(subjects.provision_command("stop"), **command_consumer("stop"))
     async def on_stop(command: StopInstance, msg: NatsMessage) -> None:
         refusal = refused_in_shadow_mode(command, "stop", ctx.settings, ctx.clock.now())
-        await publisher.result(refusal or await provisioner.stop(command, heartbeat=msg.in_progress))
+        await answer(command, refusal or await provisioner.stop(command, heartbeat=msg.in_progress))
 
     @ctx.broker.subscriber(subjects.provision_command("destroy"), **command_consumer("destroy"))
     async def on_destroy(command: DestroyInstance, msg: NatsMessage) -> None:
         refusal = refused_in_shadow_mode(command, "destroy", ctx.settings, ctx.clock.now())
-        await publisher.result(refusal or await provisioner.destroy(command, heartbeat=msg.in_progress))
+        await answer(command, refusal or await provisioner.destroy(command, heartbeat=msg.in_progress))
 
     @ctx.broker.subscriber(subjects.provision_command("resume"), **command_consumer("resume"))
     async def on_resume(command: ResumeInstance, msg: NatsMessage) -> None:
         refusal = refused_in_shadow_mode(command, "resume", ctx.settings, ctx.clock.now())
-        await publisher.result(refusal or await provisioner.resume(command, heartbeat=msg.in_progress))
+        await answer(command, refusal or await provisioner.resume(command, heartbeat=msg.in_progress))
 
-    # no_reply: the answer goes out through answer_request, which sends it to an inbox only
-    @ctx.broker.subscriber(subjects.provision_offers, no_reply=True)
+    # a queue group: of several replicas one answers, and one search reaches vast.ai; no_reply: the answer goes out
+    # through answer_request, which sends it to an inbox only
+    @ctx.broker.subscriber(subjects.provision_offers, queue=SERVICE, no_reply=True)
     async def on_offer_query(query: OfferQuery, msg: NatsMessage) -> None:
         await answer_request(ctx.broker, ctx.metrics, msg, await provisioner.offers(query))
 
-    @ctx.broker.subscriber(subjects.provision_charges, no_reply=True)
+    @ctx.broker.subscriber(subjects.provision_charges, queue=SERVICE, no_reply=True)
     async def on_charges_query(query: ChargesQuery, msg: NatsMessage) -> None:
         await answer_request(ctx.broker, ctx.metrics, msg, await provisioner.charges(query))
 
@@ -143,25 +179,48 @@ def assemble(
     async def on_fleet_snapshot(snapshot: FleetSnapshot) -> None:
         await provisioner.learn_production(snapshot)
 
+    listing = VastListing()
+    # a refused key fails every list too; its own reason says more, so it is not said twice
+    ctx.health_checks.append(lambda: None if metrics.vast.auth_problem() else listing.problem())
+
+    active = ActiveLease(store, config.lease_ttl_s)
+
     async def reconcile_forever() -> None:
+        was_active: bool | None = None
+        first_round = True
         while True:
             try:
-                await provisioner.reconcile()
+                # the first round's lease was taken before the broker started (take_the_lease)
+                is_active = active.token is not None if first_round else await active.hold()
+                first_round = False
+                if is_active != was_active:
+                    log.info(ACTIVE_LINE if is_active else STANDBY_LINE)
+                    was_active = is_active
+                if is_active:  # a standby lists nothing: two replicas would double every vast.ai call
+                    listing.record(await provisioner.reconcile(), ctx.clock.now())
             except Exception:  # Redis or NATS away: log, and try again on the next round
                 log.exception("reconciliation failed")
             await ctx.clock.sleep(config.reconcile_interval_s)
 
     tasks: list[asyncio.Task[None]] = []
 
+    async def take_the_lease() -> None:
+        """Before the first command is consumed, so the first list comes first, as without a standby."""
+        with contextlib.suppress(Exception):  # Redis away: the loop tries again
+            await active.hold()
+
     async def start_reconciling() -> None:
         tasks.append(asyncio.create_task(reconcile_forever(), name="provisioner-reconcile"))
 
     async def stop_everything() -> None:
         await stop_tasks(tasks)
+        with contextlib.suppress(Exception):  # Redis away: the lease expires by itself
+            await active.release()
         await client.aclose()
         await redis.aclose()
 
     app = asgi_app(ctx)
+    app.on_startup(take_the_lease)
     app.after_startup(start_reconciling)
     app.on_shutdown(stop_everything)
     return ProvisionerService(app, provisioner, ctx)

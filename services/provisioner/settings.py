@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from services.bench.config import BenchSettings
 from services.bench.onstart import onstart_command
 from shared.live_mode import exit_for_setting
+from shared.settings import CommaSeparatedInts, CommaSeparatedStrings
 
 # vast.ai's documented per-endpoint minimum intervals (s) between requests; it sends no Retry-After, so the
 # client spaces its own calls by these. Search is "10 per minute per IP".
@@ -38,9 +39,9 @@ class ProvisionerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLEETPILOT_PROVISIONER_", env_file=None, extra="ignore")
 
     # offer constraints
-    allowed_gpu_models: list[str] = Field(
+    allowed_gpu_models: CommaSeparatedStrings = Field(
         default_factory=lambda: ["RTX 4090", "RTX 5090", "RTX 3090", "RTX PRO 6000", "A100 SXM4", "A100 PCIE"],
-        description="GPU models that may be rented (JSON list in the environment)",
+        description="GPU models that may be rented, comma-separated (names as in `shared/gpu_models.py`)",
     )
     min_reliability: float = Field(
         default=0.95, ge=0, le=1, description="offers with a lower vast.ai reliability are skipped"
@@ -48,8 +49,12 @@ class ProvisionerSettings(BaseSettings):
     verified_only: bool = Field(default=True, description="rent only machines vast.ai has verified")
     min_cuda: float = Field(default=DEFAULT_MIN_CUDA, ge=0, description="offers whose driver supports less are skipped")
     min_disk_gb: float = Field(default=50.0, ge=0, description="offers with less free disk are skipped")
-    excluded_host_ids: list[int] = Field(default_factory=list, description="hosts never rented from (JSON list)")
-    excluded_machine_ids: list[int] = Field(default_factory=list, description="machines never rented (JSON list)")
+    excluded_host_ids: CommaSeparatedInts = Field(
+        default_factory=list, description="hosts never rented from (comma-separated)"
+    )
+    excluded_machine_ids: CommaSeparatedInts = Field(
+        default_factory=list, description="machines never rented (comma-separated)"
+    )
     search_limit: int = Field(default=64, ge=1, le=1000, description="offers asked for per search")
 
     # what runs on a rented machine
@@ -78,8 +83,8 @@ class ProvisionerSettings(BaseSettings):
         "FLEETPILOT_PROVISIONER_BENCH_URL and FLEETPILOT_BENCH_REPORT_TOKEN); set it to run your own",
     )
     worker_env: dict[str, str] = Field(default_factory=dict, description="passed to every instance as-is")
-    worker_ports: list[int] = Field(
-        default_factory=lambda: [8000], description="container ports each instance exposes (JSON list)"
+    worker_ports: CommaSeparatedInts = Field(
+        default_factory=lambda: [8000], description="container ports each instance exposes (comma-separated)"
     )
 
     # reconciliation and budget

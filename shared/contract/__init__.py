@@ -10,7 +10,14 @@ from shared.contract.audit import (
     RunOutcome,
     TriggerRef,
 )
-from shared.contract.base import SCHEMA_VERSION, ContractModel, Event, UtcDatetime, new_event_id
+from shared.contract.base import (
+    SCHEMA_VERSION,
+    ContractModel,
+    Event,
+    ToleratesUnknownFields,
+    UtcDatetime,
+    new_event_id,
+)
 from shared.contract.bench import BenchKind, BenchRequest, BenchResult, BenchVerdict
 from shared.contract.commands import (
     DestroyInstance,
@@ -58,13 +65,13 @@ __all__ = [
     "SCHEMA_VERSION",
     "Action",
     "AgentTrace",
-    "ChargeLine",
-    "ChargeList",
-    "ChargesQuery",
     "BenchKind",
     "BenchRequest",
     "BenchResult",
     "BenchVerdict",
+    "ChargeLine",
+    "ChargeList",
+    "ChargesQuery",
     "ContractModel",
     "DataFreshness",
     "DeadLetter",
@@ -107,6 +114,7 @@ __all__ = [
     "TaskEvent",
     "TaskEventKind",
     "TaskTypeDemand",
+    "ToleratesUnknownFields",
     "Trigger",
     "TriggerPriority",
     "TriggerReason",

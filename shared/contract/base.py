@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    model_validator,
+)
 
 SCHEMA_VERSION: Literal[1] = 1
 
@@ -37,3 +46,44 @@ class Event(ContractModel):
     occurred_at: UtcDatetime
     source: str = Field(min_length=1, max_length=64, description="the service or system that wrote it")
     schema_version: Literal[1] = SCHEMA_VERSION
+
+
+class ToleratesUnknownFields(BaseModel):
+    """For what the job system writes (task events, queue snapshots), not FleetPilot: a field its next version
+    adds is ignored, and named by `unknown_fields()` for the consumer to count, instead of dead-lettering every
+    event until FleetPilot is upgraded. Our own services' messages stay strict (ContractModel).
+
+    List it after the strict base (`class TaskEvent(Event, ToleratesUnknownFields)`): pydantic merges the
+    bases' configurations in that order, so this `extra="ignore"` is the one that holds."""
+
+    model_config = ConfigDict(extra="ignore")
+    _unknown_fields: tuple[str, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _note_unknown_fields(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        model = handler(data)
+        if isinstance(data, dict):
+            model._unknown_fields = tuple(sorted(str(name) for name in data if name not in cls.model_fields))
+        return model
+
+    def __eq__(self, other: object) -> bool:
+        """Equal by fields, as before: which unknown fields the producer sent is not part of the message."""
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    def unknown_fields(self) -> list[str]:
+        """The ignored fields of this message and of the job-system models inside it (`queues[].owner`)."""
+        found = list(self._unknown_fields)
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            for item in value if isinstance(value, list | tuple) else [value]:
+                if isinstance(item, ToleratesUnknownFields):
+                    suffix = "[]" if isinstance(value, list | tuple) else ""
+                    found += [
+                        f"{name}{suffix}.{inner}"
+                        for inner in item.unknown_fields()
+                        if f"{name}{suffix}.{inner}" not in found
+                    ]
+        return found

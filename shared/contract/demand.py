@@ -7,13 +7,14 @@ from typing import Literal
 
 from pydantic import Field
 
-from shared.contract.base import ContractModel, Event, UtcDatetime
+from shared.contract.base import ContractModel, Event, ToleratesUnknownFields, UtcDatetime
 
 TaskEventKind = Literal["submitted", "started", "completed", "failed"]
 
 
-class TaskEvent(Event):
-    """One task's step, published by the job system on `<prefix>.demand.task.<kind>`."""
+class TaskEvent(Event, ToleratesUnknownFields):
+    """One task's step, published by the job system on `<prefix>.demand.task.<kind>` (fields it adds are
+    ignored and counted: ToleratesUnknownFields)."""
 
     kind: TaskEventKind
     task_id: str = Field(min_length=1, max_length=256)
@@ -25,14 +26,15 @@ class TaskEvent(Event):
     duration_s: float | None = Field(default=None, ge=0, description="run time of a completed/failed task")
 
 
-class QueueDepth(ContractModel):
+class QueueDepth(ContractModel, ToleratesUnknownFields):
     task_type: str = Field(min_length=1, max_length=64)
     pending: int = Field(ge=0)
     running: int = Field(ge=0)
 
 
-class QueueSnapshot(Event):
-    """The job system's queue as it stands at `occurred_at`, per task type."""
+class QueueSnapshot(Event, ToleratesUnknownFields):
+    """The job system's queue as it stands at `occurred_at`, per task type (fields it adds are ignored and
+    counted: ToleratesUnknownFields)."""
 
     queues: list[QueueDepth]
 

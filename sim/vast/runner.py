@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Iterator
 
 import uvicorn
@@ -48,5 +49,7 @@ async def serving(simulator: VastSimulator, *, host: str = "127.0.0.1", port: in
 
 
 def serve_forever(simulator: VastSimulator, *, host: str, port: int, log_level: str = "info") -> None:
-    """The foreground server behind `fleetpilot sim vast`. No access log: a request line can carry a key."""
+    """The foreground server behind `fleetpilot sim vast`. No access log: a request line can carry a key; the
+    simulator's own lines (each rental, state change and destroy) in the format of the services' logs."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(simulator.app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import random
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -25,6 +26,9 @@ from shared.clock import Clock, SimulatedClock
 from sim.vast.query import QueryError, parse_search
 from sim.vast.scenario import ApiBehaviour, Endpoint, Fate, Scenario
 from sim.vast.world import CreateRequest, VastApiError, VastWorld
+
+# what a demo or fault run's vast.log says: each rental, state change and destroy (never a key)
+log = logging.getLogger("fleetpilot.sim.vast")
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -201,6 +205,10 @@ class VastSimulator:
         offer_id = int(request.path_params["offer_id"])
         create = CreateRequest.model_validate(await _json_body(request))
         instance = self.world.create(offer_id, create, self.clock.now())
+        log.info(
+            "rented offer %d as instance %d at $%.3f/h (label %s)",
+            offer_id, instance.instance_id, instance.dph_base, instance.label,
+        )  # fmt: skip
         return JSONResponse({"success": True, "new_contract": instance.instance_id})
 
     async def _list_v1(self, request: Request) -> Response:
@@ -233,6 +241,7 @@ class VastSimulator:
         now = self.clock.now()
         if "state" in body:
             self.world.set_state(instance_id, str(body["state"]), now)
+            log.info("instance %d set to %s", instance_id, body["state"])
         if "label" in body:
             self.world.set_label(instance_id, str(body["label"]), now)
         if "state" not in body and "label" not in body:
@@ -250,6 +259,7 @@ class VastSimulator:
     async def _destroy(self, request: Request) -> Response:
         instance_id = int(request.path_params["instance_id"])
         self.world.destroy(instance_id, self.clock.now())
+        log.info("destroyed instance %d", instance_id)
         return JSONResponse({"success": True, "msg": f"destroying instance {instance_id}."})
 
     # ---- admin ---------------------------------------------------------------------------------------------

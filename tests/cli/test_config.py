@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from services.cli.config import SETTINGS_CLASSES, load_class, reference_rows
 from tests.cli.conftest import RunCli
+from tests.cli.test_mistakes import assert_one_clear_line
 
 
 def test_every_setting_has_a_description() -> None:
@@ -53,3 +56,57 @@ def test_check_passes_a_valid_configuration_and_names_a_bad_value(run_cli: RunCl
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "error: FLEETPILOT_FLEET_TICK_S='soon': input should be a valid number, unable to parse string as a number"
     ]
+
+
+def test_an_unknown_variable_names_the_closest_known_one(run_cli: RunCli) -> None:
+    for command in (["config", "--check"], ["run", "demand"]):  # the service refuses it before it starts
+        done = run_cli(*command, FLEETPILOT_BUDGET_USD_PERH="3")
+        line = assert_one_clear_line(done, "FLEETPILOT_BUDGET_USD_PERH")
+        assert line.endswith("did you mean FLEETPILOT_BUDGET_USD_PER_H?"), line
+
+
+def test_a_list_setting_is_comma_separated(run_cli: RunCli) -> None:
+    done = run_cli("config", "--effective", FLEETPILOT_PROVISIONER_ALLOWED_GPU_MODELS="RTX 4090, RTX 5090")
+    assert done.returncode == 0, done.stderr
+    [row] = [line for line in done.stdout.splitlines() if line.startswith("FLEETPILOT_PROVISIONER_ALLOWED_GPU")]
+    assert row.split(None, 1)[1] == "RTX 4090, RTX 5090  (env)"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("FLEETPILOT_PROVISIONER_WORKER_PORTS", "8000,http", "input should be a valid integer"),
+        ("FLEETPILOT_PROVISIONER_SPACING_S", "{search: 6}", "expected a JSON object"),
+    ],
+)
+def test_an_unreadable_list_or_mapping_is_one_line(run_cli: RunCli, variable: str, value: str, named: str) -> None:
+    assert_one_clear_line(run_cli("config", "--check", **{variable: value}), variable, named)
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"FLEETPILOT_MAX_INSTANCES": "0"}, ["FLEETPILOT_MAX_INSTANCES", "greater than or equal to 1"]),
+        ({"FLEETPILOT_NORMAL_MAX_PRICE_USD_PER_H": "1.5"}, ["FLEETPILOT_EMERGENCY_MAX_PRICE_USD_PER_H=1.2"]),
+        ({"FLEETPILOT_BUDGET_USD_PER_H": "1"}, ["FLEETPILOT_EMERGENCY_MAX_PRICE_USD_PER_H=1.2", "budget"]),
+        ({"FLEETPILOT_PROVISIONER_ALLOWED_GPU_MODELS": "RTX 4090,GTX 1080"}, ["'GTX 1080'", "RTX 5090"]),
+    ],
+    ids=["no instances", "normal above emergency", "cap above budget", "unknown GPU"],
+)
+def test_settings_that_contradict_each_other_are_refused(
+    run_cli: RunCli, settings: dict[str, str], named: list[str]
+) -> None:
+    assert_one_clear_line(run_cli("config", "--check", **settings), *named)
+
+
+def test_the_stack_env_file_lets_config_show_what_the_stack_enforces(run_cli: RunCli, tmp_path: Path) -> None:
+    from services.cli.up import client_environment
+    from sim.stack import Stack, StackPlan
+
+    exported = client_environment(Stack(StackPlan.fast(), tmp_path))
+    done = run_cli("config", "--effective", **exported)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in done.stdout.splitlines() if line.startswith("FLEET")}
+    # the stand-in's hosts report CUDA 12.4: the stack lowers the provisioner's floor, and config must say so
+    assert rows["FLEETPILOT_PROVISIONER_MIN_CUDA"] == "12.4  (env)"
+    assert rows["FLEETPILOT_BUDGET_USD_PER_H"] == f"{StackPlan.fast().budget_usd_per_h}  (env)"

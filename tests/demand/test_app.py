@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
 import pytest
@@ -225,3 +226,38 @@ async def test_an_implausible_queue_snapshot_is_dead_lettered_with_its_reason_co
     assert "99999999999999999999 pending is beyond the plausible 1000000 tasks" in letter.error
     assert parked == 1
     assert signal.pending_tasks == 30  # the last plausible snapshot stands
+
+
+async def test_a_job_system_field_it_does_not_know_is_counted_not_dead_lettered(
+    settings: Settings, js: JetStreamContext, sim_clock: SimulatedClock
+) -> None:
+    event = TaskEvent(occurred_at=sim_clock.now(), source="jobs", kind="submitted", task_id="t-1")
+    newer = {**json.loads(event.model_dump_json()), "priority": "high"}  # what a newer job system sends
+    snapshot = QueueSnapshot(
+        occurred_at=sim_clock.now(), source="jobs", queues=[QueueDepth(task_type="a", pending=3, running=0)]
+    )
+    newer_snapshot = json.loads(snapshot.model_dump_json())
+    newer_snapshot["queues"][0]["region"] = "eu"
+    ctx = ServiceContext("demand", settings, sim_clock)
+    app = build(ctx, CONFIG)
+    await app.start()
+    try:
+        await js.publish(
+            settings.subjects.task("submitted"), json.dumps(newer).encode(), stream=DEMAND.name(settings.subjects)
+        )
+        await js.publish(
+            settings.subjects.queue, json.dumps(newer_snapshot).encode(), stream=DEMAND.name(settings.subjects)
+        )
+
+        def unknown(message: str) -> float:
+            labels = {"service": "demand", "message": message}
+            return ctx.metrics.registry.get_sample_value("fleetpilot_unknown_fields_total", labels) or 0.0
+
+        await eventually(lambda: counted(ctx, "submitted") == 1 and unknown("QueueSnapshot") == 1)
+    finally:
+        await app.stop()
+    assert unknown("TaskEvent") == 1
+    dead = ctx.metrics.registry.get_sample_value(
+        "fleetpilot_dead_letters_total", {"service": "demand", "reason": "invalid_message"}
+    )
+    assert dead == 0

@@ -38,6 +38,7 @@ DASHBOARD_METRICS: list[str] = [
 ALERT_METRICS: list[str] = [
     "fleetpilot_demand_pending_tasks",  # gauge
     "fleetpilot_vast_auth_ok",  # gauge: 1 while vast.ai accepts the key, 0 after a 401/403
+    "fleetpilot_provisioner_reconciliations_total",  # counter {outcome}: ok, or failed (vast.ai not listed)
     "fleetpilot_vast_foreign_instances",  # gauge: instances on the account without FleetPilot's label
     "fleetpilot_agent_degraded",  # gauge: 1 while the last agent run was degraded
     "fleetpilot_decider_lock_backend_up",  # gauge: 0 while the decider cannot reach Redis

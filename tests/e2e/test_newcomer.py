@@ -156,6 +156,10 @@ def test_run_it_yourself_then_a_first_day_in_shadow_mode(up_session: Callable[..
     wait_for(rented, "a machine rented on the stand-in for the 40 waiting tasks")
     assert live.stop() == 0
     assert live.lines[-1].startswith("stopping: services first")
+    logs = {path.name: path.read_text(errors="replace") for path in live.workdir.glob("*.log")}
+    assert "rented offer" in logs["vast.log"], logs["vast.log"]  # the stand-in's log says what it rented
+    for name, text in logs.items():  # a normal start and stop: plain lines, nothing alarming
+        assert "\x1b[" not in text and "Traceback" not in text and " ERROR " not in text, (name, text[-3000:])
 
     first_day = section("First day on a real account")
     assert "`FLEETPILOT_DECIDER_MODE=shadow`, the default" in first_day

@@ -342,6 +342,7 @@ async def test_streams_ensure_is_the_admin_users_step_alone(secured_nats: Secure
     code, out, err = await ensure("admin")
     assert code == 0, err
     assert out.startswith("streams ensured (1 replica): ") and DEMAND.name(SUBJECTS) in out
+    assert out.rstrip().endswith(f" on {secured_nats.url}"), out  # the server it used, without credentials
     assert (await admin.stream_info(DEMAND.name(SUBJECTS))).config.max_age == DEMAND.max_age_s
 
     code, out, err = await ensure("decider")
