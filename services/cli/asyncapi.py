@@ -45,6 +45,7 @@ def catalog(subjects: Subjects) -> list[Channel]:
         Channel(s.provision_result, c.ProvisionResult, "the provisioner's answer to a command"),
         Channel(s.provision_account, c.VastAccountObserved, "foreign instances on the vast account, last value"),
         Channel(s.provision_offers, c.OfferQuery, "request/reply: ranked offers (reply: OfferList)"),
+        Channel(s.provision_charges, c.ChargesQuery, "request/reply: vast.ai's charges per day (reply: ChargeList)"),
         Channel(f"{p}.fleet.instance.{{state}}", c.InstanceTransitioned, "an instance entered a lifecycle state"),
         Channel(s.fleet_snapshot, c.FleetSnapshotRequest, "request/reply: the fleet view (reply: FleetSnapshot)"),
         Channel(s.fleet_snapshot_published, c.FleetSnapshot, "the periodic fleet snapshot, last value kept"),

@@ -7,7 +7,6 @@ The README's configuration reference is this command's output; a test keeps the 
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -15,27 +14,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import typer
 from dotenv import dotenv_values, load_dotenv
 
+from services.cli.settings_classes import SETTINGS_CLASSES, load_class
+
 if TYPE_CHECKING:  # imported where used: every command loads `.env` through this module, most need no pydantic
-    from pydantic_settings import BaseSettings
+    pass
+
 
 # (title, "module:Class"): the settings classes, in the order an operator meets them
-SETTINGS_CLASSES = (
-    ("shared (every service)", "shared.settings:Settings"),
-    ("demand", "services.demand.config:DemandSettings"),
-    ("fleet", "services.fleet.config:FleetSettings"),
-    ("provisioner", "services.provisioner.settings:ProvisionerSettings"),
-    ("decider", "services.decider.config:DeciderSettings"),
-    ("agent", "services.decider.agent.config:AgentConfig"),
-    ("bench", "services.bench.config:BenchSettings"),
-)
-
-
-def load_class(spec: str) -> type[BaseSettings]:
-    module, _, name = spec.partition(":")
-    settings_class: type[BaseSettings] = getattr(importlib.import_module(module), name)
-    return settings_class
-
-
 def describe_default(field: Any) -> str:
     from pydantic import SecretStr
 

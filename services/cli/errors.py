@@ -27,7 +27,7 @@ class UserMistake(Exception):
 
 
 def settings_classes_by_name() -> dict[str, type[BaseSettings]]:
-    from services.cli.config import SETTINGS_CLASSES, load_class
+    from services.cli.settings_classes import SETTINGS_CLASSES, load_class
 
     classes = [load_class(spec) for _, spec in SETTINGS_CLASSES]
     return {settings_class.__name__: settings_class for settings_class in classes}

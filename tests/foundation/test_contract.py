@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
 
 import pydantic
 import pytest
@@ -137,6 +137,21 @@ EXAMPLES: list[c.Event] = [
                 price_usd_per_h=0.5,
                 reliability=0.99,
                 expected_usd_per_task=0.0042,
+            )
+        ],
+    ),
+    c.ChargesQuery(**ENVELOPE, since=date(2026, 3, 2)),
+    c.ChargeList(
+        **ENVELOPE,
+        lines=[
+            c.ChargeLine(
+                instance_id=1,
+                gpu_model="RTX 4090",
+                kind="gpu",
+                day=date(2026, 3, 2),
+                quantity=2.0,
+                amount_usd=1.0,
+                description="Instance 1 GPU charge: 2.000 hours * $0.5000",
             )
         ],
     ),
