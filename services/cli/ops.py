@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,6 +26,7 @@ from shared.contract import (
     FleetSnapshot,
     FleetSnapshotRequest,
     GuardrailVerdict,
+    InstanceLine,
     InstanceState,
     LaunchInstances,
     QueueDepth,
@@ -111,41 +113,51 @@ def snapshot_summary(snapshot: FleetSnapshot) -> str:
     )
 
 
-def snapshot_table(snapshot: FleetSnapshot) -> Table:
-    """One row per instance; ages are measured to the snapshot's own time (the demo's clock is not the wall's)."""
+NARROW_COLUMNS = ("instance", "state", "GPU", "$/h", "up", "in state", "tasks/h")
+WIDE_COLUMNS = (*NARROW_COLUMNS, "tasks", "last task", "host", "bench", "~$ so far", "vast")
+# in a narrow terminal the identifying columns stay whole; the rest wrap
+NO_WRAP = frozenset({"instance", "state", "GPU", "$/h"})
+WIDE_WIDTH = 160
+
+
+def snapshot_table(
+    snapshot: FleetSnapshot, *, wide: bool = False, states: frozenset[InstanceState] | None = None
+) -> Table:
+    """One row per instance (those in `states`, when given); ages are measured to the snapshot's own time (the
+    demo's clock is not the wall's). Narrow fits 80 columns; wide adds the host, the bench verdict and the cost."""
     now = snapshot.occurred_at
     table = Table(title=snapshot_summary(snapshot), title_justify="left", expand=False)
-    # in a narrow terminal the identifying columns stay whole; the rest wrap
-    for column, justify, no_wrap in (
-        ("instance", "right", True),
-        ("state", "left", True),
-        ("GPU", "left", True),
-        ("$/h", "right", True),
-        ("up", "right", False),
-        ("in state", "right", False),
-        ("tasks", "right", False),
-        ("tasks/h", "right", False),
-        ("last task", "right", False),
-        ("vast", "left", False),
-    ):
-        table.add_column(column, justify=justify, no_wrap=no_wrap)  # type: ignore[arg-type]
+    columns = WIDE_COLUMNS if wide else NARROW_COLUMNS
+    for column in columns:
+        justify = "left" if column in ("state", "GPU", "vast", "bench") else "right"
+        table.add_column(column, justify=justify, no_wrap=column in NO_WRAP)  # type: ignore[arg-type]
     order = {state: n for n, state in enumerate(STATE_ORDER)}
-    for line in sorted(snapshot.instances, key=lambda i: (order[i.state], i.instance_id)):
-        state = line.state.value + (f" ({line.failure_reason.value})" if line.failure_reason else "")
-        gpu = f"{line.num_gpus}× {line.gpu_model}" if line.num_gpus > 1 else (line.gpu_model or "?")
-        table.add_row(
-            f"#{line.instance_id}",
-            Text(state, style=_state_style(line.state)),
-            gpu,
-            f"{line.price_usd_per_h:.2f}",
-            format_duration((now - line.created_at).total_seconds()),
-            format_duration((now - line.state_since).total_seconds()),
-            str(line.tasks_completed),
-            "-" if line.throughput_tasks_per_h is None else f"{line.throughput_tasks_per_h:.0f}",
-            "-" if line.last_task_at is None else format_duration((now - line.last_task_at).total_seconds()) + " ago",
-            line.vast_status or "-",
-        )
+    lines = [line for line in snapshot.instances if states is None or line.state in states]
+    for line in sorted(lines, key=lambda i: (order[i.state], i.instance_id)):
+        cells = _cells(line, now)
+        table.add_row(*(cells[column] for column in columns))
     return table
+
+
+def _cells(line: InstanceLine, now: datetime) -> dict[str, str | Text]:
+    state = line.state.value + (f" ({line.failure_reason.value})" if line.failure_reason else "")
+    up_s = (now - line.created_at).total_seconds()
+    return {
+        "instance": f"#{line.instance_id}",
+        "state": Text(state, style=_state_style(line.state)),
+        "GPU": f"{line.num_gpus}× {line.gpu_model}" if line.num_gpus > 1 else (line.gpu_model or "?"),
+        "$/h": f"{line.price_usd_per_h:.2f}",
+        "up": format_duration(up_s),
+        "in state": format_duration((now - line.state_since).total_seconds()),
+        "tasks/h": "-" if line.throughput_tasks_per_h is None else f"{line.throughput_tasks_per_h:.0f}",
+        "tasks": str(line.tasks_completed),
+        "last task": "-" if line.last_task_at is None else format_duration((now - line.last_task_at).total_seconds()),
+        "host": "-" if line.host_id is None else str(line.host_id),
+        "bench": line.bench_verdict or "-",
+        # an upper estimate at its full price since created (`fleetpilot cost` has vast's own charges)
+        "~$ so far": f"{line.price_usd_per_h * up_s / 3600:.2f}",
+        "vast": line.vast_status or "-",
+    }
 
 
 def _state_style(state: InstanceState) -> str:
@@ -372,6 +384,26 @@ async def recent_decisions(
     return list(reversed(found))
 
 
+async def recently_gone(settings: Settings, limit: int = 50) -> list[str]:
+    """The machines fleet saw go, newest first, each with what removed it (from the instance stream)."""
+    from services.cli.history import read_stream
+    from shared.contract import InstanceTransitioned
+    from shared.streams import INSTANCES
+
+    subjects = settings.subjects
+    async with connected(settings) as client:
+        gone = await read_stream(
+            client.jetstream(), INSTANCES.name(subjects), subjects.fleet_instance(InstanceState.GONE),
+            InstanceTransitioned,
+        )  # fmt: skip
+    if not gone:
+        return ["no machine gone within the stream's retention"]
+    newest = sorted(gone, key=lambda t: t.occurred_at, reverse=True)[:limit]
+    return [
+        f"gone {t.occurred_at:%m-%d %H:%M}  #{t.instance_id} {t.gpu_model or '?'}: {t.detail}"[:160] for t in newest
+    ]
+
+
 # --- commands ---
 
 console = Console(highlight=False)
@@ -396,8 +428,28 @@ def fail_unreachable(settings: Settings, error: BaseException) -> typer.Exit:
 def status(
     timeout_s: float = typer.Option(3.0, "--timeout", help="seconds to wait for the fleet service to answer"),
     as_json: bool = typer.Option(False, "--json", help="print the FleetSnapshot as JSON instead of a table"),
+    output: str = typer.Option("table", "-o", "--output", help="table (80 columns) or wide (host, bench, cost)"),
+    state: list[str] = typer.Option(None, "--state", help="only instances in this state (repeat for several)"),
+    all_instances: bool = typer.Option(False, "--all", help="also the machines gone lately, with why"),
+    watch_s: float = typer.Option(None, "-w", "--watch", help="print it again every this many seconds"),
 ) -> None:
     """Show the fleet: every instance with its state, GPU, price, age and throughput (asks the fleet service)."""
+    if output not in ("table", "wide"):
+        raise typer.BadParameter(f"{output!r}: expected table or wide", param_hint="--output")
+    known = {s.value for s in InstanceState}
+    if bad := [name for name in state or [] if name not in known]:
+        raise typer.BadParameter(f"{bad[0]!r}: expected one of {', '.join(sorted(known))}", param_hint="--state")
+    states = frozenset(InstanceState(name) for name in state) if state else None
+    while True:
+        _status_once(timeout_s, as_json, output == "wide", states, all_instances)
+        if watch_s is None:
+            return
+        time.sleep(max(1.0, watch_s))  # a person is watching: wall time
+
+
+def _status_once(
+    timeout_s: float, as_json: bool, wide: bool, states: frozenset[InstanceState] | None, all_instances: bool
+) -> None:
     import nats.errors
 
     settings = Settings()
@@ -423,7 +475,14 @@ def status(
             f"{snapshot.occurred_at:%Y-%m-%d %H:%M:%S} UTC ({format_duration(age_s)} ago by the wall clock)",
             err=True,
         )
-    console.print(snapshot_table(snapshot))
+    # wide is wide on purpose: its columns are not squeezed into an 80-column terminal
+    (Console(highlight=False, width=max(console.width, WIDE_WIDTH)) if wide else console).print(
+        snapshot_table(snapshot, wide=wide, states=states)
+    )
+    if all_instances:
+        with contextlib.suppress(OSError, nats.errors.Error, ValidationError):
+            for line in asyncio.run(recently_gone(settings)):
+                typer.echo(line)
     with contextlib.suppress(OSError, nats.errors.Error, ValidationError):  # an extra line, never a failed status
         account = asyncio.run(fetch_account_view(settings))
         if account is not None and (summary := foreign_summary(account)):

@@ -31,6 +31,7 @@ from shared.contract import (
     GuardrailVerdict,
     InstanceLine,
     InstanceState,
+    InstanceTransitioned,
     LaunchInstances,
     QueueSnapshot,
     TaskEvent,
@@ -38,7 +39,7 @@ from shared.contract import (
     VastAccountObserved,
 )
 from shared.settings import Settings
-from shared.streams import AUDIT, DEMAND, LATEST
+from shared.streams import AUDIT, DEMAND, INSTANCES, LATEST
 from sim.infra import NatsServer
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
@@ -331,3 +332,29 @@ async def test_audit_tail_in_one_line_each_and_filtered_by_instance_outcome_and_
     assert code != 0 and "'nope': expected one of hold, acted" in err and "--outcome" in err
     code, _, err = await invoke(settings, "audit", "tail", "--since", "yesterday")
     assert code != 0 and "'yesterday': expected 30m, 2h, 1d" in err and "--since" in err
+
+
+async def test_status_wide_filters_by_state_and_lists_the_machines_gone_with_why(
+    settings: Settings, nc: NatsClient, js: JetStreamContext
+) -> None:
+    async def answer(msg: Msg) -> None:
+        await msg.respond(snapshot().model_dump_json().encode())
+
+    await nc.subscribe(settings.subjects.fleet_snapshot, cb=answer)
+    gone = InstanceTransitioned(
+        occurred_at=NOW, source="fleet", instance_id=33032700, from_state=InstanceState.FAILED,
+        to_state=InstanceState.GONE, price_usd_per_h=0.5, gpu_model="RTX 4090",
+        detail="provisioner: destroyed (dead) by policy, key run-1234-0",
+    )  # fmt: skip
+    await js.publish(settings.subjects.fleet_instance(InstanceState.GONE), gone.model_dump_json().encode(),
+                     headers=event_headers(gone), stream=INSTANCES.name(settings.subjects))  # fmt: skip
+    code, narrow, err = await invoke(settings, "status")
+    assert code == 0, err
+    assert max(len(line) for line in narrow.splitlines()) <= 80 and "host" not in narrow
+    code, wide, err = await invoke(settings, "status", "-o", "wide", "--state", "producing", "--all")
+    assert code == 0, err
+    assert "#33032712" in wide and "#33032713" not in wide  # the loading one is filtered out
+    assert "host" in wide and "bench" in wide
+    assert "#33032700 RTX 4090: provisioner: destroyed (dead) by policy, key run-1234-0" in wide
+    code, _, err = await invoke(settings, "status", "--state", "sleeping")
+    assert code != 0 and "'sleeping': expected one of" in err
