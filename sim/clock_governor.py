@@ -90,9 +90,10 @@ class ClockGovernor:
     def start(self) -> None:
         """Run at the asked speed from now on, governed."""
         now = time.time()
+        sim_anchor_s, wall_anchor_s, _ = self.control.read()  # where the clock began, at its start-up speed
         self.control.set_speed(self.asked, now)
         self.log = SpeedLog(self.asked, started_wall_s=now, started_sim_s=self.control.sim_s(now))
-        self.history = [(now, self.log.started_sim_s)]
+        self.history = [(wall_anchor_s, sim_anchor_s), (now, self.log.started_sim_s)]
         self._last_wait = {}
         self._sample()
         if schedstat_available():

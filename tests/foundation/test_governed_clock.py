@@ -64,3 +64,13 @@ def test_the_run_queue_wait_of_a_process_is_read_from_the_kernel() -> None:
     waited = run_queue_wait_s(os.getpid())
     assert waited is not None and waited >= 0.0
     assert run_queue_wait_s(2**22 + 12345) is None  # no such process
+
+
+def test_a_moment_before_the_governor_started_maps_at_the_start_up_speed(tmp_path: Path) -> None:
+    """The dashboard maps each scrape's wall time back: the start-up minutes ran slower than the replay."""
+    started = time.time() - 10.0
+    control = ClockControl.create(tmp_path / "clock", EPOCH, wall_anchor_s=started, speed=30.0)
+    governor = ClockGovernor(control, 360.0, lambda: [])
+    governor.start()  # ten wall seconds after the stack began: 300 simulated seconds in
+    assert abs(governor.sim_at(started + 5.0) - (EPOCH.timestamp() + 150.0)) < 1.0
+    assert abs(governor.sim_at(started + 11.0) - (EPOCH.timestamp() + 300.0 + 360.0)) < 5.0
