@@ -222,6 +222,8 @@ def summarise(
 # 55-68 min (full and fast); past WAIT_P95_BOUND_MIN the fleet came late or was replaced under the work.
 WAIT_P95_BOUND_MIN = 90.0
 WASTED_LAUNCH_SHARE_BOUND = 0.10  # launches given back or failed before they ever produced
+# ... and at least this many: the fast demo rents 5 or 6 machines, where one given back is already 17 %
+WASTED_LAUNCHES_TOLERATED = 1
 
 
 def check(summary: dict[str, Any]) -> list[str]:
@@ -234,10 +236,11 @@ def check(summary: dict[str, Any]) -> list[str]:
         problems.append(f"only {completed} of {submitted} tasks completed")
     if summary["launches"] == 0:
         problems.append("no machine was launched")
-    elif summary["wasted_launches"] > WASTED_LAUNCH_SHARE_BOUND * summary["launches"]:
+    elif (wasted := summary.get("wasted_launches", 0)) > max(
+        WASTED_LAUNCHES_TOLERATED, WASTED_LAUNCH_SHARE_BOUND * summary["launches"]
+    ):
         problems.append(
-            f"{summary['wasted_launches']} of {summary['launches']} launches never produced "
-            f"(more than {WASTED_LAUNCH_SHARE_BOUND:.0%})"
+            f"{wasted} of {summary['launches']} launches never produced (more than {WASTED_LAUNCH_SHARE_BOUND:.0%})"
         )
     if summary.get("failed_at_end"):
         problems.append(f"{summary['failed_at_end']} machines were left failed at the end, not destroyed")

@@ -45,6 +45,18 @@ def test_the_summary_check_fails_each_kind_of_insane_run() -> None:
         assert len(problems) == 1, (field, problems)
 
 
+def test_the_verdict_fails_work_done_badly_not_only_work_left_undone() -> None:
+    """The demo that printed ✓ with 17 of 59 launches wasted, 5 machines left failed and a p95 of 98 min."""
+    bad = {**SANE, "launches": 59, "wasted_launches": 17, "failed_at_end": 5, "wait_p95_min": 98.4}
+    problems = check(bad)
+    assert any("17 of 59 launches never produced" in p for p in problems)
+    assert any("5 machines were left failed" in p for p in problems)
+    assert any("p95 98.4 min, over the bound of 90 min" in p for p in problems)
+    # one machine given back among the fast demo's six is tolerated; two are not
+    assert check({**SANE, "launches": 6, "wasted_launches": 1}) == []
+    assert check({**SANE, "launches": 6, "wasted_launches": 2}) != []
+
+
 def test_fast_demo_serves_the_work_within_budget_and_exports_every_metric(fast_demo: DemoRun) -> None:
     summary = fast_demo.summary
     assert check(summary) == []
