@@ -50,10 +50,11 @@ def test_an_instance_that_left_the_fleet_leaves_its_series() -> None:
     metrics = FleetMetrics(registry)
     core.observe_instance(observed(1, InstanceState.LOADING, T0), T0)
     metrics.snapshot(core.snapshot(T0))
+    labels = {"instance_id": "1", "state": "loading", "gpu_model": "RTX 4090"}
+    assert registry.get_sample_value("fleetpilot_fleet_instance_state_since_timestamp_seconds", labels) is not None
     gone_at = T0 + timedelta(minutes=5)
     core.observe_instance(observed(1, InstanceState.GONE, gone_at), gone_at)
     metrics.snapshot(core.snapshot(gone_at))
-    labels = {"instance_id": "1", "state": "loading", "gpu_model": "RTX 4090"}
     assert registry.get_sample_value("fleetpilot_fleet_instance_state_since_timestamp_seconds", labels) is None
     assert (
         registry.get_sample_value(
