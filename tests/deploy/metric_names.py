@@ -43,6 +43,10 @@ ALERT_METRICS: list[str] = [
     "fleetpilot_decider_lock_backend_up",  # gauge: 0 while the decider cannot reach Redis
     "fleetpilot_decider_alerts_total",  # counter {kind}: e.g. command_publish_failed (FP_COMMANDS full)
     "fleetpilot_provisioner_commands_expired_total",  # counter {verb}: taken after their expires_at
+    "fleetpilot_bench_reports_missing_total",  # counter: bench requests past their deadline without a report
+    "fleetpilot_demand_state",  # gauge {state}: 1 for the current demand state
+    "fleetpilot_provisioner_launches_refused_total",  # counter {rule}
+    "fleetpilot_fleet_instance_state_since_timestamp_seconds",  # gauge {instance_id, state, gpu_model}
 ]
 
 HISTOGRAMS: frozenset[str] = frozenset(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,11 @@ ALERTS_OF_THE_ISSUE = (
     "FleetPilotDeadLettersRising",
     "FleetPilotMachinesStuck",
     "FleetPilotDeciderNotRunning",
+    "FleetPilotBenchReportsMissing",
+    "FleetPilotUnderProvisionedSustained",
+    "FleetPilotLaunchesRefusedByBudget",
+    "FleetPilotNoAcceptableOffers",
+    "FleetPilotVastActionsFailing",
 )
 
 
@@ -178,6 +184,27 @@ def test_alert_rules_cover_the_issue_and_use_only_listed_metrics() -> None:
         assert unknown_metrics(rule["expr"], DASHBOARD_METRICS + ALERT_METRICS) == set(), name
         assert rule["labels"]["severity"] in {"warning", "critical"}
         assert rule["annotations"]["summary"]
+
+
+def runbook_anchors() -> set[str]:
+    """GitHub's anchor for each section heading of docs/runbook.md: lower case, punctuation dropped, spaces as -."""
+    headings = [line[3:] for line in (REPO / "docs" / "runbook.md").read_text().splitlines() if line.startswith("## ")]
+    return {re.sub(r"[^a-z0-9 -]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+def test_every_alert_links_a_runbook_section_that_exists() -> None:
+    anchors = runbook_anchors()
+    for rule in alert_rules():
+        path, _, anchor = rule["annotations"].get("runbook_url", "").partition("#")
+        assert path == "docs/runbook.md" and anchor in anchors, f"{rule['alert']}: no runbook section {anchor!r}"
+        assert rule["alert"] in runbook_section(anchor), f"{rule['alert']} is not named in its runbook section"
+
+
+def runbook_section(anchor: str) -> str:
+    """The text of one runbook section, from its heading to the next."""
+    sections = (REPO / "docs" / "runbook.md").read_text().split("\n## ")[1:]
+    by_anchor = {re.sub(r"[^a-z0-9 -]", "", s.split("\n")[0].lower()).replace(" ", "-"): s for s in sections}
+    return by_anchor[anchor]
 
 
 def test_every_service_is_scraped() -> None:
