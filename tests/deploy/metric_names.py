@@ -12,10 +12,26 @@ DASHBOARD_METRICS: list[str] = [
     "fleetpilot_fleet_instances",  # gauge {state, gpu_model}
     "fleetpilot_spend_usd_per_hour",  # gauge
     "fleetpilot_budget_usd_per_hour",  # gauge: FLEETPILOT_BUDGET_USD_PER_H, exported beside the spend
+    "fleetpilot_fleet_transitions_total",  # counter {to_state}: drains annotated from it
+    # fleet, one series per non-gone instance {instance_id, gpu_model}: the instance table
+    "fleetpilot_fleet_instance_state_since_timestamp_seconds",  # gauge {instance_id, state, gpu_model}
+    "fleetpilot_fleet_instance_price_usd_per_hour",  # gauge
+    "fleetpilot_fleet_instance_storage_usd_per_hour",  # gauge
+    "fleetpilot_fleet_instance_throughput_tasks_per_hour",  # gauge
     # demand
     "fleetpilot_demand_arrival_rate_per_hour",  # gauge {window}
     "fleetpilot_demand_backlog_worker_hours",  # gauge
     "fleetpilot_demand_task_events_total",  # counter {kind}
+    "fleetpilot_demand_pending_tasks",  # gauge
+    "fleetpilot_demand_running_tasks",  # gauge
+    "fleetpilot_demand_state",  # gauge {state}: 1 for the current demand state
+    # bench
+    "fleetpilot_bench_results_total",  # counter {kind, verdict}
+    "fleetpilot_bench_reports_missing_total",  # counter: bench requests past their deadline without a report
+    "fleetpilot_bench_pending_requests",  # gauge
+    # provisioner
+    "fleetpilot_provisioner_launches_refused_total",  # counter {rule}
+    "fleetpilot_provisioner_instances_launched_total",  # counter {how}: launches annotated from it
     # decider, agent, guardrails
     "fleetpilot_decider_runs_total",  # counter {trigger, outcome}
     "fleetpilot_decider_run_duration_seconds",  # histogram
@@ -36,17 +52,12 @@ DASHBOARD_METRICS: list[str] = [
 
 # Metrics only the alert rules read (deploy/prometheus/alerts.yml)
 ALERT_METRICS: list[str] = [
-    "fleetpilot_demand_pending_tasks",  # gauge
     "fleetpilot_vast_auth_ok",  # gauge: 1 while vast.ai accepts the key, 0 after a 401/403
     "fleetpilot_vast_foreign_instances",  # gauge: instances on the account without FleetPilot's label
     "fleetpilot_agent_degraded",  # gauge: 1 while the last agent run was degraded
     "fleetpilot_decider_lock_backend_up",  # gauge: 0 while the decider cannot reach Redis
     "fleetpilot_decider_alerts_total",  # counter {kind}: e.g. command_publish_failed (FP_COMMANDS full)
     "fleetpilot_provisioner_commands_expired_total",  # counter {verb}: taken after their expires_at
-    "fleetpilot_bench_reports_missing_total",  # counter: bench requests past their deadline without a report
-    "fleetpilot_demand_state",  # gauge {state}: 1 for the current demand state
-    "fleetpilot_provisioner_launches_refused_total",  # counter {rule}
-    "fleetpilot_fleet_instance_state_since_timestamp_seconds",  # gauge {instance_id, state, gpu_model}
 ]
 
 HISTOGRAMS: frozenset[str] = frozenset(

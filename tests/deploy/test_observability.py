@@ -43,8 +43,25 @@ def panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
-    """(where, expr) for every query of every panel of every dashboard: what the live test evaluates too."""
-    return [(query.where, query.expr) for query in panel_queries()]
+    """(where, expr) for every query of every panel of every dashboard (what the live test evaluates too), and
+    of every Prometheus annotation (launches, drains marked on the graphs)."""
+    return [(query.where, query.expr) for query in panel_queries()] + annotation_queries()
+
+
+def annotation_queries() -> list[tuple[str, str]]:
+    return [
+        (f"{path.name} annotation {annotation['name']}", annotation["expr"])
+        for path in DASHBOARDS
+        for annotation in load_dashboard(path)["annotations"]["list"]
+        if annotation.get("datasource", {}).get("type") == "prometheus"
+    ]
+
+
+def test_launches_and_drains_are_marked_on_the_fleet_and_demand_dashboards() -> None:
+    for name in ("fleet-overview.json", "demand-capacity.json"):
+        exprs = [expr for where, expr in annotation_queries() if where.startswith(name)]
+        assert any("fleetpilot_provisioner_instances_launched_total" in expr for expr in exprs), name
+        assert any('to_state="draining"' in expr for expr in exprs), name
 
 
 def alert_rules() -> list[dict[str, Any]]:
