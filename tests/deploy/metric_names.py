@@ -24,6 +24,7 @@ DASHBOARD_METRICS: list[str] = [
     "fleetpilot_demand_task_events_total",  # counter {kind}
     "fleetpilot_demand_pending_tasks",  # gauge
     "fleetpilot_demand_running_tasks",  # gauge
+    "fleetpilot_demand_task_wait_seconds",  # histogram: submitted to started, per task
     "fleetpilot_demand_state",  # gauge {state}: 1 for the current demand state
     # bench
     "fleetpilot_bench_results_total",  # counter {kind, verdict}
@@ -63,6 +64,7 @@ ALERT_METRICS: list[str] = [
 HISTOGRAMS: frozenset[str] = frozenset(
     {
         "fleetpilot_decider_run_duration_seconds",
+        "fleetpilot_demand_task_wait_seconds",
         "fleetpilot_vast_api_latency_seconds",
         "fleetpilot_bus_received_processed_messages_duration_seconds",
     }
