@@ -183,7 +183,7 @@ PICTURE_PANELS: tuple[tuple[str, str], ...] = (
     ("demand-capacity.json", "Completions vs arrivals per hour"),
     ("fleet-overview.json", "Backlog"),
     ("fleet-overview.json", "Instances by state"),
-    ("cost.json", "Spend vs budget ($/h)"),
+    ("cost.json", "Spend ($/h), the budget as a threshold"),
     ("decisions-agent-guardrails.json", "Runs by outcome"),
     ("fleet-overview.json", "vast.ai API calls by endpoint and outcome"),
 )

@@ -105,7 +105,7 @@ class DemandRuntime:
             if outcome == IngestOutcome.DUPLICATE:
                 self.ctx.metrics.duplicates_ignored.labels(SERVICE).inc()
             else:
-                metrics.ingested(event.kind, outcome)
+                metrics.ingested(event, outcome)
             self.unacked.append(raw)
         caught_up = len(messages) < self.config.batch_size
         if caught_up or len(self.unacked) >= self.config.checkpoint_every_events:

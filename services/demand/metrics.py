@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from services.demand.core import Evaluation, IngestOutcome
-from shared.contract import DemandState
+from services.demand.task_wait import TaskWaits
+from shared.contract import DemandState, TaskEvent
 
 
 def window_label(window_s: int) -> str:
@@ -64,14 +65,29 @@ class DemandMetrics:
         self.triggers = Counter(
             "fleetpilot_demand_triggers_total", "Triggers raised", ["priority", "reason"], registry=registry
         )
+        self.task_wait = Histogram(
+            "fleetpilot_demand_task_wait_seconds",
+            "Time from a task's submitted event to its started event (tasks whose submission demand saw)",
+            # a task waits seconds while the fleet keeps up, and the 1-2 h a new machine takes when it does not
+            buckets=(1, 10, 30, 60, 300, 600, 1800, 3600, 7200, 14400),
+            registry=registry,
+        )
+        self._waits = TaskWaits()
         kinds = ("submitted", "started", "completed", "failed")
         self._by_kind = {kind: self.task_events.labels(kind) for kind in kinds}
 
-    def ingested(self, kind: str, outcome: IngestOutcome) -> None:
-        """Every event seen for the first time counts; one too late for any window also counts as late."""
-        self._by_kind[kind].inc()
+    def ingested(self, event: TaskEvent, outcome: IngestOutcome) -> None:
+        """Every event seen for the first time counts; one too late for any window also counts as late. A start
+        whose submission was seen measures the task's wait."""
+        self._by_kind[event.kind].inc()
         if outcome == IngestOutcome.TOO_LATE:
             self.late_events.inc()
+        if event.kind == "submitted":
+            self._waits.submitted(event.task_id, event.occurred_at)
+        elif event.kind == "started":
+            wait_s = self._waits.started(event.task_id, event.occurred_at)
+            if wait_s is not None:
+                self.task_wait.observe(wait_s)
 
     def evaluated(self, evaluation: Evaluation) -> None:
         signal = evaluation.signal

@@ -37,6 +37,7 @@ class FleetMetrics:
         self.snapshots = Counter(
             "fleetpilot_fleet_snapshots_published_total", "Fleet snapshots published", registry=registry
         )
+        self.per_instance = InstanceMetrics(registry)
         self._ignored_seen = 0
 
     def transitioned(self, transition: Transition) -> None:
@@ -53,4 +54,50 @@ class FleetMetrics:
         for (state, gpu_model), count in tally.items():
             self.instances.labels(state, gpu_model).set(count)
         self.spend.set(snapshot.spend_usd_per_h)
+        self.per_instance.snapshot(snapshot)
         self.snapshots.inc()
+
+
+class InstanceMetrics:
+    """One series per non-gone instance: the on-call table, and an alert that names the machine that is stuck.
+    Bounded by FLEETPILOT_MAX_INSTANCES, so the label cannot grow without limit. `instance_id` is vast.ai's id;
+    `instance` is taken by Prometheus for the scrape target."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.state_since = Gauge(
+            "fleetpilot_fleet_instance_state_since_timestamp_seconds",
+            "Unix time the instance entered its current lifecycle state (time() minus this: how long in it)",
+            ["instance_id", "state", "gpu_model"],
+            registry=registry,
+        )
+        self.price = Gauge(
+            "fleetpilot_fleet_instance_price_usd_per_hour",
+            "The instance's full price per hour (what it costs running, or once resumed)",
+            ["instance_id", "gpu_model"],
+            registry=registry,
+        )
+        self.storage = Gauge(
+            "fleetpilot_fleet_instance_storage_usd_per_hour",
+            "The instance's disk per hour, billed even while it is parked (absent when vast.ai did not say)",
+            ["instance_id", "gpu_model"],
+            registry=registry,
+        )
+        self.throughput = Gauge(
+            "fleetpilot_fleet_instance_throughput_tasks_per_hour",
+            "Tasks per hour the instance completes while it has work (absent until measured)",
+            ["instance_id", "gpu_model"],
+            registry=registry,
+        )
+
+    def snapshot(self, snapshot: FleetSnapshot) -> None:
+        # cleared first: an instance gone since the last snapshot must leave the table and the stuck alert
+        for gauge in (self.state_since, self.price, self.storage, self.throughput):
+            gauge.clear()
+        for line in snapshot.instances:
+            instance_id, gpu_model = str(line.instance_id), line.gpu_model or "unknown"
+            self.state_since.labels(instance_id, line.state.value, gpu_model).set(line.state_since.timestamp())
+            self.price.labels(instance_id, gpu_model).set(line.price_usd_per_h)
+            if line.storage_usd_per_h is not None:
+                self.storage.labels(instance_id, gpu_model).set(line.storage_usd_per_h)
+            if line.throughput_tasks_per_h is not None:
+                self.throughput.labels(instance_id, gpu_model).set(line.throughput_tasks_per_h)

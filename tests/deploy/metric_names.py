@@ -12,10 +12,27 @@ DASHBOARD_METRICS: list[str] = [
     "fleetpilot_fleet_instances",  # gauge {state, gpu_model}
     "fleetpilot_spend_usd_per_hour",  # gauge
     "fleetpilot_budget_usd_per_hour",  # gauge: FLEETPILOT_BUDGET_USD_PER_H, exported beside the spend
+    "fleetpilot_fleet_transitions_total",  # counter {to_state}: drains annotated from it
+    # fleet, one series per non-gone instance {instance_id, gpu_model}: the instance table
+    "fleetpilot_fleet_instance_state_since_timestamp_seconds",  # gauge {instance_id, state, gpu_model}
+    "fleetpilot_fleet_instance_price_usd_per_hour",  # gauge
+    "fleetpilot_fleet_instance_storage_usd_per_hour",  # gauge
+    "fleetpilot_fleet_instance_throughput_tasks_per_hour",  # gauge
     # demand
     "fleetpilot_demand_arrival_rate_per_hour",  # gauge {window}
     "fleetpilot_demand_backlog_worker_hours",  # gauge
     "fleetpilot_demand_task_events_total",  # counter {kind}
+    "fleetpilot_demand_pending_tasks",  # gauge
+    "fleetpilot_demand_running_tasks",  # gauge
+    "fleetpilot_demand_task_wait_seconds",  # histogram: submitted to started, per task
+    "fleetpilot_demand_state",  # gauge {state}: 1 for the current demand state
+    # bench
+    "fleetpilot_bench_results_total",  # counter {kind, verdict}
+    "fleetpilot_bench_reports_missing_total",  # counter: bench requests past their deadline without a report
+    "fleetpilot_bench_pending_requests",  # gauge
+    # provisioner
+    "fleetpilot_provisioner_launches_refused_total",  # counter {rule}
+    "fleetpilot_provisioner_instances_launched_total",  # counter {how}: launches annotated from it
     # decider, agent, guardrails
     "fleetpilot_decider_runs_total",  # counter {trigger, outcome}
     "fleetpilot_decider_run_duration_seconds",  # histogram
@@ -36,7 +53,6 @@ DASHBOARD_METRICS: list[str] = [
 
 # Metrics only the alert rules read (deploy/prometheus/alerts.yml)
 ALERT_METRICS: list[str] = [
-    "fleetpilot_demand_pending_tasks",  # gauge
     "fleetpilot_vast_auth_ok",  # gauge: 1 while vast.ai accepts the key, 0 after a 401/403
     "fleetpilot_provisioner_reconciliations_total",  # counter {outcome}: ok, or failed (vast.ai not listed)
     "fleetpilot_vast_foreign_instances",  # gauge: instances on the account without FleetPilot's label
@@ -49,6 +65,7 @@ ALERT_METRICS: list[str] = [
 HISTOGRAMS: frozenset[str] = frozenset(
     {
         "fleetpilot_decider_run_duration_seconds",
+        "fleetpilot_demand_task_wait_seconds",
         "fleetpilot_vast_api_latency_seconds",
         "fleetpilot_bus_received_processed_messages_duration_seconds",
     }

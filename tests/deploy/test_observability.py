@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,25 @@ def panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
-    """(where, expr) for every query of every panel of every dashboard: what the live test evaluates too."""
-    return [(query.where, query.expr) for query in panel_queries()]
+    """(where, expr) for every query of every panel of every dashboard (what the live test evaluates too), and
+    of every Prometheus annotation (launches, drains marked on the graphs)."""
+    return [(query.where, query.expr) for query in panel_queries()] + annotation_queries()
+
+
+def annotation_queries() -> list[tuple[str, str]]:
+    return [
+        (f"{path.name} annotation {annotation['name']}", annotation["expr"])
+        for path in DASHBOARDS
+        for annotation in load_dashboard(path)["annotations"]["list"]
+        if annotation.get("datasource", {}).get("type") == "prometheus"
+    ]
+
+
+def test_launches_and_drains_are_marked_on_the_fleet_and_demand_dashboards() -> None:
+    for name in ("fleet-overview.json", "demand-capacity.json"):
+        exprs = [expr for where, expr in annotation_queries() if where.startswith(name)]
+        assert any("fleetpilot_provisioner_instances_launched_total" in expr for expr in exprs), name
+        assert any('to_state="draining"' in expr for expr in exprs), name
 
 
 def alert_rules() -> list[dict[str, Any]]:
@@ -167,6 +185,11 @@ ALERTS_OF_THE_ISSUE = (
     "FleetPilotDeadLettersRising",
     "FleetPilotMachinesStuck",
     "FleetPilotDeciderNotRunning",
+    "FleetPilotBenchReportsMissing",
+    "FleetPilotUnderProvisionedSustained",
+    "FleetPilotLaunchesRefusedByBudget",
+    "FleetPilotNoAcceptableOffers",
+    "FleetPilotVastActionsFailing",
 )
 
 
@@ -178,6 +201,27 @@ def test_alert_rules_cover_the_issue_and_use_only_listed_metrics() -> None:
         assert unknown_metrics(rule["expr"], DASHBOARD_METRICS + ALERT_METRICS) == set(), name
         assert rule["labels"]["severity"] in {"warning", "critical"}
         assert rule["annotations"]["summary"]
+
+
+def runbook_anchors() -> set[str]:
+    """GitHub's anchor for each section heading of docs/runbook.md: lower case, punctuation dropped, spaces as -."""
+    headings = [line[3:] for line in (REPO / "docs" / "runbook.md").read_text().splitlines() if line.startswith("## ")]
+    return {re.sub(r"[^a-z0-9 -]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+def test_every_alert_links_a_runbook_section_that_exists() -> None:
+    anchors = runbook_anchors()
+    for rule in alert_rules():
+        path, _, anchor = rule["annotations"].get("runbook_url", "").partition("#")
+        assert path == "docs/runbook.md" and anchor in anchors, f"{rule['alert']}: no runbook section {anchor!r}"
+        assert rule["alert"] in runbook_section(anchor), f"{rule['alert']} is not named in its runbook section"
+
+
+def runbook_section(anchor: str) -> str:
+    """The text of one runbook section, from its heading to the next."""
+    sections = (REPO / "docs" / "runbook.md").read_text().split("\n## ")[1:]
+    by_anchor = {re.sub(r"[^a-z0-9 -]", "", s.split("\n")[0].lower()).replace(" ", "-"): s for s in sections}
+    return by_anchor[anchor]
 
 
 def test_every_service_is_scraped() -> None:
@@ -273,3 +317,11 @@ def test_the_picture_leaves_a_gap_where_nothing_was_scraped_and_reads_rates_at_t
 
     assert local_speed(slowed_at_100, 50.0) == 360.0
     assert local_speed(slowed_at_100, 150.0) == 36.0
+
+
+def test_every_panel_the_demo_picture_draws_is_on_a_dashboard() -> None:
+    """A panel renamed on a dashboard must not leave an empty square in the picture."""
+    from services.cli.demo_dashboard import PICTURE_PANELS
+
+    titles = {(query.dashboard, query.panel) for query in panel_queries()}
+    assert [key for key in PICTURE_PANELS if key not in titles] == []
