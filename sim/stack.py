@@ -87,6 +87,7 @@ class Stack:
         self.clock_path = workdir / "clock"
         self.clock: ClockControl | None = None
         self.governor: ClockGovernor | None = None
+        self.jobs_started_at: datetime | None = None  # on the stack's clock: the trace is replayed from here
         self.workdir = workdir
         self.api_key = api_key
         self.vast_scenario = vast_scenario
@@ -232,6 +233,7 @@ class Stack:
     def start_jobs(self) -> None:
         if self.governor is not None:
             self.governor.start()  # the plan's speed from the first task on, governed
+        self.jobs_started_at = self.now()
         self.spawn(
             "jobs",
             [

@@ -17,7 +17,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -160,13 +160,23 @@ async def scrape_metrics(stack: Stack) -> dict[str, dict[str, Any]]:
     return found
 
 
-def wasted_launches(ledger: dict[str, Any], state: LiveState) -> int:
-    """Launched machines that were given back or failed before ever producing."""
+def wasted_launches(ledger: dict[str, Any], state: LiveState, demand_ended_at: datetime | None = None) -> int:
+    """Launched machines that were given back or failed before ever producing, while demand still came: once the
+    replay's trace has ended, giving back a machine still loading is the right decision, not a wasted launch
+    (the fast demo's morning ends at noon, mid-climb, and its last launches are then rightly given back)."""
     return sum(
         1
         for entry in ledger.get("entries", [])
-        if entry.get("destroyed_at") and int(entry["instance_id"]) not in state.producing_ids
+        if entry.get("destroyed_at")
+        and int(entry["instance_id"]) not in state.producing_ids
+        and (demand_ended_at is None or datetime.fromisoformat(entry["destroyed_at"]) < demand_ended_at)
     )
+
+
+def demand_end(stack: Stack) -> datetime:
+    """When the replayed trace's last minute ends, on the stack's clock."""
+    started = stack.jobs_started_at or stack.sim_epoch  # the job stand-in replays from its own start
+    return started + timedelta(minutes=stack.plan.minutes)
 
 
 def failed_at_end(state: LiveState) -> int:
@@ -205,7 +215,9 @@ def summarise(
         "peak_instances": int(ledger.get("peak_instances", 0)),
         "max_instances": stack.plan.max_instances,
         "launches": len(ledger.get("entries", [])),
-        "wasted_launches": wasted_launches(ledger, state),
+        "wasted_launches": wasted_launches(ledger, state, demand_end(stack)),
+        "given_back_after_the_demand": wasted_launches(ledger, state)
+        - wasted_launches(ledger, state, demand_end(stack)),
         "decisions": dict(state.decision_outcomes),
         "dead_letters": len(state.dead_letters),
         "failed_at_end": failed_at_end(state),
@@ -367,7 +379,9 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
                                  f"{summary.get('wait_max_min', 0)} min"),
         ("cost", f"${summary['cost_usd']:.2f}"),
         ("peak spend", f"${summary['peak_spend_usd_per_h']:.2f}/h (budget ${summary['budget_usd_per_h']:.2f}/h)"),
-        ("launches / wasted", f"{summary['launches']} / {summary['wasted_launches']}"),
+        ("launches / wasted", f"{summary['launches']} / {summary['wasted_launches']}"
+                              + (f" (+{summary['given_back_after_the_demand']} unproduced, given back after the trace"
+                                 " ended)" if summary.get("given_back_after_the_demand") else "")),
         ("peak instances", f"{summary['peak_instances']} (max {summary['max_instances']})"),
         ("decisions", ", ".join(f"{k} {v}" for k, v in sorted(summary["decisions"].items())) or "none"),
         ("dead letters", str(summary["dead_letters"])),

@@ -82,3 +82,21 @@ def test_the_dashboard_picture_is_drawn_from_the_answers(fast_demo: DemoRun) -> 
     assert fast_demo.picture is not None
     height, width, _channels = matplotlib.image.imread(fast_demo.picture).shape
     assert height > 600 and width > 900
+
+
+def test_a_machine_given_back_after_the_trace_ended_is_no_wasted_launch() -> None:
+    """The fast demo's morning ends at noon, mid-climb: what is still loading then is rightly given back."""
+    from datetime import UTC, datetime
+
+    from services.cli.demo import LiveState, wasted_launches
+
+    noon = datetime(2026, 3, 2, 12, tzinfo=UTC)
+    ledger = {"entries": [
+        {"instance_id": 1, "destroyed_at": "2026-03-02T09:00:00+00:00"},  # given back unproduced, demand still came
+        {"instance_id": 2, "destroyed_at": "2026-03-02T12:30:00+00:00"},  # given back after the trace ended
+        {"instance_id": 3, "destroyed_at": "2026-03-02T09:30:00+00:00"},  # produced first
+        {"instance_id": 4, "destroyed_at": None},
+    ]}  # fmt: skip
+    state = LiveState(producing_ids={3})
+    assert wasted_launches(ledger, state, noon) == 1
+    assert wasted_launches(ledger, state) == 2
