@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -18,6 +19,32 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def ephemeral_port_range() -> tuple[int, int]:
+    """The ports the kernel hands out as the local end of outgoing connections (Linux's default otherwise)."""
+    try:
+        low, high = (int(part) for part in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port_outside_ephemeral(rng: random.Random | None = None, attempts: int = 200) -> int:
+    """A free port below the ephemeral range, for a listener that binds it later: a port from `free_port` can be
+    taken meanwhile as the local end of some outgoing connection (a NATS node dialling its peers took a peer's
+    route port so, and that node could not start), one outside the range never is."""
+    low, _ = ephemeral_port_range()
+    draw = rng or random.SystemRandom()
+    for _ in range(attempts):
+        port = draw.randint(max(1025, low // 2), max(1026, low - 1))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
 
 
 def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nats
 
-from shared.processes import free_port, stop_process, wait_for_port
+from shared.processes import free_port, free_port_outside_ephemeral, stop_process, wait_for_port
 from shared.streams import ensure_streams
 from shared.subjects import Subjects
 
@@ -198,7 +198,7 @@ class NatsCluster:
     as FLEETPILOT_NATS_URL takes them)."""
 
     def __init__(self, workdir: Path, size: int = 3, config_file: Path | None = None) -> None:
-        cluster_ports = [free_port() for _ in range(size)]
+        cluster_ports = [free_port_outside_ephemeral() for _ in range(size)]
         routes = tuple(f"nats://127.0.0.1:{port}" for port in cluster_ports)
         self.nodes = [
             NatsServer(
