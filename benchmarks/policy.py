@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.common import write_result
-from services.decider.policy.fitted import FITTED_CONSTANTS
+from sim.world.fitted import FITTED_CONSTANTS
 from sim.vast.scenario import Scenario
 from sim.world.engine import Engine
 from sim.world.evaluate import (

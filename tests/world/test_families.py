@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from services.cli.main import app
-from services.decider.policy.fitted import FITTED_CONSTANTS
+from sim.world.fitted import FITTED_CONSTANTS
 from sim.world.families import (
     DAY_MIN,
     FAMILIES,

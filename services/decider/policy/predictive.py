@@ -95,7 +95,7 @@ class PolicyConfig:
     # from running: with False only a machine that is running but not yet producing is given back)
     loading_billed: bool = True
     # machines on the way are given back only beyond this multiple of the kept fleet: recurring bursts come back
-    # before a machine given back could be launched again (fitted: see policy/fitted.py)
+    # before a machine given back could be launched again (fitted: see sim/world/fitted.py)
     arriving_keep_factor: float = 2.0
     # the arrival slope is read over this window (demand publishes 15 min, 1 h, 6 h): an hour smooths minute
     # noise and still follows a morning ramp
@@ -131,7 +131,7 @@ class PolicyConfig:
     drain_grace_s: float = 600.0
     max_drain_s: float = 3600.0
     # one launch command at most (the contract caps a command's count at 100): a flash crowd or a batch got its
-    # machines 20 a run, several runs late (fitted: see policy/fitted.py)
+    # machines 20 a run, several runs late (fitted: see sim/world/fitted.py)
     max_launches_per_decision: int = 100
     # GPU models to ask for, preferred first; empty: any allowed model, the provisioner ranks offers by expected
     # dollars per task. The provisioner takes the list as a filter, so asking only for models already in the
@@ -161,7 +161,7 @@ class PolicyConfig:
     # outbid pauses per interruptible machine-hour the base `bid_markup` stands; each doubling of the rate above
     # it raises the markup by `bid_markup_step`. A step costs 0.1 × min_bid (≈ 0.05 of the on-demand price) every
     # hour; a pause costs about a replacement's startup at full price (0.5-1 of it), so a step pays once it
-    # spares a pause in 10-20 machine-hours (see policy/fitted.py for what the world measured)
+    # spares a pause in 10-20 machine-hours (see sim/world/fitted.py for what the world measured)
     bid_outbid_target_per_h: float = 0.1
     bid_markup_step: float = 0.1
     # no bid above min_bid × (1 + this): at min_bid ≈ half the on-demand price that is 0.7 of it, saving 0.3 of
