@@ -129,6 +129,12 @@ class ProvisionerMetrics:
             ["how"],
             registry=registry,
         )
+        # vast bills a rent's image pull once, at the host's own bandwidth price: it never shows in $/h
+        self.bandwidth_usd = Counter(
+            "fleetpilot_provisioner_bandwidth_usd_total",
+            "Expected image-pull bandwidth cost of the machines rented (GB x the host's inet_down_cost), in USD",
+            registry=registry,
+        )
         for rule in RefusalRule:
             self.launches_refused.labels(rule.value)
         for verb in PROVISION_VERBS:

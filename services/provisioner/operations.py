@@ -601,6 +601,7 @@ class Provisioner:
         if instance.offer_id is None:
             instance = instance.model_copy(update={"offer_id": choice.offer.id})
         self.day_spend = self.day_spend.charged(choice.pull_cost_usd)
+        self.metrics.bandwidth_usd.inc(choice.pull_cost_usd)
         await self.store.save_day_spend(self.day_spend)
         self.known[instance.instance_id] = instance
         await self.store.save_instances([instance])

@@ -33,6 +33,7 @@ DASHBOARD_METRICS: list[str] = [
     # provisioner
     "fleetpilot_provisioner_launches_refused_total",  # counter {rule}
     "fleetpilot_provisioner_instances_launched_total",  # counter {how}: launches annotated from it
+    "fleetpilot_provisioner_bandwidth_usd_total",  # counter: rents' image pulls at the hosts' bandwidth price
     # decider, agent, guardrails
     "fleetpilot_decider_runs_total",  # counter {trigger, outcome}
     "fleetpilot_decider_run_duration_seconds",  # histogram

@@ -402,7 +402,9 @@ async def test_a_host_pricing_its_bandwidth_high_is_ranked_down_and_a_rent_past_
         await send(js, settings, "launch", launch("dear-pull", 1, gpu_models=["RTX 4090"], max_price_usd_per_h=0.485))
         second = await bus.result_for("dear-pull")
         refused = refusals(service, "daily_budget_usd")
+        bandwidth = service.context.metrics.registry.get_sample_value("fleetpilot_provisioner_bandwidth_usd_total")
     assert first.outcome == "done", first.detail
+    assert bandwidth == pytest.approx(10 * 0.005)  # the one rent, A2: its 10 GB pull at A2's $0.005/GB
     assert second.outcome == "refused" and second.refusal_rule is RefusalRule.DAILY_BUDGET_USD, second.detail
     assert "$20.00 one-off" in second.detail and refused == 1
     rented = [e.offer_id for e in simulator.world.ledger(sim_clock.now()).entries]
