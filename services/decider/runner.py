@@ -38,6 +38,7 @@ from services.decider.inputs import InputReader, RunData
 from services.decider.lock import Lease, LockUnavailable, RedisSingleFlight, keep_renewed
 from services.decider.metrics import DeciderMetrics
 from services.decider.policy import Policy
+from services.decider.shadow import offer_query, would_rent
 from services.decider.step import OPERATOR_QUESTION, RunPlan, judge, plan_run
 from services.decider.triggering import RunBatch, TriggerScheduler, label_of, uncovered
 from shared.bus import publish_event
@@ -141,7 +142,11 @@ class RunPorts:
             return refused, self.ledger
         if d.ctx.settings.decider_mode == "shadow":
             self.commands_withheld.append(action.idempotency_key)
-            withheld = f"shadow mode, not sent: {verdict.explanation}"[:500]
+            withheld = f"shadow mode, not sent: {verdict.explanation}"
+            if isinstance(action, LaunchInstances):
+                withheld = f"shadow mode, not sent; {would_rent(action, await self.find_offers(offer_query(action)))}"
+                withheld += f"; {verdict.explanation}"
+            withheld = withheld[:500]
             return verdict.model_copy(update={"explanation": withheld}), ledger
         # the lock's token goes with the command: the provisioner refuses one older than the newest it has seen;
         # and one taken after it expires (decided on demand that has since changed)

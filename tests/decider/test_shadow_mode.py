@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from services.decider.runner import OPERATOR_QUESTION
-from shared.contract import OperatorMessage, OperatorReply, TriggerReason
+from shared.contract import OfferLine, OfferList, OfferQuery, OperatorMessage, OperatorReply, TriggerReason
 from shared.settings import Settings
 from shared.streams import OPERATOR
 from tests.decider.harness import audit_log, collect, publish, publish_trigger, running_decider
@@ -27,9 +28,40 @@ async def test_in_shadow_mode_the_decider_decides_and_audits_but_sends_nothing(
     record = audit.items[0]
     assert record.mode == "shadow" and record.commands_sent == []
     [verdict] = record.verdicts
-    assert verdict.verdict == "allowed" and verdict.explanation.startswith("shadow mode, not sent:")
+    assert verdict.verdict == "allowed" and verdict.explanation.startswith("shadow mode, not sent;")
+    # nothing answers offer searches here: the record says the offers are unknown, not that there are none
+    assert "would rent 8: offers unknown" in verdict.explanation
     assert record.commands_withheld == [verdict.action.idempotency_key]
     assert await launch_commands(js, settings) == []
+
+
+async def test_a_shadow_run_names_the_offers_its_launch_would_rent(
+    settings: Settings, nc: NatsClient, js: JetStreamContext
+) -> None:
+    """The provisioner's ranking answers the search (here a responder on its subject, as the provisioner's
+    own tests check the ranking); the withheld launch of 8 names the 3 offers that match and their $/h."""
+    queries: list[OfferQuery] = []
+
+    async def answer(msg: Msg) -> None:
+        query = OfferQuery.model_validate_json(msg.data)
+        queries.append(query)
+        lines = [
+            OfferLine(offer_id=70 + i, gpu_model="RTX 4090", num_gpus=1, price_usd_per_h=0.40 + i / 10,
+                      reliability=0.99, expected_usd_per_task=0.004, host_id=900 + i)
+            for i in range(3)
+        ]  # fmt: skip
+        await msg.respond(OfferList(occurred_at=now(), source="provisioner", offers=lines).model_dump_json().encode())
+
+    await nc.subscribe(settings.subjects.provision_offers, cb=answer)
+    await short_fleet(js, settings)  # the policy launches 8
+    audit = await audit_log(nc, settings)
+    async with running_decider(settings.model_copy(update={"decider_mode": "shadow"})):
+        await publish_trigger(js, settings, trigger())
+        await eventually(lambda: audit.items)
+    [verdict] = audit.items[0].verdicts
+    assert [q.limit for q in queries] == [8]
+    assert "would rent 3 (only 3 of 8 match) at $1.50/h: offer 70 RTX 4090 x1 $0.40/h host 900;" in verdict.explanation
+    assert "offer 72 RTX 4090 x1 $0.60/h host 902" in verdict.explanation
 
 
 async def test_a_live_run_says_so_in_its_record(settings: Settings, nc: NatsClient, js: JetStreamContext) -> None:
