@@ -23,6 +23,7 @@ from nats.js.api import ConsumerConfig
 from services.demand.config import DemandSettings
 from services.demand.core import DemandCore, Evaluation, IngestOutcome
 from services.demand.metrics import DemandMetrics
+from services.demand.saved import restored, saved_of
 from services.demand.store import DemandStore
 from shared.bus import DeadLetterMiddleware, ImplausibleInput, delivery_count, durable_pull, publish_event
 from shared.contract import FleetSnapshot, QueueSnapshot, TaskEvent, Trigger
@@ -68,13 +69,13 @@ class DemandRuntime:
         self.dead_letters = next(m for m in ctx.broker.middlewares if isinstance(m, DeadLetterMiddleware))
 
     async def restore(self) -> None:
-        state, seen_ids = await self.store.load()
-        if state is None:
-            log.info("no saved demand state: starting with empty windows")
-            return
         try:
-            self.core = DemandCore.from_state(state, self.config, seen_ids)
-        except (KeyError, TypeError, ValueError) as error:
+            state, seen_ids = await self.store.load()
+            if state is None:
+                log.info("no saved demand state: starting with empty windows")
+                return
+            self.core = restored(state, self.config, seen_ids)
+        except (KeyError, TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
             # never refuse to start on an old state: the windows refill from the stream and new events
             log.error("saved demand state unreadable (%s): starting with empty windows", error)
             return
@@ -117,7 +118,7 @@ class DemandRuntime:
         async with self.lock:
             to_ack, self.unacked = self.unacked, []
             seen_ids = self.core.seen.take_journal()
-            saving = asyncio.ensure_future(self.store.save(self.core.to_state(), seen_ids))
+            saving = asyncio.ensure_future(self.store.save(saved_of(self.core), seen_ids))
             cancelled = await finish_despite_cancellation(saving)
             failure = None if saving.cancelled() else saving.exception()
             if saving.cancelled() or failure is not None:  # the next checkpoint must still ack and journal these

@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
 
 from services.demand.config import HOUR_S, DemandSettings
 from services.demand.rules import Measurement, classify, next_trend
@@ -44,7 +43,6 @@ from shared.contract import (
 from shared.seen_ids import SeenIds
 
 SOURCE = "demand"
-STATE_VERSION = 1
 OTHER_TASK_TYPE = "other"  # task types beyond max_task_types are pooled here: memory stays bounded
 
 
@@ -127,12 +125,6 @@ class QueueView:
     pending: dict[str, int]  # as counted: a rise not yet seen twice is held to a small step
     running: dict[str, int]
     reported_pending: dict[str, int] | None = None  # as the job system said it; None: same as `pending`
-
-    def to_state(self) -> list[Any]:
-        """[at, pending, running], and what was reported while a rise waits to be seen again (the same layout
-        as before the check when none does)."""
-        held = [] if self.reported_pending is None else [self.reported_pending]
-        return [self.at_s, self.pending, self.running, *held]
 
     def reported(self, task_type: str) -> int:
         source = self.pending if self.reported_pending is None else self.reported_pending
@@ -413,90 +405,6 @@ class DemandCore:
             trend_arrivals=trend_arrivals,
             trend_slope_per_h2=slope_per_h2,
         )
-
-    # ---- persistence (JSON-able; the adapter stores it) -----------------------------------------------------
-    def to_state(self) -> dict[str, Any]:
-        return {
-            "version": STATE_VERSION,
-            "overall": self.overall.to_state(),
-            "by_type": {name: s.to_state() for name, s in self.by_type.items()},
-            "by_gpu": {name: s.to_state() for name, s in self.by_gpu.items()},
-            "workers": [
-                [wid, w.gpu_model, w.instance_id, w.last_seen_s, [list(p) for p in w.timeline]]
-                for wid, w in self.workers.items()
-            ],
-            "recent_producers": list(self.recent_producers.items()),
-            "types_with_started": sorted(self.types_with_started),
-            "queue": None if self.queue is None else self.queue.to_state(),
-            "fleet": None
-            if self.fleet is None
-            else [
-                self.fleet.at_s,
-                self.fleet.producing,
-                self.fleet.ready,
-                [[k, v] for k, v in self.fleet.gpu_by_instance.items()],
-            ],
-            "observing_since_s": self.observing_since_s,
-            "last_completion_s": self.last_completion_s,
-            "too_late_events": self.too_late_events,
-            "pending_estimate": self.pending_estimate,
-            "state": self.state.value if self.state else None,
-            "trend": self.trend.value,
-            "above_capacity_since_s": self.above_capacity_since_s,
-            "waiting_since_s": self.waiting_since_s,
-            "last_published": None
-            if self.last_published is None
-            else [
-                self.last_published.at_s,
-                self.last_published.state.value,
-                self.last_published.trend.value,
-                self.last_published.pending,
-                self.last_published.capacity_tasks_per_h,
-            ],
-            "signal_seq": self.signal_seq,
-            "history": self.history.to_state(),
-            "history_since_s": self.history_since_s,
-        }
-
-    @classmethod
-    def from_state(
-        cls, state: dict[str, Any], config: DemandSettings | None = None, seen_ids: Iterable[str] = ()
-    ) -> DemandCore:
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"demand state version {state.get('version')!r} is not {STATE_VERSION}")
-        core = cls(config)
-        wb = core.window_buckets
-        core.overall = BucketSeries.from_state(wb, state["overall"])
-        core.by_type = {name: BucketSeries.from_state(wb, s) for name, s in state["by_type"].items()}
-        core.by_gpu = {name: BucketSeries.from_state(wb, s) for name, s in state["by_gpu"].items()}
-        for wid, gpu, instance_id, last_seen_s, timeline in state["workers"]:
-            core.workers[wid] = WorkerRecord([(t, tt, g, c) for t, tt, g, c in timeline], gpu, instance_id, last_seen_s)
-        core.recent_producers = OrderedDict((wid, t) for wid, t in state["recent_producers"])
-        core.types_with_started = set(state["types_with_started"])
-        if state["queue"] is not None:
-            at_s, pending, running, *reported = state["queue"]  # a checkpoint from before has no reported part
-            reported_pending = dict(reported[0]) if reported and reported[0] is not None else None
-            core.queue = QueueView(at_s, dict(pending), dict(running), reported_pending)
-        if state["fleet"] is not None:
-            at_s, producing, ready, gpus = state["fleet"]
-            core.fleet = FleetView(at_s, producing, ready, {int(k): v for k, v in gpus})
-        core.observing_since_s = state["observing_since_s"]
-        core.last_completion_s = state["last_completion_s"]
-        core.too_late_events = state["too_late_events"]
-        core.pending_estimate = state["pending_estimate"]
-        core.state = DemandState(state["state"]) if state["state"] else None
-        core.trend = DemandTrend(state["trend"])
-        core.above_capacity_since_s = state["above_capacity_since_s"]
-        core.waiting_since_s = state["waiting_since_s"]
-        if state["last_published"] is not None:
-            at_s, st, tr, pending, capacity = state["last_published"]
-            core.last_published = PublishedMark(at_s, DemandState(st), DemandTrend(tr), pending, capacity)
-        core.signal_seq = state["signal_seq"]
-        if "history" in state:  # a checkpoint from before the seasonal echo has none: it builds up again
-            core.history.load_state(state["history"])
-            core.history_since_s = state["history_since_s"]
-        core.seen.load(seen_ids)
-        return core
 
     # ---- internals ----------------------------------------------------------------------------------------
     def _observed(self, at_s: float) -> None:

@@ -10,15 +10,16 @@ bucket has neither the transaction nor the list, and its values are capped by th
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from redis.asyncio import Redis
 
+from services.demand.saved import SavedDemand, from_positional
 from shared.state_version import found_version, marker, restore_plan, say_rebuild
 
-# 2: the version marker is written; the window state and the id memory are what version 1 (no marker) saved
-STATE_VERSION = 2
-MIGRATES_FROM = frozenset({1})
+# 2: the version marker is written; the window state and the id memory are what version 1 (no marker) saved.
+# 3: the window state is services/demand/saved.py's model, every field named (1 and 2 were positional lists)
+STATE_VERSION = 3
+MIGRATES_FROM = frozenset({1, 2})
 
 
 class DemandStore:
@@ -29,7 +30,7 @@ class DemandStore:
         self.version_key = f"fleetpilot:{namespace}:demand:version"
         self.seen_capacity = seen_capacity
 
-    async def load(self) -> tuple[dict[str, Any] | None, list[str]]:
+    async def load(self) -> tuple[SavedDemand | None, list[str]]:
         """The saved windows and id memory, migrated to this version; nothing when the saved version is unknown
         here (dropped: the windows refill from the events, as after a lost Redis)."""
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -42,12 +43,16 @@ class DemandStore:
             say_rebuild("demand", version, STATE_VERSION)
             await self.redis.delete(self.state_key, self.seen_key, self.version_key)
             return None, []
-        # version 1 → 2 changes nothing saved: the next checkpoint writes the marker
-        state = json.loads(raw_state) if raw_state else None
-        return state, [i.decode() for i in raw_ids]
+        # a state that does not validate raises here: the service starts with empty windows and says why
+        ids = [i.decode() for i in raw_ids]
+        if not raw_state:
+            return None, ids
+        if version in MIGRATES_FROM:  # positional lists: named, then validated; the next checkpoint writes 3
+            return from_positional(json.loads(raw_state)), ids
+        return SavedDemand.model_validate_json(raw_state), ids
 
-    async def save(self, state: dict[str, Any], new_seen_ids: list[str]) -> None:
-        payload = json.dumps(state, separators=(",", ":"))
+    async def save(self, state: SavedDemand, new_seen_ids: list[str]) -> None:
+        payload = state.model_dump_json()
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.set(self.state_key, payload)
             pipe.set(self.version_key, marker("demand", STATE_VERSION))

@@ -52,11 +52,16 @@ class FleetRuntime:
         self.last_snapshot_s: float | None = None
 
     async def restore(self) -> None:
-        records, meta = await self.store.load()
-        if not records and meta is None:
-            log.info("no saved fleet state: starting empty")
+        try:
+            records, meta = await self.store.load()
+            if not records and meta is None:
+                log.info("no saved fleet state: starting empty")
+                return
+            self.core = FleetCore.from_state(records, meta, self.ctx.clock.now(), self.config)
+        except (KeyError, TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
+            # never refuse to start on a damaged state: the provisioner's observations rebuild the fleet
+            log.error("saved fleet state unreadable (%s): starting empty", error)
             return
-        self.core = FleetCore.from_state(records, meta, self.ctx.clock.now(), self.config)
         log.info("fleet state restored: %d instances", len(self.core.instances))
 
     async def save(self) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 from shared.contract.fleet import BidOutcome
 
@@ -62,13 +61,13 @@ class BidBook:
                 )
         return outcomes
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, tuple[int, float, list[list[float]]]]:
         return {
-            model: [bids.exposed, bids.since_s, [list(entry) for entry in bids.slices]]
+            model: (bids.exposed, bids.since_s, [list(entry) for entry in bids.slices])
             for model, bids in self.models.items()
         }
 
-    def restore(self, saved: dict[str, Any], now_s: float) -> None:
+    def restore(self, saved: dict[str, tuple[int, float, list[list[float]]]], now_s: float) -> None:
         """The saved book, its bids counted exposed until `now_s` (bids stay up while fleet is down, and hours
         left out would overstate the outbid rate). Who is exposed from then on is rebuilt from the records."""
         for gpu_model, (exposed, since_s, slices) in saved.items():

@@ -26,6 +26,7 @@ from services.fleet.lifecycle import (
 )
 from services.fleet.lines import SnapshotLines
 from services.fleet.record import HistoryEntry, InstanceRecord
+from services.fleet.saved import SavedMeta, restored_instance, saved_instance
 from services.fleet.transitions import Alert, Tick, Transition
 from shared.contract import (
     BenchResult,
@@ -44,7 +45,6 @@ from shared.seen_ids import SeenIds
 
 S = InstanceState
 SOURCE = "fleet"
-STATE_VERSION = 1
 # vast's own view is coarser than ours: "running" is all it can say about these
 RUNNING_REFINEMENTS = frozenset({S.REGISTERED, S.BENCHMARKED, S.PRODUCING, S.DRAINING})
 # Task events of instances the provisioner has not reported yet wait here, bounded: a worker can speak a poll
@@ -266,37 +266,38 @@ class FleetCore:
 
     # ---- persistence -------------------------------------------------------------------------------------
     def take_changes(self) -> tuple[list[dict[str, Any]], list[int]]:
-        """Records to save and ids to delete since the last call."""
-        saved = [self.instances[i].to_dict() for i in sorted(self.dirty) if i in self.instances]
+        """Records to save (JSON-able, as services/fleet/saved.py names them) and ids to delete since the last
+        call."""
+        saved = [saved_instance(self.instances[i]) for i in sorted(self.dirty) if i in self.instances]
         deleted = sorted(self.purged)
         self.dirty.clear()
         self.purged.clear()
         return saved, deleted
 
-    def meta_state(self) -> dict[str, Any]:
-        return {
-            "version": STATE_VERSION,
-            "queue_pending": self.queue_pending,
-            "queue_at_s": self.queue_at_s,
-            "queued_since_s": self.queued_since_s,
-            "last_producer_event_s": self.last_producer_event_s,
-            "producing_entered_s": self.producing_entered_s,
-            "silence_alerted": self.silence_alerted,
-            "bids": self.bids.to_dict(),
-        }
+    def meta_state(self) -> SavedMeta:
+        return SavedMeta(
+            queue_pending=self.queue_pending,
+            queue_at_s=self.queue_at_s,
+            queued_since_s=self.queued_since_s,
+            last_producer_event_s=self.last_producer_event_s,
+            producing_entered_s=self.producing_entered_s,
+            silence_alerted=self.silence_alerted,
+            bids=self.bids.to_dict(),
+        )
 
     @classmethod
     def from_state(
         cls,
         records: list[dict[str, Any]],
-        meta: dict[str, Any] | None,
+        meta: SavedMeta | None,
         now: datetime,
         config: FleetSettings | None = None,
     ) -> FleetCore:
-        """Rebuild after a restart: one record per instance id, deadlines re-armed, silence measured from now."""
+        """Rebuild after a restart: one record per instance id, deadlines re-armed, silence measured from now.
+        A record that does not validate raises (pydantic's ValidationError): the adapter then starts empty."""
         core = cls(config)
         for values in records:
-            record = InstanceRecord.from_dict(values)
+            record = restored_instance(values)
             core.instances[record.instance_id] = record
             if record.state != S.GONE:
                 core.counts[record.state] += 1
@@ -304,15 +305,13 @@ class FleetCore:
                 core.worker_instance[worker] = record.instance_id
             core._schedule(record, core._first_deadline(record))
         if meta is not None:
-            core.bids.restore(meta.get("bids", {}), now.timestamp())  # absent in state saved before bids were booked
-            if meta.get("version") != STATE_VERSION:
-                raise ValueError(f"fleet state version {meta.get('version')!r} is not {STATE_VERSION}")
-            core.queue_pending = meta["queue_pending"]
-            core.queue_at_s = meta["queue_at_s"]
-            core.queued_since_s = meta["queued_since_s"]
-            core.last_producer_event_s = meta["last_producer_event_s"]
-            core.producing_entered_s = meta["producing_entered_s"]
-            core.silence_alerted = meta["silence_alerted"]
+            core.bids.restore(meta.bids, now.timestamp())
+            core.queue_pending = meta.queue_pending
+            core.queue_at_s = meta.queue_at_s
+            core.queued_since_s = meta.queued_since_s
+            core.last_producer_event_s = meta.last_producer_event_s
+            core.producing_entered_s = meta.producing_entered_s
+            core.silence_alerted = meta.silence_alerted
         for record in core.instances.values():
             core._book_bid(record, now.timestamp())
         # task events seen while we were down may not all have been saved: give every worker a fresh hearing

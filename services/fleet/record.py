@@ -1,9 +1,8 @@
-"""One instance as fleet keeps it: its state, history and attributes, and how it is saved and restored."""
+"""One instance as fleet keeps it: its state, history and attributes (saved as they are: services/fleet/saved.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from shared.contract import FailureReason, InstanceState, ParkReason
 
@@ -17,15 +16,6 @@ class HistoryEntry:
     to_state: InstanceState
     detail: str
     applied: bool  # False: a move the table does not allow (backwards or sideways), recorded and ignored
-
-    def to_list(self) -> list[Any]:
-        from_state = self.from_state.value if self.from_state else None
-        return [self.at_s, from_state, self.to_state.value, self.detail, self.applied]
-
-    @classmethod
-    def from_list(cls, values: list[Any]) -> HistoryEntry:
-        at_s, from_state, to_state, detail, applied = values
-        return cls(at_s, S(from_state) if from_state else None, S(to_state), detail, applied)
 
 
 @dataclass
@@ -86,64 +76,3 @@ class InstanceRecord:
         aligned_s = (at_s // window_s) * window_s
         previous = self.window_count if aligned_s - start_s < 2 * window_s else 0
         return aligned_s, 0, previous
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "instance_id": self.instance_id,
-            "state": self.state.value,
-            "created_at_s": self.created_at_s,
-            "state_since_s": self.state_since_s,
-            "failure_reason": self.failure_reason.value if self.failure_reason else None,
-            "history": [entry.to_list() for entry in self.history],
-            "gpu_model": self.gpu_model,
-            "num_gpus": self.num_gpus,
-            "price_usd_per_h": self.price_usd_per_h,
-            "storage_usd_per_h": self.storage_usd_per_h,
-            "park_reason": self.park_reason.value if self.park_reason else None,
-            "host_id": self.host_id,
-            "machine_id": self.machine_id,
-            "vast_status": self.vast_status,
-            "label": self.label,
-            "workers": self.workers,
-            "last_task_at_s": self.last_task_at_s,
-            "tasks_completed": self.tasks_completed,
-            "producing_since_s": self.producing_since_s,
-            "first_producing_s": self.first_producing_s,
-            "bench_verdict": self.bench_verdict,
-            "interruptible": self.interruptible,
-            "window": [self.window_start_s, self.window_count, self.previous_window_count],
-        }
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> InstanceRecord:
-        window_start_s, window_count, previous_window_count = values["window"]
-        reason = values["failure_reason"]
-        park_reason = values.get("park_reason")  # absent in records saved before parking existed
-        return cls(
-            instance_id=values["instance_id"],
-            state=S(values["state"]),
-            created_at_s=values["created_at_s"],
-            state_since_s=values["state_since_s"],
-            failure_reason=FailureReason(reason) if reason else None,
-            history=[HistoryEntry.from_list(entry) for entry in values["history"]],
-            gpu_model=values["gpu_model"],
-            num_gpus=values["num_gpus"],
-            price_usd_per_h=values["price_usd_per_h"],
-            storage_usd_per_h=values.get("storage_usd_per_h"),
-            park_reason=ParkReason(park_reason) if park_reason else None,
-            host_id=values["host_id"],
-            machine_id=values["machine_id"],
-            vast_status=values["vast_status"],
-            label=values["label"],
-            workers=list(values["workers"]),
-            last_task_at_s=values["last_task_at_s"],
-            tasks_completed=values["tasks_completed"],
-            producing_since_s=values["producing_since_s"],
-            # absent in records saved before parking: a machine that produced then, produced first by then
-            first_producing_s=values.get("first_producing_s", values["producing_since_s"]),
-            bench_verdict=values["bench_verdict"],
-            interruptible=values.get("interruptible", False),  # absent in records saved before bids were booked
-            window_start_s=window_start_s,
-            window_count=window_count,
-            previous_window_count=previous_window_count,
-        )

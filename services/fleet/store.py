@@ -14,11 +14,19 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from services.fleet.saved import (
+    SavedMeta,
+    instance_from_positional,
+    meta_from_positional,
+    restored_instance,
+    saved_instance,
+)
 from shared.state_version import found_version, marker, restore_plan, say_rebuild
 
-# 2: the version marker is written; the records and the bookkeeping are what version 1 (no marker) saved
-STATE_VERSION = 2
-MIGRATES_FROM = frozenset({1})
+# 2: the version marker is written; the records and the bookkeeping are what version 1 (no marker) saved.
+# 3: every field named (services/fleet/saved.py); 1 and 2 saved positional lists, migrated on load
+STATE_VERSION = 3
+MIGRATES_FROM = frozenset({1, 2})
 
 
 class FleetStore:
@@ -28,7 +36,7 @@ class FleetStore:
         self.meta_key = f"fleetpilot:{namespace}:fleet:meta"
         self.version_key = f"fleetpilot:{namespace}:fleet:version"
 
-    async def load(self) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    async def load(self) -> tuple[list[dict[str, Any]], SavedMeta | None]:
         """The saved instances and bookkeeping, migrated to this version; nothing when the saved version is
         unknown here (that state is dropped: fleet rebuilds from the provisioner's observations)."""
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -41,10 +49,29 @@ class FleetStore:
             say_rebuild("fleet", version, STATE_VERSION)
             await self.redis.delete(self.instances_key, self.meta_key, self.version_key)
             return [], None
-        # version 1 → 2 changes no record: the next save writes the marker
-        return [json.loads(raw) for raw in raw_instances], json.loads(raw_meta) if raw_meta else None
+        records = [json.loads(raw) for raw in raw_instances]
+        if version in MIGRATES_FROM:
+            return await self._migrated(records, json.loads(raw_meta) if raw_meta else None)
+        return records, SavedMeta.model_validate_json(raw_meta) if raw_meta else None
 
-    async def save(self, records: list[dict[str, Any]], deleted: list[int], meta: dict[str, Any]) -> None:
+    async def _migrated(
+        self, records: list[dict[str, Any]], meta: dict[str, Any] | None
+    ) -> tuple[list[dict[str, Any]], SavedMeta | None]:
+        """Versions 1 and 2, named and validated, then written back whole as version 3 in one transaction: a
+        save writes only the records that changed, so a record left positional would be read as version 3."""
+        migrated = [saved_instance(restored_instance(instance_from_positional(record))) for record in records]
+        saved_meta = meta_from_positional(meta) if meta is not None else None
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self.instances_key)
+            if migrated:
+                pipe.hset(self.instances_key, mapping={str(r["instance_id"]): json.dumps(r) for r in migrated})
+            if saved_meta is not None:
+                pipe.set(self.meta_key, saved_meta.model_dump_json())
+            pipe.set(self.version_key, marker("fleet", STATE_VERSION))
+            await pipe.execute()
+        return migrated, saved_meta
+
+    async def save(self, records: list[dict[str, Any]], deleted: list[int], meta: SavedMeta) -> None:
         async with self.redis.pipeline(transaction=True) as pipe:
             if records:
                 pipe.hset(
@@ -53,7 +80,7 @@ class FleetStore:
                 )
             if deleted:
                 pipe.hdel(self.instances_key, *[str(i) for i in deleted])
-            pipe.set(self.meta_key, json.dumps(meta, separators=(",", ":")))
+            pipe.set(self.meta_key, meta.model_dump_json())
             pipe.set(self.version_key, marker("fleet", STATE_VERSION))
             await pipe.execute()
 

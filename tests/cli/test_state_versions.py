@@ -12,16 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from services.demand.config import DemandSettings
-from services.demand.core import DemandCore
+from services.demand.saved import restored, saved_of
 from services.demand.store import DemandStore
 from services.fleet.config import FleetSettings
 from services.fleet.core import FleetCore
 from services.fleet.store import FleetStore
 from services.provisioner.store import ProvisionerStore
-from shared.contract import InstanceState, ProvisionResult
+from shared.contract import DemandState, InstanceState, ProvisionResult
 from shared.state_version import marker
 from sim.infra import RedisServer
 
@@ -54,17 +55,30 @@ async def write_fleet_v1(redis: Redis) -> dict[str, Any]:
     return saved
 
 
-async def test_fleet_restores_version_1_and_marks_it_current_on_the_next_save(
-    redis: Redis, redis_server: RedisServer
+@pytest.mark.parametrize("version_marker", [None, marker("fleet", 2)], ids=["version 1", "version 2"])
+async def test_fleet_restores_the_positional_versions_and_rewrites_them_as_version_3(
+    redis: Redis, redis_server: RedisServer, version_marker: str | None
 ) -> None:
-    saved = await write_fleet_v1(redis)
+    saved = await write_fleet_v1(redis)  # version 2 saved the same positional records, beside a marker
     store = FleetStore(redis_server.url, NAMESPACE)
+    if version_marker is not None:
+        await redis.set(store.version_key, version_marker)
     records, meta = await store.load()
+    # migrated whole at once: a later save writes only changed records, and none may stay positional
+    assert json.loads(await redis.get(store.version_key)) == {"service": "fleet", "version": 3}
+    assert await store.load() == (records, meta)
     core = FleetCore.from_state(records, meta, datetime(2026, 3, 2, 1, 0, tzinfo=UTC), FleetSettings())
     [instance] = core.instances.values()
-    assert instance.instance_id == saved["instances"][0]["instance_id"] and instance.state is InstanceState.LOADING
+    old = saved["instances"][0]
+    assert instance.instance_id == old["instance_id"] and instance.state is InstanceState.LOADING
+    assert (instance.gpu_model, instance.host_id, instance.label) == ("RTX 5090", 90041, old["label"])
+    assert [(e.from_state, e.to_state) for e in instance.history] == [
+        (None, InstanceState.REQUESTED),
+        (InstanceState.REQUESTED, InstanceState.LOADING),
+    ]
+    assert (instance.window_start_s, instance.window_count) == (0.0, 0) and instance.first_producing_s is None
+    assert meta is not None and meta.queue_pending == 40 and meta.bids == {}
     await store.save([], [], core.meta_state())
-    assert json.loads(await redis.get(store.version_key)) == {"service": "fleet", "version": 2}
     assert await store.load() == (records, core.meta_state())
     await store.close()
 
@@ -81,17 +95,40 @@ async def test_fleet_drops_a_version_it_does_not_know(
     await store.close()
 
 
-async def test_demand_restores_version_1(redis: Redis, redis_server: RedisServer) -> None:
-    saved = version_1("demand")
-    await redis.set(f"fleetpilot:{NAMESPACE}:demand:state", json.dumps(saved["state"]))
-    await redis.rpush(f"fleetpilot:{NAMESPACE}:demand:seen_event_ids", *saved["seen_event_ids"])  # type: ignore[misc]
+@pytest.mark.parametrize("version_marker", [None, marker("demand", 2)], ids=["version 1", "version 2"])
+async def test_demand_restores_the_positional_versions_and_saves_version_3(
+    redis: Redis, redis_server: RedisServer, version_marker: str | None
+) -> None:
+    saved = version_1("demand")  # version 2 saved the same positional lists, beside a marker
     store = DemandStore(redis_server.url, NAMESPACE, seen_capacity=1000)
+    await redis.set(store.state_key, json.dumps(saved["state"]))
+    await redis.rpush(store.seen_key, *saved["seen_event_ids"])  # type: ignore[misc]
+    if version_marker is not None:
+        await redis.set(store.version_key, version_marker)
     state, seen = await store.load()
-    assert state == saved["state"] and seen == saved["seen_event_ids"]
-    core = DemandCore.from_state(state, DemandSettings(), seen)
-    assert core.to_state() == saved["state"]  # the windows came back whole
-    await store.save(core.to_state(), [])
-    assert json.loads(await redis.get(store.version_key)) == {"service": "demand", "version": 2}
+    assert state is not None and seen == saved["seen_event_ids"]
+    core = restored(state, DemandSettings(), seen)
+    # each positional value in its named place (the real run's checkpoint: one RTX 5090 loading, 40 queued)
+    assert core.signal_seq == 61 and core.pending_estimate == 40
+    assert core.queue is not None and core.queue.pending == {"default": 40} and core.queue.running == {"default": 0}
+    assert core.fleet is not None and core.fleet.gpu_by_instance == {33032701: "RTX 5090"}
+    assert core.last_published is not None and core.last_published.state is DemandState.UNDER_PROVISIONED
+    assert core.state is DemandState.UNDER_PROVISIONED and core.waiting_since_s == pytest.approx(1772412556.944308)
+    await store.save(saved_of(core), [])
+    assert json.loads(await redis.get(store.version_key)) == {"service": "demand", "version": 3}
+    again, _ = await store.load()
+    assert again == saved_of(core)  # version 3 reads back whole
+    await store.close()
+
+
+async def test_demand_starts_empty_on_a_version_3_state_that_does_not_validate(
+    redis: Redis, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = DemandStore(redis_server.url, NAMESPACE, seen_capacity=1000)
+    await redis.set(store.state_key, json.dumps({"version": 3, "overall": {"head": "soon"}}))
+    await redis.set(store.version_key, marker("demand", 3))
+    with pytest.raises(ValidationError):
+        await store.load()  # the service's restore logs it and starts with empty windows
     await store.close()
 
 

@@ -10,6 +10,7 @@ import pytest
 from services.decider.policy import PolicyConfig, PredictivePolicy, recommend
 from services.decider.policy.forecast import backlog_after, learned_startup_s
 from services.demand.core import DemandCore
+from services.demand.saved import restored, saved_of
 from shared.contract import (
     DemandState,
     FailureReason,
@@ -376,8 +377,8 @@ def test_a_queue_rise_seen_twice_is_counted_whole() -> None:
         demand.observe_queue(QueueSnapshot(occurred_at=now, source="jobs", queues=[depth]), now)
         counted.append(demand.evaluate(now).signal.pending_tasks)
     assert counted == [30, 30 + demand.config.unconfirmed_rise_tasks, 5000]
-    restored = DemandCore.from_state(demand.to_state())  # what was reported survives a restart
-    assert restored.queue == demand.queue
+    back = restored(saved_of(demand))  # what was reported survives a restart
+    assert back.queue == demand.queue
 
 
 def test_loading_machines_the_demand_no_longer_needs_are_given_back() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -11,6 +11,7 @@ import pytest
 
 from services.demand.config import DemandSettings
 from services.demand.core import DemandCore, Evaluation, IngestOutcome, TaskCounts
+from services.demand.saved import SavedDemand, restored, saved_of
 from shared.contract import (
     DemandState,
     DemandTrend,
@@ -240,13 +241,18 @@ def test_publishes_on_cadence_and_on_material_change_only() -> None:
     assert [t.reason for t in changed.triggers] == [TriggerReason.DEMAND_STATE_CHANGE]
 
 
+def round_trip(core: DemandCore, config: DemandSettings | None = None, seen_ids: Iterable[str] = ()) -> DemandCore:
+    """Saved as the store writes it (JSON) and read back as it reads it."""
+    return restored(SavedDemand.model_validate_json(saved_of(core).model_dump_json()), config, seen_ids)
+
+
 def test_state_round_trip_gives_the_same_signal_and_the_same_future() -> None:
     h = Harness()
     for i in range(2):
         h.jobs.add_worker(f"w{i}", gpu_model="RTX 4090")
     h.jobs.submit(50, T0)
     h.run(100, arrivals_per_h=200)
-    restored = DemandCore.from_state(json.loads(json.dumps(h.core.to_state())), seen_ids=[])
+    restored = round_trip(h.core)
     now = h.jobs.now + timedelta(seconds=20)
     a, b = h.core.evaluate(now), restored.evaluate(now)
     assert a.signal.model_dump(exclude={"event_id"}) == b.signal.model_dump(exclude={"event_id"})
@@ -264,7 +270,7 @@ def test_remembered_ids_survive_the_round_trip() -> None:
     core = DemandCore()
     event = task("submitted", T0)
     core.ingest(event, T0)
-    restored = DemandCore.from_state(core.to_state(), seen_ids=core.seen.take_journal())
+    restored = round_trip(core, seen_ids=core.seen.take_journal())
     assert restored.ingest(event, T0) == IngestOutcome.DUPLICATE
 
 
@@ -299,13 +305,12 @@ def test_after_a_whole_season_the_signal_carries_what_followed_this_moment_then(
     assert echo.level_then_per_h == pytest.approx(150)  # T0+15..75 min: 45 min at 120/h, 15 at 240/h
     assert echo.rates_then_per_h == pytest.approx([240, 240, 240, 180])
     # the history survives a restart, and memory stays one number per quarter hour of the season
-    restored = DemandCore.from_state(json.loads(json.dumps(core.to_state())), config)
-    assert restored.evaluate(now).signal.season == echo
-    assert len(core.history.counts) == len(restored.history.counts) == 14
+    back = round_trip(core, config)
+    assert back.evaluate(now).signal.season == echo
+    assert len(core.history.counts) == len(back.history.counts) == 14
     # a checkpoint written before the echo existed still loads, with no echo until a season is watched again
-    old_state = json.loads(json.dumps(core.to_state()))
-    del old_state["history"], old_state["history_since_s"]
-    old = DemandCore.from_state(old_state, config)
+    old_state = saved_of(core).model_copy(update={"history": None, "history_since_s": None})
+    old = restored(old_state, config)
     old.ingest_counts(TaskCounts(at=now, task_type="prove", submitted=3), now)
     assert old.evaluate(now + timedelta(hours=2)).signal.season is None
     assert old.evaluate(now + timedelta(hours=3)).signal.season is not None

@@ -10,6 +10,7 @@ import pytest
 from services.fleet.config import FleetSettings
 from services.fleet.core import UNCLAIMED_INSTANCES_KEPT, FleetCore, InstanceRecord
 from services.fleet.lines import format_line
+from services.fleet.saved import SavedMeta
 from shared.contract import (
     BenchResult,
     DrainInstance,
@@ -346,7 +347,9 @@ def test_state_rebuilt_after_a_restart_holds_every_instance_once_and_keeps_judgi
     assert deleted == []
     stored = {record["instance_id"]: json.loads(json.dumps(record)) for record in saved}
     now = T0 + timedelta(hours=2)
-    restored = FleetCore.from_state(list(stored.values()), json.loads(json.dumps(core.meta_state())), now)
+    restored = FleetCore.from_state(
+        list(stored.values()), SavedMeta.model_validate_json(core.meta_state().model_dump_json()), now
+    )
     assert restored.snapshot(now).model_dump(exclude={"event_id"}) == core.snapshot(now).model_dump(
         exclude={"event_id"}
     )

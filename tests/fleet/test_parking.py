@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 import pytest
 
 from services.fleet.config import FleetSettings
-from services.fleet.core import FleetCore, InstanceRecord
+from services.fleet.core import FleetCore
+from services.fleet.saved import restored_instance
 from shared.contract import FailureReason, FleetSnapshot, InstanceState, ParkReason, TriggerReason
 from tests.fleet.test_core import ID, T0, observed, producing, queue, task
 
@@ -132,7 +133,7 @@ def test_a_parked_machine_and_its_reason_survive_a_restart() -> None:
     saved, _ = core.take_changes()
     # records saved before parking existed have neither field: they read as not parked
     older = {k: v for k, v in saved[0].items() if k not in ("park_reason", "storage_usd_per_h")}
-    assert InstanceRecord.from_dict(older).park_reason is None
+    assert restored_instance(older).park_reason is None
     restored = FleetCore.from_state(json.loads(json.dumps(saved)), core.meta_state(), T0 + timedelta(hours=3))
     record = restored.instances[ID]
     assert (record.state, record.park_reason, record.storage_usd_per_h) == (
