@@ -21,8 +21,9 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig
 
 from services.demand.config import DemandSettings
-from services.demand.core import DemandCore, Evaluation, IngestOutcome
+from services.demand.core import DemandCore
 from services.demand.metrics import DemandMetrics
+from services.demand.records import Evaluation, IngestOutcome
 from services.demand.saved import restored, saved_of
 from services.demand.store import DemandStore
 from shared.bus import DeadLetterMiddleware, ImplausibleInput, delivery_count, durable_pull, publish_event

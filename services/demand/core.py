@@ -6,15 +6,26 @@ and ask `evaluate(now)`. No I/O and no clock reads: a week of events replays in 
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from enum import StrEnum
+from datetime import datetime
 
 from services.demand.config import HOUR_S, DemandSettings
+from services.demand.records import (
+    Evaluation,
+    FleetView,
+    IngestOutcome,
+    JournalledSeenIds,
+    PublishedMark,
+    QueueView,
+    TaskCounts,
+    TimelineEntry,
+    TriggerIntent,
+    WorkerRecord,
+)
 from services.demand.rules import Measurement, classify, next_trend
 from services.demand.season import ArrivalHistory
+from services.demand.signal import signal_of, worth_publishing
 from services.demand.windows import (
     ARRIVALS,
     BUSY_COMPLETIONS,
@@ -27,7 +38,6 @@ from services.demand.windows import (
     BucketSeries,
 )
 from shared.contract import (
-    DemandSignal,
     DemandState,
     DemandTrend,
     FleetSnapshot,
@@ -35,117 +45,10 @@ from shared.contract import (
     QueueSnapshot,
     SeasonEcho,
     TaskEvent,
-    TaskTypeDemand,
-    TriggerPriority,
     TriggerReason,
-    WindowStats,
 )
-from shared.seen_ids import SeenIds
 
-SOURCE = "demand"
 OTHER_TASK_TYPE = "other"  # task types beyond max_task_types are pooled here: memory stays bounded
-
-
-class IngestOutcome(StrEnum):
-    APPLIED = "applied"
-    DUPLICATE = "duplicate"
-    TOO_LATE = "too_late"  # older than the longest window: counted, not applied
-
-
-@dataclass(frozen=True)
-class TriggerIntent:
-    priority: TriggerPriority
-    reason: TriggerReason
-    detail: str
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    signal: DemandSignal
-    publish: bool
-    triggers: tuple[TriggerIntent, ...]
-
-
-@dataclass(frozen=True)
-class TaskCounts:
-    """Aggregated task steps of one moment (a simulator's minute), for feeding the core without one event each."""
-
-    at: datetime
-    task_type: str = "default"
-    submitted: int = 0
-    started: int = 0
-    completed: int = 0
-    failed: int = 0
-    duration_sum_s: float = 0.0
-    durations: int = 0
-    busy_completions: int = 0  # completions that followed the same worker's previous one while it had work
-    busy_s: float = 0.0  # the worker time those completions took
-    gpu_model: str | None = None
-    worker_ids: tuple[str, ...] = ()  # workers that completed a task in this moment
-
-
-class JournalledSeenIds(SeenIds):
-    """Seen ids whose new ones are journalled, so the adapter can persist them cheaply."""
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__(capacity)
-        self._journal: deque[str] = deque(maxlen=capacity)
-
-    def first_time(self, event_id: str) -> bool:
-        new = super().first_time(event_id)
-        if new:
-            self._journal.append(event_id)
-        return new
-
-    def take_journal(self) -> list[str]:
-        ids = list(self._journal)
-        self._journal.clear()
-        return ids
-
-    def restore_journal(self, ids: list[str]) -> None:
-        """Put back ids whose checkpoint failed, ahead of those journalled since."""
-        self._journal.extendleft(reversed(ids))
-
-
-# one completion of a worker: (occurred_at_s, task_type, gpu_model, whether tasks were waiting then)
-TimelineEntry = tuple[float, str, str | None, bool]
-
-
-@dataclass
-class WorkerRecord:
-    timeline: list[TimelineEntry] = field(default_factory=list)  # recent completions, oldest first
-    gpu_model: str | None = None
-    instance_id: int | None = None
-    last_seen_s: float = 0.0
-
-
-@dataclass
-class QueueView:
-    at_s: float
-    pending: dict[str, int]  # as counted: a rise not yet seen twice is held to a small step
-    running: dict[str, int]
-    reported_pending: dict[str, int] | None = None  # as the job system said it; None: same as `pending`
-
-    def reported(self, task_type: str) -> int:
-        source = self.pending if self.reported_pending is None else self.reported_pending
-        return source.get(task_type, 0)
-
-
-@dataclass
-class FleetView:
-    at_s: float
-    producing: int
-    ready: int  # registered or benchmarked: about to produce
-    gpu_by_instance: dict[int, str]
-
-
-@dataclass
-class PublishedMark:
-    at_s: float
-    state: DemandState
-    trend: DemandTrend
-    pending: int
-    capacity_tasks_per_h: float
 
 
 class DemandCore:
@@ -155,7 +58,7 @@ class DemandCore:
         self.bucket_s = c.bucket_s
         self.tracked_s = c.tracked_windows_s
         self.window_buckets = tuple(w // c.bucket_s for w in self.tracked_s)
-        self._index = {w: i for i, w in enumerate(self.tracked_s)}
+        self.window_index = {w: i for i, w in enumerate(self.tracked_s)}
         self.overall = BucketSeries(self.window_buckets)
         self.by_type: dict[str, BucketSeries] = {}
         self.by_gpu: dict[str, BucketSeries] = {}
@@ -346,11 +249,11 @@ class DemandCore:
             )
         self.state, self.trend = state, trend
 
-        publish = self._worth_publishing(now_s, state, trend, m)
+        publish = worth_publishing(self.last_published, now_s, state, trend, m, self.config)
         if publish:
             self.signal_seq += 1
             self.last_published = PublishedMark(now_s, state, trend, m.pending, m.capacity_tasks_per_h)
-        return Evaluation(self._signal(now, m, state, trend, explanation), publish, tuple(triggers))
+        return Evaluation(signal_of(self, now, m, state, trend, explanation), publish, tuple(triggers))
 
     def measure(self, now_s: float) -> Measurement:
         """Every number the state rules read, at `now_s` (advances the windows to now; changes no verdict)."""
@@ -365,12 +268,12 @@ class DemandCore:
 
         short_i = 0
         short_arrivals = self.overall.window_sum(short_i, ARRIVALS)
-        short_rate = short_arrivals * HOUR_S / self._covered_s(short_s, now_s)
+        short_rate = short_arrivals * HOUR_S / self.covered_s(short_s, now_s)
         sustain_rate = self._rate(self.overall, c.sustain_s, ARRIVALS, now_s)
         peak_rate = max(
             self._rate(self.overall, w, ARRIVALS, now_s) for w in self.tracked_s if w <= c.over_provisioned_lookback_s
         )
-        per_worker = self._throughput(self.overall)
+        per_worker = self.throughput_of(self.overall)
         per_worker_used = per_worker if per_worker is not None else c.default_worker_throughput_tasks_per_h
         fleet = self._fresh_fleet(now_s)
         producing_workers = len(self.recent_producers)
@@ -379,10 +282,10 @@ class DemandCore:
         pending, running, by_type_queue = self._queue_counts()
         longest_s = self.config.longest_window_s
         completed_lately = self.last_completion_s is not None and now_s - self.last_completion_s <= longest_s
-        trend_i = self._index[c.trend_window_s]
+        trend_i = self.window_index[c.trend_window_s]
         trend_arrivals = self.overall.complete_arrivals[trend_i]
         trend_rate = self._rate(self.overall, c.trend_window_s, ARRIVALS, now_s)
-        slope_per_h2 = self._slope_per_h2(self.overall, trend_i, now_s)
+        slope_per_h2 = self.slope_per_h2(self.overall, trend_i, now_s)
         relative = slope_per_h2 * (c.trend_window_s / HOUR_S) / max(trend_rate, 1.0)
         return Measurement(
             pending=pending,
@@ -521,7 +424,7 @@ class DemandCore:
         while self.workers and next(iter(self.workers.values())).last_seen_s < horizon_s:
             self.workers.popitem(last=False)
 
-    def _covered_s(self, window_s: int, now_s: float) -> float:
+    def covered_s(self, window_s: int, now_s: float) -> float:
         """The time window `window_s` really spans at `now_s`: the newest bucket counts for what has elapsed."""
         head_start_s = int(now_s // self.bucket_s) * self.bucket_s
         span_s = window_s - self.bucket_s + (now_s - head_start_s)
@@ -530,17 +433,17 @@ class DemandCore:
         return max(span_s, min(self.config.min_rate_span_s, float(window_s)), 1.0)
 
     def _rate(self, series: BucketSeries, window_s: int, field_index: int, now_s: float) -> float:
-        return series.window_sum(self._index[window_s], field_index) * HOUR_S / self._covered_s(window_s, now_s)
+        return series.window_sum(self.window_index[window_s], field_index) * HOUR_S / self.covered_s(window_s, now_s)
 
-    def _slope_per_h2(self, series: BucketSeries, index: int, now_s: float) -> float:
+    def slope_per_h2(self, series: BucketSeries, index: int, now_s: float) -> float:
         first_bucket = int((self.observing_since_s or now_s) // self.bucket_s)
         per_bucket2 = series.arrival_slope_per_bucket2(index, first_bucket)
         return per_bucket2 * (HOUR_S / self.bucket_s) ** 2
 
-    def _throughput(self, series: BucketSeries) -> float | None:
+    def throughput_of(self, series: BucketSeries) -> float | None:
         """Tasks/h of one worker while it has work, over the throughput window, else the longest window."""
         for window_s in (self.config.throughput_window_s, self.config.longest_window_s):
-            i = self._index[window_s]
+            i = self.window_index[window_s]
             busy_s = series.window_sum(i, BUSY_S)
             busy_n = series.window_sum(i, BUSY_COMPLETIONS)
             if busy_s > 0 and busy_n > 0:
@@ -578,80 +481,7 @@ class DemandCore:
             by_type,
         )
 
-    def _worth_publishing(self, now_s: float, state: DemandState, trend: DemandTrend, m: Measurement) -> bool:
-        c = self.config
-        last = self.last_published
-        if last is None or now_s - last.at_s >= c.publish_interval_s or now_s < last.at_s:
-            return True
-        if state != last.state or trend != last.trend:
-            return True
-        if abs(m.pending - last.pending) >= max(c.material_pending_change, c.material_pending_ratio * last.pending):
-            return True
-        base = max(last.capacity_tasks_per_h, 1.0)
-        return abs(m.capacity_tasks_per_h - last.capacity_tasks_per_h) / base >= c.material_capacity_ratio
-
-    def _window_stats(self, series: BucketSeries, now_s: float) -> list[WindowStats]:
-        stats = []
-        for window_s in self.config.windows_s:
-            i = self._index[window_s]
-            per_h = HOUR_S / self._covered_s(window_s, now_s)
-            durations = series.window_sum(i, DURATIONS)
-            stats.append(
-                WindowStats(
-                    window_s=window_s,
-                    arrival_rate_per_h=series.window_sum(i, ARRIVALS) * per_h,
-                    completion_rate_per_h=series.window_sum(i, COMPLETIONS) * per_h,
-                    failure_rate_per_h=series.window_sum(i, FAILURES) * per_h,
-                    mean_task_duration_s=series.window_sum(i, DURATION_SUM_S) / durations if durations else None,
-                    arrival_trend_per_h2=self._slope_per_h2(series, i, now_s),
-                )
-            )
-        return stats
-
-    def _signal(
-        self, now: datetime, m: Measurement, state: DemandState, trend: DemandTrend, explanation: str
-    ) -> DemandSignal:
-        now_s = now.timestamp()
-        by_type = [
-            TaskTypeDemand(
-                task_type=task_type,
-                pending_tasks=m.by_type_queue.get(task_type, (0, 0))[0],
-                running_tasks=m.by_type_queue.get(task_type, (0, 0))[1],
-                windows=self._window_stats(series, now_s),
-            )
-            for task_type, series in sorted(self.by_type.items())
-        ]
-        by_gpu = {}
-        for gpu_model, series in sorted(self.by_gpu.items()):
-            throughput = self._throughput(series)
-            if throughput is not None:
-                by_gpu[gpu_model] = throughput
-        last_completion = (
-            None if self.last_completion_s is None else datetime.fromtimestamp(self.last_completion_s, UTC)
-        )
-        return DemandSignal(
-            occurred_at=now,
-            source=SOURCE,
-            state=state,
-            explanation=explanation[:500],
-            trend=trend,
-            pending_tasks=m.pending,
-            running_tasks=m.running,
-            windows=self._window_stats(self.overall, now_s),
-            by_task_type=by_type,
-            sustained_arrival_rate_per_h=m.sustained_arrival_rate_per_h,
-            producing_workers=m.producing_workers,
-            per_worker_throughput_tasks_per_h=m.per_worker_throughput_tasks_per_h,
-            throughput_by_gpu_model_tasks_per_h=by_gpu,
-            fleet_capacity_tasks_per_h=m.capacity_tasks_per_h,
-            backlog_worker_hours=m.backlog_worker_hours,
-            above_capacity_for_s=m.above_capacity_for_s,
-            last_completion_at=last_completion,
-            signal_seq=self.signal_seq,
-            season=self._season_echo(now_s),
-        )
-
-    def _season_echo(self, now_s: float) -> SeasonEcho | None:
+    def season_echo(self, now_s: float) -> SeasonEcho | None:
         """Yesterday's next hours, once a whole season and the hour before it have been watched."""
         c = self.config
         if not c.season_s or self.history_since_s is None or now_s - self.history_since_s < c.season_s + HOUR_S:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from services.demand.core import Evaluation, IngestOutcome
+from services.demand.records import Evaluation, IngestOutcome
 from services.demand.task_wait import TaskWaits
 from shared.contract import DemandState, TaskEvent
 

@@ -16,7 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from services.demand.config import DemandSettings
-from services.demand.core import DemandCore, FleetView, PublishedMark, QueueView, WorkerRecord
+from services.demand.core import DemandCore
+from services.demand.records import FleetView, PublishedMark, QueueView, WorkerRecord
 from services.demand.windows import BucketSeries
 from shared.contract import DemandState, DemandTrend
 

@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.demand.config import DemandSettings
-from services.demand.core import DemandCore, Evaluation, IngestOutcome, TaskCounts
+from services.demand.core import DemandCore
+from services.demand.records import Evaluation, IngestOutcome, TaskCounts
 from services.demand.saved import SavedDemand, restored, saved_of
 from shared.contract import (
     DemandState,

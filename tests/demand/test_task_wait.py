@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
-from services.demand.core import IngestOutcome
 from services.demand.metrics import DemandMetrics
+from services.demand.records import IngestOutcome
 from services.demand.task_wait import TaskWaits
 from shared.contract import TaskEvent
 from shared.contract.demand import TaskEventKind

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.demand.core import JournalledSeenIds
+from services.demand.records import JournalledSeenIds
 from shared.seen_ids import SeenIds
 
 

@@ -11,7 +11,6 @@ import pytest
 from typer.testing import CliRunner
 
 from services.cli.main import app
-from sim.world.fitted import FITTED_CONSTANTS
 from sim.world.families import (
     DAY_MIN,
     FAMILIES,
@@ -22,6 +21,7 @@ from sim.world.families import (
     demand,
     generate,
 )
+from sim.world.fitted import FITTED_CONSTANTS
 from sim.world.trace import load_trace
 
 SEEDS = [*TRAIN_SEEDS, *TEST_SEEDS]

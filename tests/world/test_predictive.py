@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.demand.core import IngestOutcome
+from services.demand.records import IngestOutcome
 from shared.contract import TaskEvent
 from sim.world.bound import clairvoyant_bound
 from sim.world.engine import Engine

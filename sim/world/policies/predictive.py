@@ -27,7 +27,8 @@ from services.decider.policy import PolicyConfig, PredictivePolicy
 from services.decider.step import RunPlan, plan_run
 from services.decider.triggering import RunBatch, TriggerConfig, TriggerScheduler
 from services.demand.config import DemandSettings
-from services.demand.core import DemandCore, TaskCounts
+from services.demand.core import DemandCore
+from services.demand.records import TaskCounts
 from services.fleet.config import FleetSettings
 from services.fleet.core import FleetCore, Transition
 from services.provisioner.reconcile import observed_state
