@@ -30,7 +30,6 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.common import write_result
-from sim.world.fitted import FITTED_CONSTANTS
 from sim.vast.scenario import Scenario
 from sim.world.engine import Engine
 from sim.world.evaluate import (
@@ -45,6 +44,7 @@ from sim.world.evaluate import (
     evaluate_clairvoyant_plan,
 )
 from sim.world.families import FAMILIES, TEST_SEEDS, TRAIN_SEEDS, generate
+from sim.world.fitted import FITTED_CONSTANTS
 from sim.world.make_traces import bundled_trace_paths
 from sim.world.model import WorldConfig
 from sim.world.objective import ObjectiveConfig
