@@ -13,6 +13,7 @@ from faststream.nats.annotations import NatsMessage
 from services.fleet.config import FleetSettings
 from services.fleet.core import Alert, FleetCore, Transition
 from services.fleet.metrics import FleetMetrics
+from services.fleet.saved import meta_of, restored_core, take_changes
 from services.fleet.store import FleetStore
 from shared.bus import answer_request, durable_pull, publish_event
 from shared.contract import (
@@ -57,7 +58,7 @@ class FleetRuntime:
             if not records and meta is None:
                 log.info("no saved fleet state: starting empty")
                 return
-            self.core = FleetCore.from_state(records, meta, self.ctx.clock.now(), self.config)
+            self.core = restored_core(records, meta, self.ctx.clock.now(), self.config)
         except (KeyError, TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
             # never refuse to start on a damaged state: the provisioner's observations rebuild the fleet
             log.error("saved fleet state unreadable (%s): starting empty", error)
@@ -66,9 +67,9 @@ class FleetRuntime:
 
     async def save(self) -> None:
         async with self.lock:
-            records, deleted = self.core.take_changes()
+            records, deleted = take_changes(self.core)
             try:
-                await self.store.save(records, deleted, self.core.meta_state())
+                await self.store.save(records, deleted, meta_of(self.core))
             except BaseException:
                 self.core.dirty.update(r["instance_id"] for r in records)
                 self.core.purged.update(deleted)

@@ -11,7 +11,6 @@ import heapq
 import itertools
 from collections import OrderedDict
 from datetime import UTC, datetime
-from typing import Any
 
 from services.fleet.bids import BidBook
 from services.fleet.config import FleetSettings
@@ -26,7 +25,6 @@ from services.fleet.lifecycle import (
 )
 from services.fleet.lines import SnapshotLines
 from services.fleet.record import HistoryEntry, InstanceRecord
-from services.fleet.saved import SavedMeta, restored_instance, saved_instance
 from services.fleet.transitions import Alert, Tick, Transition
 from shared.contract import (
     BenchResult,
@@ -264,60 +262,23 @@ class FleetCore:
     def throughput(self, record: InstanceRecord, now_s: float) -> float | None:
         return record.throughput_tasks_per_h(now_s, self.config.throughput_window_s)
 
-    # ---- persistence -------------------------------------------------------------------------------------
-    def take_changes(self) -> tuple[list[dict[str, Any]], list[int]]:
-        """Records to save (JSON-able, as services/fleet/saved.py names them) and ids to delete since the last
-        call."""
-        saved = [saved_instance(self.instances[i]) for i in sorted(self.dirty) if i in self.instances]
-        deleted = sorted(self.purged)
-        self.dirty.clear()
-        self.purged.clear()
-        return saved, deleted
+    # ---- restore (services/fleet/saved.py reads the saved state back through these) ----------------------
+    def adopt(self, record: InstanceRecord) -> None:
+        """One saved record back in the books, its deadline re-armed."""
+        self.instances[record.instance_id] = record
+        if record.state != S.GONE:
+            self.counts[record.state] += 1
+        for worker in record.workers:
+            self.worker_instance[worker] = record.instance_id
+        self._schedule(record, self._first_deadline(record))
 
-    def meta_state(self) -> SavedMeta:
-        return SavedMeta(
-            queue_pending=self.queue_pending,
-            queue_at_s=self.queue_at_s,
-            queued_since_s=self.queued_since_s,
-            last_producer_event_s=self.last_producer_event_s,
-            producing_entered_s=self.producing_entered_s,
-            silence_alerted=self.silence_alerted,
-            bids=self.bids.to_dict(),
-        )
-
-    @classmethod
-    def from_state(
-        cls,
-        records: list[dict[str, Any]],
-        meta: SavedMeta | None,
-        now: datetime,
-        config: FleetSettings | None = None,
-    ) -> FleetCore:
-        """Rebuild after a restart: one record per instance id, deadlines re-armed, silence measured from now.
-        A record that does not validate raises (pydantic's ValidationError): the adapter then starts empty."""
-        core = cls(config)
-        for values in records:
-            record = restored_instance(values)
-            core.instances[record.instance_id] = record
-            if record.state != S.GONE:
-                core.counts[record.state] += 1
-            for worker in record.workers:
-                core.worker_instance[worker] = record.instance_id
-            core._schedule(record, core._first_deadline(record))
-        if meta is not None:
-            core.bids.restore(meta.bids, now.timestamp())
-            core.queue_pending = meta.queue_pending
-            core.queue_at_s = meta.queue_at_s
-            core.queued_since_s = meta.queued_since_s
-            core.last_producer_event_s = meta.last_producer_event_s
-            core.producing_entered_s = meta.producing_entered_s
-            core.silence_alerted = meta.silence_alerted
-        for record in core.instances.values():
-            core._book_bid(record, now.timestamp())
+    def resume_after_restart(self, now_s: float) -> None:
+        """Bids re-booked from the records; silence measured from now."""
+        for record in self.instances.values():
+            self._book_bid(record, now_s)
         # task events seen while we were down may not all have been saved: give every worker a fresh hearing
-        core.watching_since_s = now.timestamp()
-        core.changed = True
-        return core
+        self.watching_since_s = now_s
+        self.changed = True
 
     # ---- internals ----------------------------------------------------------------------------------------
     def _at(self, occurred_at: datetime, now: datetime) -> float:

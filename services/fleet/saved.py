@@ -10,10 +10,13 @@ Versions (the store's marker, services/fleet/store.py):
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
+from services.fleet.config import FleetSettings
+from services.fleet.core import FleetCore
 from services.fleet.record import InstanceRecord
 
 INSTANCE = TypeAdapter(InstanceRecord)
@@ -60,3 +63,44 @@ def meta_from_positional(meta: dict[str, Any]) -> SavedMeta:
     named = {key: value for key, value in meta.items() if key != "version"}
     named.setdefault("bids", {})  # absent in state saved before bids were booked
     return SavedMeta.model_validate(named)
+
+
+def take_changes(core: FleetCore) -> tuple[list[dict[str, Any]], list[int]]:
+    """Records to save (JSON-able, every field named) and ids to delete since the last call."""
+    saved = [saved_instance(core.instances[i]) for i in sorted(core.dirty) if i in core.instances]
+    deleted = sorted(core.purged)
+    core.dirty.clear()
+    core.purged.clear()
+    return saved, deleted
+
+
+def meta_of(core: FleetCore) -> SavedMeta:
+    return SavedMeta(
+        queue_pending=core.queue_pending,
+        queue_at_s=core.queue_at_s,
+        queued_since_s=core.queued_since_s,
+        last_producer_event_s=core.last_producer_event_s,
+        producing_entered_s=core.producing_entered_s,
+        silence_alerted=core.silence_alerted,
+        bids=core.bids.to_dict(),
+    )
+
+
+def restored_core(
+    records: list[dict[str, Any]], meta: SavedMeta | None, now: datetime, config: FleetSettings | None = None
+) -> FleetCore:
+    """Rebuilt after a restart: one record per instance id, deadlines re-armed, silence measured from now. A
+    record that does not validate raises (pydantic's ValidationError): the service then starts empty."""
+    core = FleetCore(config)
+    for values in records:
+        core.adopt(restored_instance(values))
+    if meta is not None:
+        core.bids.restore(meta.bids, now.timestamp())
+        core.queue_pending = meta.queue_pending
+        core.queue_at_s = meta.queue_at_s
+        core.queued_since_s = meta.queued_since_s
+        core.last_producer_event_s = meta.last_producer_event_s
+        core.producing_entered_s = meta.producing_entered_s
+        core.silence_alerted = meta.silence_alerted
+    core.resume_after_restart(now.timestamp())
+    return core

@@ -19,7 +19,7 @@ from services.demand.config import DemandSettings
 from services.demand.saved import restored, saved_of
 from services.demand.store import DemandStore
 from services.fleet.config import FleetSettings
-from services.fleet.core import FleetCore
+from services.fleet.saved import meta_of, restored_core
 from services.fleet.store import FleetStore
 from services.provisioner.store import ProvisionerStore
 from shared.contract import DemandState, InstanceState, ProvisionResult
@@ -67,7 +67,7 @@ async def test_fleet_restores_the_positional_versions_and_rewrites_them_as_versi
     # migrated whole at once: a later save writes only changed records, and none may stay positional
     assert json.loads(await redis.get(store.version_key)) == {"service": "fleet", "version": 3}
     assert await store.load() == (records, meta)
-    core = FleetCore.from_state(records, meta, datetime(2026, 3, 2, 1, 0, tzinfo=UTC), FleetSettings())
+    core = restored_core(records, meta, datetime(2026, 3, 2, 1, 0, tzinfo=UTC), FleetSettings())
     [instance] = core.instances.values()
     old = saved["instances"][0]
     assert instance.instance_id == old["instance_id"] and instance.state is InstanceState.LOADING
@@ -78,8 +78,8 @@ async def test_fleet_restores_the_positional_versions_and_rewrites_them_as_versi
     ]
     assert (instance.window_start_s, instance.window_count) == (0.0, 0) and instance.first_producing_s is None
     assert meta is not None and meta.queue_pending == 40 and meta.bids == {}
-    await store.save([], [], core.meta_state())
-    assert await store.load() == (records, core.meta_state())
+    await store.save([], [], meta_of(core))
+    assert await store.load() == (records, meta_of(core))
     await store.close()
 
 

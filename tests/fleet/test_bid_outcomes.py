@@ -10,7 +10,7 @@ import pytest
 
 from services.fleet.config import FleetSettings
 from services.fleet.core import FleetCore
-from services.fleet.saved import SavedMeta
+from services.fleet.saved import SavedMeta, meta_of, restored_core, take_changes
 from shared.contract import FleetSnapshot, InstanceState, ParkReason
 from shared.contract.fleet import BidOutcome
 from tests.fleet.test_core import T0, observed
@@ -109,10 +109,10 @@ def test_a_restart_keeps_the_book_and_counts_the_bids_up_while_fleet_was_down() 
     report(core, S.RUNNING, T0, 1)
     report(core, S.PARKED, T0 + HOUR, 1)
     report(core, S.RUNNING, T0 + 2 * HOUR, 1)
-    records, _ = core.take_changes()
-    meta = SavedMeta.model_validate_json(core.meta_state().model_dump_json())
+    records, _ = take_changes(core)
+    meta = SavedMeta.model_validate_json(meta_of(core).model_dump_json())
     restarted_at = T0 + 4 * HOUR
-    back = FleetCore.from_state(json.loads(json.dumps(records)), meta, restarted_at)
+    back = restored_core(json.loads(json.dumps(records)), meta, restarted_at)
     found = outcome(back, restarted_at + HOUR)
     assert found is not None and (found.interruptible_machine_h, found.outbid_pauses) == (pytest.approx(5.0), 1)
     assert back.instances[1].interruptible

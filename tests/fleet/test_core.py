@@ -10,7 +10,7 @@ import pytest
 from services.fleet.config import FleetSettings
 from services.fleet.core import UNCLAIMED_INSTANCES_KEPT, FleetCore, InstanceRecord
 from services.fleet.lines import format_line
-from services.fleet.saved import SavedMeta
+from services.fleet.saved import SavedMeta, meta_of, restored_core, take_changes
 from shared.contract import (
     BenchResult,
     DrainInstance,
@@ -343,13 +343,11 @@ def test_state_rebuilt_after_a_restart_holds_every_instance_once_and_keeps_judgi
     core = FleetCore(FleetSettings())
     producing(core, T0, 1)
     core.observe_instance(observed(S.LOADING, T0, 2), T0)
-    saved, deleted = core.take_changes()
+    saved, deleted = take_changes(core)
     assert deleted == []
     stored = {record["instance_id"]: json.loads(json.dumps(record)) for record in saved}
     now = T0 + timedelta(hours=2)
-    restored = FleetCore.from_state(
-        list(stored.values()), SavedMeta.model_validate_json(core.meta_state().model_dump_json()), now
-    )
+    restored = restored_core(list(stored.values()), SavedMeta.model_validate_json(meta_of(core).model_dump_json()), now)
     assert restored.snapshot(now).model_dump(exclude={"event_id"}) == core.snapshot(now).model_dump(
         exclude={"event_id"}
     )
@@ -364,7 +362,7 @@ def test_gone_instances_are_forgotten_after_a_day() -> None:
     core = FleetCore()
     core.observe_instance(observed(S.RUNNING, T0), T0)
     core.observe_instance(observed(S.GONE, T0 + timedelta(hours=1)), T0 + timedelta(hours=1))
-    core.take_changes()
+    take_changes(core)
     core.check(T0 + timedelta(hours=25, seconds=1))
     assert ID not in core.instances
-    assert core.take_changes() == ([], [ID])
+    assert take_changes(core) == ([], [ID])

@@ -9,7 +9,7 @@ import pytest
 
 from services.fleet.config import FleetSettings
 from services.fleet.core import FleetCore
-from services.fleet.saved import restored_instance
+from services.fleet.saved import meta_of, restored_core, restored_instance, take_changes
 from shared.contract import FailureReason, FleetSnapshot, InstanceState, ParkReason, TriggerReason
 from tests.fleet.test_core import ID, T0, observed, producing, queue, task
 
@@ -130,11 +130,11 @@ def test_an_outbid_machine_commits_its_price_and_says_why_it_is_parked() -> None
 def test_a_parked_machine_and_its_reason_survive_a_restart() -> None:
     core = FleetCore()
     parked(core, T0)
-    saved, _ = core.take_changes()
+    saved, _ = take_changes(core)
     # records saved before parking existed have neither field: they read as not parked
     older = {k: v for k, v in saved[0].items() if k not in ("park_reason", "storage_usd_per_h")}
     assert restored_instance(older).park_reason is None
-    restored = FleetCore.from_state(json.loads(json.dumps(saved)), core.meta_state(), T0 + timedelta(hours=3))
+    restored = restored_core(json.loads(json.dumps(saved)), meta_of(core), T0 + timedelta(hours=3))
     record = restored.instances[ID]
     assert (record.state, record.park_reason, record.storage_usd_per_h) == (
         S.PARKED,
