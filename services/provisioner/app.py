@@ -121,6 +121,30 @@ def assemble(
     )
     publisher = BusPublisher(ctx)
     provisioner = Provisioner(client, store, ctx.clock, ctx.settings, config, metrics, publisher)
+    subscribe_commands(ctx, provisioner, publisher, config)
+    subscribe_queries_and_learning(ctx, provisioner)
+
+    listing = VastListing()
+    # a refused key fails every list too; its own reason says more, so it is not said twice
+    ctx.health_checks.append(lambda: None if metrics.vast.auth_problem() else listing.problem())
+    loop = ReconcileLoop(ctx, provisioner, ActiveLease(store, config.lease_ttl_s), listing, config)
+
+    async def stop_everything() -> None:
+        await loop.stop()
+        await client.aclose()
+        await redis.aclose()
+
+    app = asgi_app(ctx)
+    app.on_startup(loop.take_the_lease)
+    app.after_startup(loop.start)
+    app.on_shutdown(stop_everything)
+    return ProvisionerService(app, provisioner, ctx)
+
+
+def subscribe_commands(
+    ctx: ServiceContext, provisioner: Provisioner, publisher: BusPublisher, config: ProvisionerSettings
+) -> None:
+    """One durable consumer per verb; every command refused in shadow mode before vast.ai is asked."""
     subjects = ctx.subjects
 
     def command_consumer(verb: str) -> dict[str, Any]:
@@ -156,6 +180,11 @@ def assemble(
         refusal = refused_in_shadow_mode(command, "resume", ctx.settings, ctx.clock.now())
         await answer(command, refusal or await provisioner.resume(command, heartbeat=msg.in_progress))
 
+
+def subscribe_queries_and_learning(ctx: ServiceContext, provisioner: Provisioner) -> None:
+    """Offer and charge searches answered; bench verdicts, demand and production learned from."""
+    subjects = ctx.subjects
+
     # a queue group: of several replicas one answers, and one search reaches vast.ai; no_reply: the answer goes out
     # through answer_request, which sends it to an inbox only
     @ctx.broker.subscriber(subjects.provision_offers, queue=SERVICE, no_reply=True)
@@ -179,51 +208,55 @@ def assemble(
     async def on_fleet_snapshot(snapshot: FleetSnapshot) -> None:
         await provisioner.learn_production(snapshot)
 
-    listing = VastListing()
-    # a refused key fails every list too; its own reason says more, so it is not said twice
-    ctx.health_checks.append(lambda: None if metrics.vast.auth_problem() else listing.problem())
 
-    active = ActiveLease(store, config.lease_ttl_s)
+class ReconcileLoop:
+    """Reconciliation with vast.ai's list, by the replica that holds the lease; a standby lists nothing (two
+    replicas would double every vast.ai call) and takes over when the lease is free."""
 
-    async def reconcile_forever() -> None:
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        provisioner: Provisioner,
+        active: ActiveLease,
+        listing: VastListing,
+        config: ProvisionerSettings,
+    ) -> None:
+        self.ctx = ctx
+        self.provisioner = provisioner
+        self.active = active
+        self.listing = listing
+        self.interval_s = config.reconcile_interval_s
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def take_the_lease(self) -> None:
+        """Before the first command is consumed, so the first list comes first, as without a standby."""
+        with contextlib.suppress(Exception):  # Redis away: the loop tries again
+            await self.active.hold()
+
+    async def start(self) -> None:
+        self.tasks.append(asyncio.create_task(self.run_forever(), name="provisioner-reconcile"))
+
+    async def stop(self) -> None:
+        await stop_tasks(self.tasks)
+        with contextlib.suppress(Exception):  # Redis away: the lease expires by itself
+            await self.active.release()
+
+    async def run_forever(self) -> None:
         was_active: bool | None = None
         first_round = True
         while True:
             try:
                 # the first round's lease was taken before the broker started (take_the_lease)
-                is_active = active.token is not None if first_round else await active.hold()
+                is_active = self.active.token is not None if first_round else await self.active.hold()
                 first_round = False
                 if is_active != was_active:
                     log.info(ACTIVE_LINE if is_active else STANDBY_LINE)
                     was_active = is_active
-                if is_active:  # a standby lists nothing: two replicas would double every vast.ai call
-                    listing.record(await provisioner.reconcile(), ctx.clock.now())
+                if is_active:
+                    self.listing.record(await self.provisioner.reconcile(), self.ctx.clock.now())
             except Exception:  # Redis or NATS away: log, and try again on the next round
                 log.exception("reconciliation failed")
-            await ctx.clock.sleep(config.reconcile_interval_s)
-
-    tasks: list[asyncio.Task[None]] = []
-
-    async def take_the_lease() -> None:
-        """Before the first command is consumed, so the first list comes first, as without a standby."""
-        with contextlib.suppress(Exception):  # Redis away: the loop tries again
-            await active.hold()
-
-    async def start_reconciling() -> None:
-        tasks.append(asyncio.create_task(reconcile_forever(), name="provisioner-reconcile"))
-
-    async def stop_everything() -> None:
-        await stop_tasks(tasks)
-        with contextlib.suppress(Exception):  # Redis away: the lease expires by itself
-            await active.release()
-        await client.aclose()
-        await redis.aclose()
-
-    app = asgi_app(ctx)
-    app.on_startup(take_the_lease)
-    app.after_startup(start_reconciling)
-    app.on_shutdown(stop_everything)
-    return ProvisionerService(app, provisioner, ctx)
+            await self.ctx.clock.sleep(self.interval_s)
 
 
 def create_app(settings: Settings | None = None, *, dry_run: bool = False) -> AsgiFastStream:
