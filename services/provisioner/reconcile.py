@@ -261,32 +261,11 @@ def reconcile(
             if (incident := incident_for(adopted, now)) is not None:
                 result.incidents.append(incident)
             continue
-        state, reason, park_reason = lifecycle_of(row, current)
-        updated = current.model_copy(
-            update={
-                "state": state,
-                "failure_reason": reason,
-                "park_reason": park_reason,
-                "storage_usd_per_h": row.storage_usd_per_h
-                if row.storage_usd_per_h is not None
-                else current.storage_usd_per_h,
-                "is_bid": row.is_bid if row.is_bid is not None else current.is_bid,
-                "vast_actual_status": row.actual_status,
-                "vast_intended_status": row.intended_status,
-                "vast_status_msg": row.status_msg,
-                # vast's price is the truth; a null one leaves what was known
-                "price_usd_per_h": row.price_usd_per_h if row.price_usd_per_h is not None else current.price_usd_per_h,
-                "host_id": row.host_id if row.host_id is not None else current.host_id,
-                "machine_id": row.machine_id if row.machine_id is not None else current.machine_id,
-                "gpu_model": row.gpu_name or current.gpu_model,
-                "state_since": now if state is not current.state else current.state_since,
-                "missing_lists": 0,
-            }
-        )
+        updated = _as_listed(current, row, now)
         result.known[row.id] = updated
         if _observably_different(current, updated):
             result.changed.append(updated)
-            if state is not current.state and (incident := incident_for(updated, now)) is not None:
+            if updated.state is not current.state and (incident := incident_for(updated, now)) is not None:
                 result.incidents.append(incident)
     for instance_id, current in known.items():
         if instance_id in seen:
@@ -296,22 +275,53 @@ def reconcile(
         if current.state is InstanceState.GONE:
             result.known[instance_id] = current
             continue
-        # a single list can miss a row (pages shift while instances come and go): gone only after several
-        missing = current.missing_lists + 1
-        if missing >= gone_after_missing_lists:
-            gone = current.model_copy(
-                update={
-                    "state": InstanceState.GONE,
-                    "state_since": now,
-                    "missing_lists": missing,
-                    "gone_because": f"vast no longer lists it ({missing} lists in a row)",
-                }
-            )
-            result.known[instance_id] = gone
-            result.gone.append(gone)
-        else:
-            result.known[instance_id] = current.model_copy(update={"missing_lists": missing})
+        missed = _missed_once_more(current, now, gone_after_missing_lists)
+        result.known[instance_id] = missed
+        if missed.state is InstanceState.GONE:
+            result.gone.append(missed)
     return result
+
+
+def _as_listed(current: KnownInstance, row: VastInstance, now: datetime) -> KnownInstance:
+    """A known instance as vast lists it now: vast's state, price and host are the truth; a null field leaves
+    what was known."""
+    state, reason, park_reason = lifecycle_of(row, current)
+    return current.model_copy(
+        update={
+            "state": state,
+            "failure_reason": reason,
+            "park_reason": park_reason,
+            "storage_usd_per_h": row.storage_usd_per_h
+            if row.storage_usd_per_h is not None
+            else current.storage_usd_per_h,
+            "is_bid": row.is_bid if row.is_bid is not None else current.is_bid,
+            "vast_actual_status": row.actual_status,
+            "vast_intended_status": row.intended_status,
+            "vast_status_msg": row.status_msg,
+            "price_usd_per_h": row.price_usd_per_h if row.price_usd_per_h is not None else current.price_usd_per_h,
+            "host_id": row.host_id if row.host_id is not None else current.host_id,
+            "machine_id": row.machine_id if row.machine_id is not None else current.machine_id,
+            "gpu_model": row.gpu_name or current.gpu_model,
+            "state_since": now if state is not current.state else current.state_since,
+            "missing_lists": 0,
+        }
+    )
+
+
+def _missed_once_more(current: KnownInstance, now: datetime, gone_after_missing_lists: int) -> KnownInstance:
+    """A known instance missing from one more list: gone only after several (a single list can miss a row: pages
+    shift while instances come and go)."""
+    missing = current.missing_lists + 1
+    if missing < gone_after_missing_lists:
+        return current.model_copy(update={"missing_lists": missing})
+    return current.model_copy(
+        update={
+            "state": InstanceState.GONE,
+            "state_since": now,
+            "missing_lists": missing,
+            "gone_because": f"vast no longer lists it ({missing} lists in a row)",
+        }
+    )
 
 
 def _observably_different(before: KnownInstance, after: KnownInstance) -> bool:
