@@ -14,8 +14,9 @@ from typing import Any, TypeVar
 
 import typer
 
+from services.cli.bus_reads import connected, newest_first
 from services.cli.errors import UserMistake
-from services.cli.ops import connected, fail_unreachable, newest_first
+from services.cli.ops import fail_unreachable
 from shared.contract import DeadLetter
 from shared.settings import Settings
 

@@ -1,6 +1,6 @@
 """`fleetpilot status`, `publish task|queue`, `audit tail`: operating FleetPilot from a terminal, over NATS only.
 
-Rendering is pure (contract models in, rich renderables or strings out); the NATS calls sit at the bottom.
+Rendering is pure (services/cli/render.py); the NATS reads and writes are services/cli/bus_reads.py's.
 Credentials come from FLEETPILOT_NATS_* like every service's: `operator` for status and audit, `jobs` for publish.
 """
 
@@ -9,400 +9,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import typer
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from rich.console import Console, Group
-from rich.table import Table
 from rich.text import Text
 
+from services.cli.bus_reads import (
+    DecisionFilter,
+    fetch_account_view,
+    fetch_snapshot,
+    publish_to_stream,
+    recent_decisions,
+    recently_gone,
+)
+from services.cli.render import (
+    WIDE_WIDTH,
+    InputError,
+    api_key_line,
+    build_event,
+    decision_lines,
+    foreign_summary,
+    format_duration,
+    one_line,
+    parse_queue_depth,
+    snapshot_table,
+)
 from shared.contract import (
     DecisionRecord,
     Event,
-    FleetSnapshot,
-    FleetSnapshotRequest,
-    GuardrailVerdict,
-    InstanceLine,
     InstanceState,
-    LaunchInstances,
-    QueueDepth,
     QueueSnapshot,
     TaskEvent,
-    VastAccountObserved,
 )
 from shared.settings import Settings
-
-if TYPE_CHECKING:  # NATS and the streams are imported by the commands that talk to them: --help needs neither
-    from nats.aio.client import Client as NatsClient
-
-SOURCE = "cli"
-# the lifecycle in order, so the counts read like the fleet's pipeline
-STATE_ORDER = list(InstanceState)
-SnapshotOrigin = Literal["live", "published"]
-E = TypeVar("E", bound=Event)
-M = TypeVar("M", bound=BaseModel)
-
-
-# --- pure: parsing and rendering ---
-
-
-class InputError(ValueError):
-    """Bad command-line input, said in terms of the field and the value."""
-
-
-def describe_validation_error(error: ValidationError) -> str:
-    """`field: what is wrong (got value)` for each problem, the way the services report bad messages."""
-    problems = []
-    for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "value"
-        problems.append(f"{field}: {item['msg']} (got {item.get('input')!r})")
-    return "; ".join(problems)
-
-
-def parse_queue_depth(text: str) -> QueueDepth:
-    """`TYPE=PENDING` or `TYPE=PENDING/RUNNING`, e.g. `proving=12/3`."""
-    task_type, sep, counts = text.partition("=")
-    if not sep or not task_type.strip():
-        raise InputError(f"queue {text!r}: expected TYPE=PENDING or TYPE=PENDING/RUNNING, e.g. proving=12/3")
-    pending_text, _, running_text = counts.partition("/")
-    try:
-        pending = int(pending_text)
-        running = int(running_text) if running_text else 0
-    except ValueError:
-        raise InputError(f"queue {text!r}: pending and running must be whole numbers, got {counts!r}") from None
-    try:
-        return QueueDepth(task_type=task_type.strip(), pending=pending, running=running)
-    except ValidationError as error:
-        raise InputError(f"queue {text!r}: {describe_validation_error(error)}") from None
-
-
-def build_event(model: type[E], **fields: Any) -> E:
-    """A contract event from command-line values; a bad one is an InputError naming the field and the value."""
-    present = {key: value for key, value in fields.items() if value is not None}
-    try:
-        return model(**present)
-    except ValidationError as error:
-        raise InputError(f"invalid {model.__name__}: {describe_validation_error(error)}") from None
-
-
-def format_duration(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 2 * 86_400:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86_400:.1f}d"
-
-
-def snapshot_summary(snapshot: FleetSnapshot) -> str:
-    total = sum(snapshot.counts_by_state.values())
-    counts = ", ".join(
-        f"{snapshot.counts_by_state[state]} {state.value}"
-        for state in STATE_ORDER
-        if snapshot.counts_by_state.get(state)
-    )
-    return (
-        f"{total} instances ({counts or 'none'}): {snapshot.producing_instances} producing, "
-        f"{snapshot.arriving_instances} arriving, ${snapshot.spend_usd_per_h:.2f}/h"
-    )
-
-
-NARROW_COLUMNS = ("instance", "state", "GPU", "$/h", "up", "in state", "tasks/h")
-WIDE_COLUMNS = (*NARROW_COLUMNS, "tasks", "last task", "host", "bench", "~$ so far", "vast")
-# in a narrow terminal the identifying columns stay whole; the rest wrap
-NO_WRAP = frozenset({"instance", "state", "GPU", "$/h"})
-WIDE_WIDTH = 160
-
-
-def snapshot_table(
-    snapshot: FleetSnapshot, *, wide: bool = False, states: frozenset[InstanceState] | None = None
-) -> Table:
-    """One row per instance (those in `states`, when given); ages are measured to the snapshot's own time (the
-    demo's clock is not the wall's). Narrow fits 80 columns; wide adds the host, the bench verdict and the cost."""
-    now = snapshot.occurred_at
-    table = Table(title=snapshot_summary(snapshot), title_justify="left", expand=False)
-    columns = WIDE_COLUMNS if wide else NARROW_COLUMNS
-    for column in columns:
-        justify = "left" if column in ("state", "GPU", "vast", "bench") else "right"
-        table.add_column(column, justify=justify, no_wrap=column in NO_WRAP)  # type: ignore[arg-type]
-    order = {state: n for n, state in enumerate(STATE_ORDER)}
-    lines = [line for line in snapshot.instances if states is None or line.state in states]
-    for line in sorted(lines, key=lambda i: (order[i.state], i.instance_id)):
-        cells = _cells(line, now)
-        table.add_row(*(cells[column] for column in columns))
-    return table
-
-
-def _cells(line: InstanceLine, now: datetime) -> dict[str, str | Text]:
-    state = line.state.value + (f" ({line.failure_reason.value})" if line.failure_reason else "")
-    up_s = (now - line.created_at).total_seconds()
-    return {
-        "instance": f"#{line.instance_id}",
-        "state": Text(state, style=_state_style(line.state)),
-        "GPU": f"{line.num_gpus}× {line.gpu_model}" if line.num_gpus > 1 else (line.gpu_model or "?"),
-        "$/h": f"{line.price_usd_per_h:.2f}",
-        "up": format_duration(up_s),
-        "in state": format_duration((now - line.state_since).total_seconds()),
-        "tasks/h": "-" if line.throughput_tasks_per_h is None else f"{line.throughput_tasks_per_h:.0f}",
-        "tasks": str(line.tasks_completed),
-        "last task": "-" if line.last_task_at is None else format_duration((now - line.last_task_at).total_seconds()),
-        "host": "-" if line.host_id is None else str(line.host_id),
-        "bench": line.bench_verdict or "-",
-        # an upper estimate at its full price since created (`fleetpilot cost` has vast's own charges)
-        "~$ so far": f"{line.price_usd_per_h * up_s / 3600:.2f}",
-        "vast": line.vast_status or "-",
-    }
-
-
-def _state_style(state: InstanceState) -> str:
-    if state is InstanceState.PRODUCING:
-        return "green"
-    if state is InstanceState.FAILED:
-        return "bold red"
-    if state in (InstanceState.DRAINING, InstanceState.GONE):
-        return "dim"
-    return "yellow"
-
-
-def describe_verdict(verdict: GuardrailVerdict) -> str:
-    action = verdict.action
-    if isinstance(action, LaunchInstances):
-        models = ", ".join(action.gpu_models) or "any GPU"
-        what = f"launch {action.count} ({action.launch_priority}, {action.reason.value}, {models})"
-    else:
-        verb = type(action).__name__.removesuffix("Instance").lower()
-        what = f"{verb} #{action.instance_id} ({action.reason.value})"
-    mark = "allowed" if verdict.verdict == "allowed" else f"REFUSED by {verdict.rule or 'a guardrail'}"
-    return f"{mark}: {what}: {verdict.explanation}"
-
-
-def decision_lines(record: DecisionRecord) -> list[str]:
-    """A decision as an operator reads it: when, why it ran, what it saw, what it did and why."""
-    triggers = ", ".join(f"{t.priority}:{t.reason.value}" if t.reason else t.priority for t in record.triggers)
-    lines = [
-        f"{record.finished_at:%Y-%m-%d %H:%M:%S} UTC  run {record.run_id}  {record.outcome.upper()}"
-        f"  (triggers: {triggers or 'none'}; {record.duration_s:.1f}s)",
-        f"  data: demand signal {record.signal_freshness}, fleet snapshot {record.snapshot_freshness}",
-    ]
-    if record.signal is not None:
-        lines.append(f"  demand: {record.signal.state.value}: {record.signal.explanation}")
-    lines.append(f"  policy: {record.recommendation}")
-    if record.agent is not None and (record.agent.decision or record.agent.assessment):
-        lines.append(f"  agent ({record.agent.status}): {record.agent.decision or record.agent.assessment}")
-    lines.extend(f"  {describe_verdict(verdict)}" for verdict in record.verdicts)
-    if record.commands_sent:
-        lines.append(f"  commands sent: {', '.join(record.commands_sent)}")
-    if record.mode == "shadow":
-        withheld = ", ".join(record.commands_withheld) or "none"
-        lines.append(f"  shadow mode (FLEETPILOT_DECIDER_MODE=shadow): commands withheld: {withheld}")
-    return lines
-
-
-# --- adapters: NATS ---
-
-
-@contextlib.asynccontextmanager
-async def connected(settings: Settings) -> AsyncIterator[NatsClient]:
-    from shared.service import connect_once
-
-    client = await connect_once(settings)
-    try:
-        yield client
-    finally:
-        await client.close()
-
-
-async def fetch_snapshot(settings: Settings, timeout_s: float) -> tuple[FleetSnapshot, SnapshotOrigin] | None:
-    """Ask fleet; when nobody answers, fall back to the snapshot fleet last published. None: neither exists."""
-    import nats.errors
-    import nats.js.errors
-
-    from shared.streams import LATEST
-
-    subjects = settings.subjects
-    request = FleetSnapshotRequest(occurred_at=datetime.now(UTC), source=SOURCE)
-    async with connected(settings) as client:
-        try:
-            reply = await client.request(subjects.fleet_snapshot, request.model_dump_json().encode(), timeout=timeout_s)
-            return FleetSnapshot.model_validate_json(reply.data), "live"
-        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
-            pass
-        try:
-            stored = await client.jetstream().get_last_msg(LATEST.name(subjects), subjects.fleet_snapshot_published)
-        except nats.js.errors.NotFoundError:
-            return None
-        return FleetSnapshot.model_validate_json(stored.data or b""), "published"
-
-
-async def fetch_account_view(settings: Settings) -> VastAccountObserved | None:
-    """The provisioner's last view of the vast.ai account (foreign instances); None when it published none."""
-    import nats.js.errors
-
-    from shared.streams import LATEST
-
-    async with connected(settings) as client:
-        try:
-            stored = await client.jetstream().get_last_msg(
-                LATEST.name(settings.subjects), settings.subjects.provision_account
-            )
-        except nats.js.errors.NotFoundError:
-            return None
-    return VastAccountObserved.model_validate_json(stored.data or b"")
-
-
-def api_key_line(account: VastAccountObserved) -> str:
-    """A refused vast.ai key, said where an operator looks first; "" while vast.ai accepts it."""
-    if account.api_key == "accepted":
-        return ""
-    return (
-        f"vast.ai REFUSED the API key (FLEETPILOT_VAST_API_KEY of the provisioner) at "
-        f"{account.occurred_at:%Y-%m-%d %H:%M:%S} UTC: nothing can be listed or rented. {account.api_key_detail}"
-    ).strip()
-
-
-def foreign_summary(account: VastAccountObserved) -> str:
-    """Instances on the account that are not this deployment's (no FleetPilot label, or another deployment's):
-    listed so nobody wonders who pays for them."""
-    if not account.foreign_count and not account.unreadable_rows:
-        return ""
-    lines = [
-        f"{account.foreign_count} foreign instance(s) on the vast.ai account (not this deployment's; never touched):"
-    ]
-    for row in account.foreign_instances:
-        price = f"${row.price_usd_per_h:.2f}/h" if row.price_usd_per_h is not None else "price unknown"
-        whose = f" [FleetPilot deployment {row.deployment_id!r}]" if row.deployment_id else ""
-        lines.append(
-            f"  #{row.instance_id} {row.label or '(no label)'}{whose}: {row.gpu_model or '?'} "
-            f"x{row.num_gpus or '?'}, {row.vast_actual_status or 'provisioning'}, {price}"
-        )
-    if account.unreadable_rows:
-        lines.append(f"{account.unreadable_rows} row(s) of the last list were unreadable (see the provisioner's log)")
-    return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class Published:
-    subject: str
-    stream: str
-    seq: int
-    duplicate: bool
-
-
-async def publish_to_stream(
-    settings: Settings, subject: str, event: Event, stream: str, timeout_s: float = 5.0
-) -> Published:
-    """JetStream publish with Nats-Msg-Id = event_id: a retried publish of the same event is stored once."""
-    from shared.bus import event_headers
-
-    async with connected(settings) as client:
-        ack = await client.jetstream().publish(
-            subject, event.model_dump_json().encode(), headers=event_headers(event), stream=stream, timeout=timeout_s
-        )
-    return Published(subject, ack.stream, ack.seq, bool(ack.duplicate))
-
-
-async def newest_first(
-    settings: Settings, stream: str, model: type[M], what: str, after_seq: int = 0
-) -> AsyncGenerator[tuple[int, M], None]:
-    """A stream's messages as `model`, newest first with their sequence, down to `after_seq` (exclusive); a
-    message deleted meanwhile is passed over, one that does not validate is said on stderr and passed over."""
-    import nats.js.errors
-
-    async with connected(settings) as client:
-        js = client.jetstream()
-        state = (await js.stream_info(stream)).state
-        for seq in range(state.last_seq, max(state.first_seq, after_seq + 1, 1) - 1, -1):
-            try:
-                message = await js.get_msg(stream, seq)
-                yield seq, model.model_validate_json(message.data or b"")
-            except nats.js.errors.NotFoundError:
-                pass  # deleted by age or limits
-            except ValidationError as error:
-                typer.echo(f"skipping {what} #{seq}: {describe_validation_error(error)}", err=True)
-
-
-@dataclass(frozen=True)
-class DecisionFilter:
-    """Which decisions `audit tail` shows: those acting on one instance, of one outcome, since a moment."""
-
-    instance_id: int | None = None
-    outcome: str | None = None
-    since: datetime | None = None
-
-    def matches(self, record: DecisionRecord) -> bool:
-        if self.outcome is not None and record.outcome != self.outcome:
-            return False
-        if self.since is not None and record.started_at < self.since:
-            return False
-        if self.instance_id is None:
-            return True
-        return any(getattr(v.action, "instance_id", None) == self.instance_id for v in record.verdicts)
-
-    def is_past(self, record: DecisionRecord) -> bool:
-        """Older than `since`: reading newest first, nothing further back can match."""
-        return self.since is not None and record.started_at < self.since
-
-
-def one_line(record: DecisionRecord) -> str:
-    """A decision in one line: when, the outcome, what was done, and the start of the policy's reason."""
-    acts = [describe_verdict(v).split(":", 2) for v in record.verdicts]
-    done = "; ".join(f"{mark.strip()} {what.strip()}" for mark, what, *_ in acts) or "no action"
-    line = f"{record.started_at:%m-%d %H:%M:%S} {record.outcome.upper():<8} {done} | {record.recommendation}"
-    return line if len(line) <= ONE_LINE_CHARS else line[: ONE_LINE_CHARS - 1] + "…"
-
-
-ONE_LINE_CHARS = 160
-SCAN_LIMIT = 20_000  # decision records read back at most while looking for matches
-
-
-async def recent_decisions(
-    settings: Settings, count: int, after_seq: int = 0, where: DecisionFilter | None = None
-) -> list[tuple[int, DecisionRecord]]:
-    """The last `count` decision records (oldest first) with their stream sequence, newer than `after_seq`, that
-    match `where` (all when None)."""
-    from shared.streams import AUDIT
-
-    found: list[tuple[int, DecisionRecord]] = []
-    where = where or DecisionFilter()
-    records = newest_first(settings, AUDIT.name(settings.subjects), DecisionRecord, "decision record", after_seq)
-    async with contextlib.aclosing(records):  # stopping early closes the generator, and its connection, now
-        scanned = 0
-        async for seq, record in records:
-            scanned += 1
-            if where.is_past(record) or scanned > SCAN_LIMIT:
-                break
-            if where.matches(record):
-                found.append((seq, record))
-            if len(found) >= count:
-                break
-    return list(reversed(found))
-
-
-async def recently_gone(settings: Settings, limit: int = 50) -> list[str]:
-    """The machines fleet saw go, newest first, each with what removed it (from the instance stream)."""
-    from services.cli.history import read_stream
-    from shared.contract import InstanceTransitioned
-    from shared.streams import INSTANCES
-
-    subjects = settings.subjects
-    async with connected(settings) as client:
-        gone = await read_stream(
-            client.jetstream(), INSTANCES.name(subjects), subjects.fleet_instance(InstanceState.GONE),
-            InstanceTransitioned,
-        )  # fmt: skip
-    if not gone:
-        return ["no machine gone within the stream's retention"]
-    newest = sorted(gone, key=lambda t: t.occurred_at, reverse=True)[:limit]
-    return [
-        f"gone {t.occurred_at:%m-%d %H:%M}  #{t.instance_id} {t.gpu_model or '?'}: {t.detail}"[:160] for t in newest
-    ]
-
 
 # --- commands ---
 

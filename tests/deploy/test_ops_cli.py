@@ -13,7 +13,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from services.cli.main import app
-from services.cli.ops import (
+from services.cli.render import (
     InputError,
     build_event,
     decision_lines,

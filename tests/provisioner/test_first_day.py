@@ -12,7 +12,7 @@ import pytest
 from nats.js import JetStreamContext
 from pydantic import BaseModel, SecretStr
 
-from services.cli.ops import api_key_line
+from services.cli.render import api_key_line
 from services.provisioner.app import ProvisionerService, assemble
 from services.provisioner.dry_run import redacted, secret_values
 from shared.clock import Clock, SimulatedClock
