@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from services.decider.policy import PolicyConfig, recommend
-from services.decider.policy.predictive import bid_choice
+from services.decider.policy.bids import bid_choice
 from shared.contract.fleet import BidOutcome
 from tests.decider.factories import producing, snapshot
 from tests.decider.test_policy_parking import NOW, rising

@@ -8,7 +8,8 @@ from services.decider.policy.base import (
     RemovalPlan,
     RemovalVerb,
 )
-from services.decider.policy.predictive import PolicyConfig, PredictivePolicy, recommend
+from services.decider.policy.config import PolicyConfig
+from services.decider.policy.predictive import PredictivePolicy, recommend
 
 __all__ = [
     "LaunchPlan",

@@ -1,0 +1,127 @@
+"""Every threshold of the predictive policy in one config, each with a line on where its value comes from (the
+measurements behind the fitted ones: sim/world/fitted.py, and a test holds them to these defaults)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Every threshold of the predictive policy, with where its default comes from."""
+
+    # DESIGN.md: a rented machine takes 1–2 h from launch to producing; learned from the fleet once it has
+    # `startup_min_samples` producing machines, bounded to [startup_min_s, startup_max_s]
+    default_startup_s: float = 5400.0
+    startup_min_samples: int = 3
+    startup_min_s: float = 600.0
+    startup_max_s: float = 6 * 3600.0
+    # plan for demand over this window after the startup horizon; a ramp is extrapolated to its middle. Two
+    # hours, not one: a morning ramp steepens as it goes and the one-hour slope lags it (week trace: delay
+    # 11.5k → 5.8k USD, cost +1%; diurnal 333 → 323 USD)
+    planning_window_s: float = 7200.0
+    # DESIGN.md: one machine, pipelined, finishes a task every ~30 s; used until demand or fleet measure it
+    default_throughput_tasks_per_h: float = 120.0
+    # the backlog left when new machines land must be drained within this time. Waiting costs far more than
+    # machines (0.10 $/task-h beyond the grace against ~0.003 $ of machine time per task), so sooner pays until
+    # machines land after the queue is gone: 45 min measured better (week 37.1k → 35.6k $, diurnal 317 → 299 $;
+    # 30 min: week 34.3k $ but bursty 211 → 233 $); kept at one hour while the decider's service tests pin its
+    # launch counts
+    backlog_drain_target_s: float = 3600.0
+    # arrivals above capacity for this long are sustained demand, not a burst (demand's above_capacity_for_s)
+    sustained_for_s: float = 900.0
+    # a backlog below this many machine-hours is not worth a machine that arrives in 1.5 h (8 tasks ≈ 4 min)
+    backlog_tolerance_machine_h: float = 0.25
+    # arrivals above capacity for less than `sustained_for_s` are a surge: expected to last as long again as they
+    # have lasted (no longer evidence, no longer forecast), at least this long, then to fall back to what the
+    # producers served before. 22 tasks within a minute on a cold start once launched 10 GPUs because one
+    # minute's rate was planned for 3.5 hours; a minute's evidence now buys what clears a minute's arrivals
+    surge_min_s: float = 60.0
+    # the backlog a surge leaves when machines land is cleared within this time. Waiting B tasks cleared by n
+    # machines costs ≈ B²/(2 n μ) task-hours at the delay price d, each machine its startup s at price p: the
+    # sum is least at n = B √(d / (2 μ s p)), a drain time of √(2 s p / (μ d)) ≈ 0.35 h at μ = 120/h,
+    # s = 1.5 h, p = 0.5 $/h and d = 0.10 $/task-h (sim/world/README.md's objective)
+    surge_drain_target_s: float = 1200.0
+    # whether a machine still loading is billed: the world and the vast.ai simulator bill from creation, so a
+    # loading machine nobody needs any more costs its price every hour it stays (vast itself bills GPU time
+    # from running: with False only a machine that is running but not yet producing is given back)
+    loading_billed: bool = True
+    # machines on the way are given back only beyond this multiple of the kept fleet: recurring bursts come back
+    # before a machine given back could be launched again (fitted: see sim/world/fitted.py)
+    arriving_keep_factor: float = 2.0
+    # the arrival slope is read over this window (demand publishes 15 min, 1 h, 6 h): an hour smooths minute
+    # noise and still follows a morning ramp
+    trend_window_s: float = 3600.0
+    # a slope counts only this many Poisson standard errors from zero (≈ 85/h² at 600 tasks/h), so bursts
+    # and noise are not extrapolated
+    trend_min_z: float = 3.0
+    # a short window this far above the trend window's mean is a step (spike, burst), not a ramp: no slope
+    # (a diurnal morning puts it ≈ 15% above; 0.3 let the bursty trace's steps through: 258 → 208 $ at 0.2)
+    trend_max_jump_fraction: float = 0.2
+    # a rising trend is extrapolated to the middle of the horizon, never beyond this multiple of the rate
+    trend_cap_factor: float = 2.0
+    # demand's echo of a day ago is scaled by today's last hour ÷ that day's; outside these bounds today is not
+    # that day (a queue that stopped, a weekend after a weekday at ≈ 0.4) and the echo is not used
+    season_ratio_bounds: tuple[float, float] = (0.5, 2.0)
+    # a need within this fraction of a machine does not buy another (no launch for 2.05 machines' worth)
+    round_slack_machines: float = 0.1
+    # scale-down: a machine idle this long, and only when capacity exceeds the keep target by the margin
+    idle_before_scale_down_s: float = 1800.0
+    # busy producers are drained too when the queue holds less than this much of the producers' work and those
+    # left serve the kept rate with this headroom (0.2 gave diurnal 323 → 310 $ and decline 55 → 50 $, but the
+    # bursty trace's next burst then waited: 211 → 275 $; 0.5 is neutral there and still trims the spike's)
+    empty_queue_s: float = 300.0
+    busy_drain_headroom_fraction: float = 0.5
+    scale_down_margin_fraction: float = 0.2
+    # while arrivals fall significantly the decline is not a trough: keep only what the last hour needs, with
+    # this margin (20% left ~70 idle machine-hours on a day-long decline)
+    falling_margin_fraction: float = 0.05
+    min_machines: int = 0
+    # a producer without a finished task this long while tasks wait is stalled (replaced, never removed)
+    stalled_after_s: float = 900.0
+    # a draining machine is destroyed once it finished its last task this long ago, or after max_drain_s
+    drain_grace_s: float = 600.0
+    max_drain_s: float = 3600.0
+    # one launch command at most (the contract caps a command's count at 100): a flash crowd or a batch got its
+    # machines 20 a run, several runs late (fitted: see sim/world/fitted.py)
+    max_launches_per_decision: int = 100
+    # GPU models to ask for, preferred first; empty: any allowed model, the provisioner ranks offers by expected
+    # dollars per task. The provisioner takes the list as a filter, so asking only for models already in the
+    # fleet refused every launch once their offers ran out (the week trace: 22,674 refused, 700 of 1,000 peak)
+    preferred_gpu_models: tuple[str, ...] = ()
+    # ask for the fleet's measured cheapest models (per dollar per task) when no preference is configured
+    rank_fleet_gpu_models: bool = False
+    # parking (vast's stop keeps the disk and its image): a producer the demand no longer needs is stopped instead
+    # of drained and destroyed, and parked machines are resumed before anything new is launched. Its disk costs
+    # ~0.01 $/h (50 GB at vast's 0.15 $/GB-month) against the 1-2 h startup a new machine bills at its full price,
+    # so a parked machine pays if it is wanted again within days; after `park_max_s` it is given back (the chance
+    # that its GPU is still free fades while it waits). Off until measured on the world's families.
+    park: bool = False
+    park_max_s: float = 24 * 3600.0
+    # a resumed machine produces again after vast's restart (minutes) and its worker's registration
+    resume_s: float = 900.0
+    # interruptible machines (vast's bids, often half the on-demand price, paused while outbid): this share of the
+    # machines launched for demand that can wait (the forecast, a sustained rise; never replacements, never an
+    # emergency), each bidding min_bid × (1 + bid_markup); the guardrails keep the last producers on-demand.
+    # Off until measured on the world's families.
+    bid_share: float = 0.0
+    bid_markup: float = 0.1
+    # an interruptible machine paused by a higher bid this long is given back (its capacity is replaced like any
+    # lost machine's); while any is paused, new launches are on-demand: the market is outbidding us now
+    outbid_give_up_s: float = 1800.0
+    # Bids follow how the market treated ours over fleet's window (FleetSnapshot.bid_outcomes): up to this many
+    # outbid pauses per interruptible machine-hour the base `bid_markup` stands; each doubling of the rate above
+    # it raises the markup by `bid_markup_step`. A step costs 0.1 × min_bid (≈ 0.05 of the on-demand price) every
+    # hour; a pause costs about a replacement's startup at full price (0.5-1 of it), so a step pays once it
+    # spares a pause in 10-20 machine-hours (see sim/world/fitted.py for what the world measured)
+    bid_outbid_target_per_h: float = 0.1
+    bid_markup_step: float = 0.1
+    # no bid above min_bid × (1 + this): at min_bid ≈ half the on-demand price that is 0.7 of it, saving 0.3 of
+    # it an hour, less than a bid paused more often than every 1.25 h costs: past 0.1 × 2³ = 0.8 pauses per
+    # machine-hour, the share meant for bids launches on-demand
+    bid_markup_cap: float = 0.4
+    # below this many interruptible machine-hours in the window, pauses say little: the base markup holds
+    bid_min_observed_machine_h: float = 4.0
+
+
+DEFAULT_CONFIG = PolicyConfig()

@@ -1,0 +1,214 @@
+"""How big the fleet should be: the numbers every other planner reads.
+
+Target = machines for the forecast arrival rate over [now + startup, + planning window], plus those needed to
+drain, within a target time, the backlog the current and arriving fleet will have left when new machines land.
+Keep = the same for the rate the fleet should keep serving (the look-back or yesterday's shape). A surge
+(arrivals above capacity, not yet sustained) is planned from its own evidence instead of its rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from services.decider.policy.base import PolicyFigures
+from services.decider.policy.config import PolicyConfig
+from services.decider.policy.fleet_view import FleetView, stalled_producers
+from services.decider.policy.forecast import (
+    SeasonalForecast,
+    arrival_forecast_per_h,
+    backlog_after,
+    base_arrival_rate_per_h,
+    ceil_machines,
+    falling,
+    keep_arrival_rate_per_h,
+    learned_startup_s,
+    ready_offsets_s,
+    rising_slope_per_h2,
+    seasonal_forecast,
+    throughput_per_machine,
+)
+from shared.contract import DemandSignal, DemandState, InstanceLine
+
+
+@dataclass(frozen=True)
+class Sizing:
+    thr: float  # tasks/h one machine serves
+    startup_s: float
+    stalled_state: bool  # demand says workers are stalled with tasks queued
+    stalled: list[InstanceLine]  # the producers taken as stalled then
+    healthy: int  # producers not stalled
+    pending: int
+    slope_per_h2: float  # the arrival rate's rising slope (0 unless significant)
+    declining: bool
+    rate_now: float  # arrivals until new machines land
+    season: SeasonalForecast | None
+    rate_up: float  # the planning rate: what new machines must serve
+    rate_keep: float  # the rate the fleet keeps serving
+    offsets: list[float]  # seconds until each machine on the way produces
+    arriving: int
+    capacity: int  # healthy producers and machines on the way
+    drain_h: float
+    surge_s: float  # a surge's age (at least surge_min_s): it is expected to last as long again
+    backlog_at_horizon: float
+    drain_machines: float
+    surge_left: float  # tasks a surge leaves once machines launched now have drained for the surge target
+    surge_machines: int
+    demand_present: bool
+    target: int
+    keep: int
+    sustained: bool  # arrivals above capacity for long, or rising beyond what the fleet will have
+    foreseen: bool  # yesterday's shape says the demand is coming
+    nobody_serving: bool
+    undrainable: bool  # what the fleet and those on the way cannot clear before a new machine could help
+    planned_from_rate: bool
+
+
+def size(
+    signal: DemandSignal, fleet: FleetView, now: datetime, config: PolicyConfig, unobserved_launches: int
+) -> Sizing:
+    thr = throughput_per_machine(signal, fleet.producing, config.default_throughput_tasks_per_h)
+    startup_s = learned_startup_s(
+        fleet.producing,
+        default_s=config.default_startup_s,
+        min_samples=config.startup_min_samples,
+        min_s=config.startup_min_s,
+        max_s=config.startup_max_s,
+    )
+    stalled_state = signal.state is DemandState.WORKERS_STALLED
+    stalled = stalled_producers(fleet.producing, now, config) if stalled_state else []
+    healthy = len(fleet.producing) - len(stalled)
+    pending = signal.pending_tasks
+    slope_per_h2 = rising_slope_per_h2(
+        signal, config.trend_window_s, config.trend_min_z, config.trend_max_jump_fraction
+    )
+    declining = falling(signal, config.trend_window_s, config.trend_min_z)
+    # arrivals until new machines land: the mean of the base rate and the forecast at the startup horizon
+    rate_now = (
+        base_arrival_rate_per_h(signal, slope_per_h2)
+        + arrival_forecast_per_h(signal, startup_s, config.trend_cap_factor, slope_per_h2=slope_per_h2)
+    ) / 2
+    season = seasonal_forecast(
+        signal,
+        now,
+        startup_s=startup_s,
+        planning_window_s=config.planning_window_s,
+        ratio_bounds=config.season_ratio_bounds,
+    )
+    if season is not None:
+        # a day ago's next hours know where a ramp flattens and when the evening falls, which no slope does:
+        # they replace the extrapolation and the look-back (week trace: 1.55 → 1.34 of the bound), while
+        # today's sustained rate still rules when today runs above yesterday's shape
+        rate_up = max(season.planning_rate_per_h, signal.sustained_arrival_rate_per_h)
+        keep_rate = max(season.keep_rate_per_h, signal.sustained_arrival_rate_per_h)
+    else:
+        horizon_mid_s = startup_s + config.planning_window_s / 2
+        rate_up = arrival_forecast_per_h(signal, horizon_mid_s, config.trend_cap_factor, slope_per_h2=slope_per_h2)
+        keep_rate = keep_arrival_rate_per_h(signal, startup_s, declining, config.trend_window_s)
+    rate_keep = max(rate_up, keep_rate)
+    resuming_offsets = [max(0.0, config.resume_s - (now - line.state_since).total_seconds()) for line in fleet.resuming]
+    offsets = (
+        sorted(ready_offsets_s(fleet.arriving, now, startup_s) + resuming_offsets) + [startup_s] * unobserved_launches
+    )
+    arriving = len(fleet.arriving) + len(fleet.resuming) + unobserved_launches
+    capacity = healthy + arriving
+    drain_h = config.backlog_drain_target_s / 3600
+
+    # a surge lasts as long again as it has lasted, then arrivals fall back to what the producers served before
+    surge_s = max(signal.above_capacity_for_s, config.surge_min_s)
+
+    def backlog_at(duration_s: float, *, surge: bool = False) -> float:
+        return backlog_after(
+            duration_s,
+            backlog_tasks=pending,
+            arrival_per_h=min(rate_now, healthy * thr) if surge else rate_now,
+            surge_per_h=rate_now if surge else None,
+            surge_s=surge_s,
+            machines_now=healthy,
+            ready_offsets=offsets,
+            throughput_per_h=thr,
+        )
+
+    backlog_at_horizon = backlog_at(startup_s)
+    drain_machines = backlog_at_horizon / (thr * drain_h)
+    surge_left = backlog_at(startup_s + config.surge_drain_target_s, surge=True)
+    surge_machines = ceil_machines(surge_left / (thr * config.surge_drain_target_s / 3600), config.round_slack_machines)
+    demand_present = pending > 0 or rate_now > 0
+    target = max(ceil_machines(rate_up / thr + drain_machines, config.round_slack_machines), config.min_machines)
+    keep = max(ceil_machines(rate_keep / thr + drain_machines, config.round_slack_machines), config.min_machines)
+    if demand_present:
+        target, keep = max(target, 1), max(keep, 1)
+
+    sustained = signal.above_capacity_for_s >= config.sustained_for_s or (slope_per_h2 > 0 and target > capacity)
+    # yesterday's shape is no burst: when it says the demand is coming, machines leave in time to meet it
+    foreseen = season is not None and season.planning_rate_per_h > signal.sustained_arrival_rate_per_h
+    # what the fleet and the machines on the way cannot clear before a new machine could help: launch for that
+    # now; a burst they clear launches nothing, however high its rate looked for a minute
+    undrainable = surge_left > config.backlog_tolerance_machine_h * thr
+    return Sizing(
+        thr=thr,
+        startup_s=startup_s,
+        stalled_state=stalled_state,
+        stalled=stalled,
+        healthy=healthy,
+        pending=pending,
+        slope_per_h2=slope_per_h2,
+        declining=declining,
+        rate_now=rate_now,
+        season=season,
+        rate_up=rate_up,
+        rate_keep=rate_keep,
+        offsets=offsets,
+        arriving=arriving,
+        capacity=capacity,
+        drain_h=drain_h,
+        surge_s=surge_s,
+        backlog_at_horizon=backlog_at_horizon,
+        drain_machines=drain_machines,
+        surge_left=surge_left,
+        surge_machines=surge_machines,
+        demand_present=demand_present,
+        target=target,
+        keep=keep,
+        sustained=sustained,
+        foreseen=foreseen,
+        nobody_serving=capacity == 0 and pending > 0,
+        undrainable=undrainable,
+        planned_from_rate=sustained or foreseen or stalled_state or capacity < config.min_machines,
+    )
+
+
+def figures(s: Sizing, fleet: FleetView, unobserved_launches: int) -> PolicyFigures:
+    return PolicyFigures(
+        throughput_per_machine_tasks_per_h=round(s.thr, 3),
+        startup_s=round(s.startup_s, 1),
+        arrival_forecast_per_h=round(s.rate_up, 3),
+        keep_arrival_rate_per_h=round(s.rate_keep, 3),
+        pending_tasks=s.pending,
+        backlog_at_horizon_tasks=round(s.backlog_at_horizon, 1),
+        target_machines=s.target,
+        keep_machines=s.keep,
+        producing=len(fleet.producing),
+        stalled_producers=len(s.stalled),
+        arriving=s.arriving,
+        unobserved_launches=unobserved_launches,
+        sustained=s.sustained,
+        undrainable_backlog=s.undrainable,
+        season_level_ratio=None if s.season is None else round(s.season.level_ratio, 3),
+    )
+
+
+def numbers(s: Sizing, config: PolicyConfig) -> str:
+    """The explanation's figures: what the target rests on, and a surge's plan when it drives the launch."""
+    return (
+        f"need {s.target} machines for {s.rate_up:.0f} tasks/h"
+        + (f" (a day ago's shape ×{s.season.level_ratio:.2f})" if s.season is not None else "")
+        + f" at {s.thr:.0f}/h each over {s.startup_s / 3600:.1f}h startup"
+        f" + {config.planning_window_s / 3600:.1f}h window"
+        + (f" (+{s.backlog_at_horizon:.0f} tasks backlog then, {s.drain_machines:.1f} machines to drain in"
+           f" {s.drain_h:.1f}h)" if s.backlog_at_horizon >= 1 else "")
+        + f"; have {s.healthy} producing + {s.arriving} arriving, {s.pending} pending"
+        + (f"; a surge {s.surge_s / 60:.0f} min old, expected to last as long again, leaves {s.surge_left:.0f} tasks"
+           f" after {(s.startup_s + config.surge_drain_target_s) / 3600:.1f}h: {s.surge_machines} machines clear"
+           " them" if not s.planned_from_rate and (s.undrainable or s.nobody_serving) else "")
+    )  # fmt: skip
