@@ -1,0 +1,117 @@
+"""Each planner of the predictive policy on its own: sizing, cleanup, growth (resumes first) and scale-down.
+`recommend` composes them (tests/decider/test_policy.py covers the whole)."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+from services.decider.policy import PolicyConfig
+from services.decider.policy.cleanup import cleanup
+from services.decider.policy.fleet_view import split_fleet
+from services.decider.policy.growth import grow, growth_reason, resumes_for
+from services.decider.policy.scale_down import arriving_needed, scale_down_plan
+from services.decider.policy.sizing import numbers, size
+from shared.contract import (
+    DemandState,
+    FailureReason,
+    InstanceLine,
+    InstanceState,
+    LaunchReason,
+    ParkReason,
+    RemovalReason,
+)
+from tests.decider.factories import HOUR_S, line, loading, producing, signal, snapshot, window
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+CONFIG = PolicyConfig()
+
+
+def parked(instance_id: int, parked_for_s: float) -> InstanceLine:
+    stopped = line(instance_id, InstanceState.PARKED, NOW, state_for_s=parked_for_s, last_task_ago_s=parked_for_s)
+    return stopped.model_copy(update={"park_reason": ParkReason.STOPPED})
+
+
+def test_sizing_plans_for_the_forecast_rate_and_the_backlog_left_when_machines_land() -> None:
+    demand = signal(NOW, rate_per_h=600, pending=240, above_capacity_for_s=HOUR_S, producing_workers=2)
+    fleet = split_fleet(snapshot(NOW, producing(2, NOW)))
+    sized = size(demand, fleet, NOW, CONFIG, unobserved_launches=0)
+    # 600 tasks/h at 120/h each: 5 machines, plus what drains the backlog the two producers leave in 1.5 h
+    backlog_then = 240 + (600 - 2 * 120) * 1.5
+    assert sized.sustained and sized.planned_from_rate
+    assert sized.backlog_at_horizon == backlog_then
+    assert sized.target == math.ceil(600 / 120 + backlog_then / 120)  # 5 + 6.5 machines
+    assert f"need {sized.target} machines for 600 tasks/h" in numbers(sized, CONFIG)
+
+
+def test_sizing_counts_launches_the_snapshot_does_not_show_yet_as_arriving() -> None:
+    demand = signal(NOW, rate_per_h=600, above_capacity_for_s=HOUR_S, producing_workers=2)
+    fleet = split_fleet(snapshot(NOW, producing(2, NOW)))
+    assert size(demand, fleet, NOW, CONFIG, unobserved_launches=3).capacity == 5
+
+
+def test_cleanup_destroys_failed_machines_and_gives_up_parked_ones_held_too_long() -> None:
+    failed = line(700, InstanceState.FAILED, NOW, failure_reason=FailureReason.STUCK_LOADING)
+    old, fresh = parked(801, CONFIG.park_max_s + 60), parked(802, 600)
+    fleet = split_fleet(snapshot(NOW, [*producing(1, NOW), failed, old, fresh]))
+    removals = cleanup(fleet, NOW, CONFIG, stalled_state=False)
+    assert [(r.verb, r.instance_id, r.reason) for r in removals] == [
+        ("destroy", 700, RemovalReason.STUCK_LOADING),
+        ("destroy", 801, RemovalReason.IDLE),
+    ]
+    assert [p.instance_id for p in fleet.parked] == [802]  # growth must not count the one given up
+
+
+def test_while_workers_are_stalled_cleanup_gives_back_no_drained_machine() -> None:
+    drained = line(300, InstanceState.DRAINING, NOW, state_for_s=3 * HOUR_S, last_task_ago_s=3 * HOUR_S)
+    fleet = split_fleet(snapshot(NOW, [drained]))
+    assert cleanup(fleet, NOW, CONFIG, stalled_state=True) == []
+    assert [r.verb for r in cleanup(fleet, NOW, CONFIG, stalled_state=False)] == ["destroy"]
+
+
+def test_growth_resumes_parked_machines_before_launching_new_ones() -> None:
+    demand = signal(NOW, rate_per_h=600, pending=100, above_capacity_for_s=HOUR_S, producing_workers=2)
+    shown = snapshot(NOW, [*producing(2, NOW), parked(801, 1800), parked(802, 600)])
+    fleet = split_fleet(shown)
+    sized = size(demand, fleet, NOW, CONFIG, unobserved_launches=0)
+    growth = grow(sized, fleet, shown, CONFIG)
+    # the most recently parked first: its GPU is the likeliest still free
+    assert [r.instance_id for r in growth.resumes] == [802, 801]
+    [launch] = growth.launches
+    assert launch.count == sized.target - sized.capacity - 2 and launch.reason is LaunchReason.SUSTAINED_DEMAND
+
+
+def test_resumes_never_exceed_what_is_parked() -> None:
+    fleet = split_fleet(snapshot(NOW, [parked(801, 600)]))
+    assert [r.instance_id for r in resumes_for(fleet, 5, None)] == [801]
+    assert resumes_for(fleet, 0, None) == []
+
+
+def test_the_growth_reason_names_what_drove_it() -> None:
+    fleet = split_fleet(snapshot(NOW, producing(1, NOW)))
+    stalled = size(signal(NOW, state=DemandState.WORKERS_STALLED, pending=50), fleet, NOW, CONFIG, 0)
+    assert growth_reason(stalled) is LaunchReason.REPLACEMENT
+    burst = size(signal(NOW, rate_per_h=6000, pending=2000, producing_workers=1), fleet, NOW, CONFIG, 0)
+    assert not burst.planned_from_rate and burst.undrainable
+    assert growth_reason(burst) is LaunchReason.BACKLOG
+
+
+def test_scale_down_gives_back_the_last_machine_on_the_way_first_and_keeps_what_the_queue_needs() -> None:
+    quiet = signal(NOW, rate_per_h=120, windows=[window(300, 100), window(3600, 120)], producing_workers=1)
+    on_the_way = loading(6, NOW)  # created 10 minutes ago, all at once
+    fleet = split_fleet(snapshot(NOW, [*producing(1, NOW), *on_the_way]))
+    sized = size(quiet, fleet, NOW, CONFIG, 0)
+    assert arriving_needed(quiet, sized, CONFIG) == max(0, sized.keep - 1)
+    removals = scale_down_plan(quiet, fleet, sized, NOW, CONFIG)
+    assert removals and all(r.verb == "destroy" and r.reason is RemovalReason.OVER_PROVISIONED for r in removals)
+    kept = 1 + len(on_the_way) - len(removals)
+    assert kept >= sized.keep * CONFIG.arriving_keep_factor
+
+
+def test_scale_down_never_drains_the_last_producer_while_tasks_wait() -> None:
+    busy_queue = signal(NOW, rate_per_h=0, pending=5, windows=[window(300, 0), window(3600, 0)])
+    idle = producing(3, NOW, last_task_ago_s=2 * HOUR_S)
+    fleet = split_fleet(snapshot(NOW, idle))
+    sized = size(busy_queue, fleet, NOW, CONFIG, 0)
+    removals = scale_down_plan(busy_queue, fleet, sized, NOW, CONFIG)
+    assert len(removals) <= 2 and all(r.verb == "drain" for r in removals)
