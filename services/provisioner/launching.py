@@ -1,0 +1,266 @@
+"""Launch: offers ranked, the budget and the day's cap checked per rent, each machine created with its label,
+bid and benchmark token, and adopted by label after an ambiguous create."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.bench.tokens import REPORT_TOKEN_ENV, instance_report_token
+from services.provisioner import budget
+from services.provisioner.budget import Commitment, Refusal
+from services.provisioner.ranking import (
+    RankedOffer,
+)
+from services.provisioner.reconcile import (
+    KnownInstance,
+    from_vast,
+    launch_label,
+    parse_label,
+)
+from services.provisioner.reconciling import Reconciling
+from services.provisioner.state import (
+    FleetUnknown,
+    Heartbeat,
+    log,
+    no_heartbeat,
+)
+from services.provisioner.vast_client import (
+    AmbiguousCreate,
+    BidTooLow,
+    OfferGone,
+    VastAuthError,
+    VastError,
+)
+from services.provisioner.vast_models import VastInstance
+from shared.contract import (
+    InstanceState,
+    LaunchInstances,
+    ProvisionResult,
+    RefusalRule,
+    bid_usd_per_h,
+)
+
+
+class Launching(Reconciling):
+    async def launch(self, command: LaunchInstances, heartbeat: Heartbeat = no_heartbeat) -> ProvisionResult:
+        return await self._once(command, "launch", heartbeat, lambda: self._launch(command, heartbeat))
+
+    async def _launch(self, command: LaunchInstances, heartbeat: Heartbeat) -> ProvisionResult:
+        key = command.idempotency_key
+        try:
+            await self._keep_alive(heartbeat)
+            await self._refresh()
+        except FleetUnknown as unknown:
+            return self._result(
+                command, "launch", "refused", RefusalRule.UNKNOWN_FLEET, f"instance list failed: {unknown}"
+            )
+        except VastAuthError as error:
+            return self._result(command, "launch", "failed", RefusalRule.AUTH, str(error))
+
+        # instances of this very launch that already exist (a redelivery after a crash): adopted, not re-created
+        # (by slot, not by label text: a label written before deployment ids names the same slot)
+        mine = {
+            parsed.slot: i
+            for i in self.known.values()
+            if i.idempotency_key == key
+            and i.state is not InstanceState.GONE
+            and (parsed := parse_label(i.label)) is not None
+        }
+        missing = [n for n in range(command.count) if n not in mine]
+        done_ids = sorted(i.instance_id for i in mine.values())
+        if not missing:
+            return self._result(command, "launch", "done", None, "already launched", done_ids)
+
+        try:  # checked when the service starts; a provisioner assembled without it must not rent blind
+            self.config.onstart_line()
+        except ValueError as error:
+            return self._result(command, "launch", "failed", None, f"nothing rented: {error}", done_ids)
+        cap = self.limits.price_cap(command.launch_priority, command.max_price_usd_per_h)
+        constraints = self.constraints.narrowed_to(command.gpu_models, cap)
+        if not constraints.allowed_gpu_models:
+            return self._result(
+                command, "launch", "refused", RefusalRule.NO_OFFER, f"none of {command.gpu_models} is an allowed model"
+            )
+        try:
+            await self._keep_alive(heartbeat)
+            ranked = await self._ranked_offers(
+                constraints,
+                self.history,
+                urgent=command.launch_priority == "emergency",
+                fills_last_slots=self.commitment().instances + len(missing) >= self.limits.max_instances,
+            )
+        except VastAuthError as error:
+            return self._result(command, "launch", "failed", RefusalRule.AUTH, str(error))
+        except VastError as error:
+            return self._result(command, "launch", "failed", RefusalRule.VAST_ERROR, f"offer search failed: {error}")
+
+        plan = budget.plan_launch(self.limits, self.commitment(), ranked, len(missing))
+        if isinstance(plan, Refusal):
+            return self._result(command, "launch", "refused", plan.rule, plan.detail, done_ids)
+        if over_day := self._day_refusal(plan):
+            return self._result(command, "launch", "refused", over_day.rule, over_day.detail, done_ids)
+
+        created: list[int] = []
+        candidates = list(ranked)
+        commitment = self.commitment()
+        for position, index in enumerate(missing):
+            still_needed = len(missing) - position
+            try:
+                instance = await self._launch_one(command, index, candidates, commitment, still_needed, heartbeat)
+            except VastAuthError as error:
+                return self._result(command, "launch", "failed", RefusalRule.AUTH, str(error), done_ids + created)
+            except (VastError, FleetUnknown) as error:
+                detail = f"launched {len(created)} of {len(missing)}: {error}"
+                return self._result(command, "launch", "failed", RefusalRule.VAST_ERROR, detail, done_ids + created)
+            if instance is None:
+                detail = f"launched {len(created)} of {len(missing)}: no offer left within the budget and constraints"
+                return self._result(command, "launch", "failed", RefusalRule.NO_OFFER, detail, done_ids + created)
+            created.append(instance.instance_id)
+            commitment = commitment.plus(self.limits.reserved_usd_per_h(instance.price_usd_per_h))
+        return self._result(command, "launch", "done", None, f"launched {len(created)}", sorted(done_ids + created))
+
+    async def _launch_one(
+        self,
+        command: LaunchInstances,
+        index: int,
+        candidates: list[RankedOffer],
+        commitment: Commitment,
+        still_needed: int,
+        heartbeat: Heartbeat,
+    ) -> KnownInstance | None:
+        """Rent one instance for slot `index`: best affordable offer first, next best when one is gone; after
+        an ambiguous create, look for the label before trying again. Removes used offers from `candidates`."""
+        label = self._label(command.idempotency_key, index)
+        ambiguous = 0  # creates that may or may not have happened, each followed by a label look-up
+        offers_tried = 0  # offers found gone
+        while ambiguous < self.config.max_create_attempts and offers_tried < self.config.max_offer_fallbacks:
+            choice = budget.pick_next(self.limits, commitment, candidates, still_needed)
+            if choice is None:
+                return None
+            # the budget again, for this one rent, just before it happens (never trust the plan alone)
+            if not budget.fits(self.limits, commitment, choice.price_usd_per_h) or self._day_refusal(
+                [choice], commitment
+            ):
+                return None
+            bid = self._bid_for(command, index, choice)
+            await self._keep_alive(heartbeat)
+            try:
+                instance_id = await self.client.create_instance(
+                    choice.offer.id, self._create_request(command, label), bid_usd_per_h=bid
+                )
+            except OfferGone:
+                log.info("offer %s was taken before we rented it; trying the next best", choice.offer.id)
+                candidates.remove(choice)
+                offers_tried += 1
+                continue
+            except BidTooLow as error:  # its min_bid rose since the search: the next offer, with its own floor
+                log.info("bid %s on offer %s refused (%s); trying the next best", bid, choice.offer.id, error)
+                candidates.remove(choice)
+                offers_tried += 1
+                continue
+            except AmbiguousCreate as error:
+                ambiguous += 1
+                log.warning("create for %s is ambiguous (%s); looking for its label before retrying", label, error)
+                await self._keep_alive(heartbeat)
+                found = await self._find_by_label(label)
+                if found is not None:
+                    if choice in candidates:
+                        candidates.remove(choice)
+                    adopted = from_vast(
+                        found, self.clock.now(), adopted=True, unknown_price_usd_per_h=choice.offer.dph_total
+                    )
+                    await self._remember_new(adopted, choice)
+                    self.metrics.instances_launched.labels("adopted_after_ambiguity").inc()
+                    return adopted
+                continue
+            candidates.remove(choice)
+            now = self.clock.now()
+            instance = KnownInstance(
+                instance_id=instance_id,
+                label=label,
+                idempotency_key=command.idempotency_key,
+                offer_id=choice.offer.id,
+                gpu_model=choice.offer.gpu_name,
+                num_gpus=choice.offer.num_gpus,
+                price_usd_per_h=bid if bid is not None else choice.offer.dph_total,
+                is_bid=bid is not None,
+                host_id=choice.offer.host_id,
+                machine_id=choice.offer.machine_id,
+                state=InstanceState.REQUESTED,
+                created_at=now,
+                state_since=now,
+            )
+            await self._remember_new(instance, choice)
+            self.metrics.instances_launched.labels("created").inc()
+            return instance
+        return None
+
+    def _day_refusal(self, rents: list[RankedOffer], commitment: Commitment | None = None) -> Refusal | None:
+        """Would these rents, on top of `commitment` (the fleet's now by default), pass today's cap?"""
+        return budget.day_refusal(
+            self.limits,
+            self.day_spend,
+            self.commitment() if commitment is None else commitment,
+            sum(self.limits.reserved_usd_per_h(r.price_usd_per_h) for r in rents),
+            sum(r.pull_cost_usd for r in rents),
+            self.clock.now(),
+        )
+
+    def _label(self, idempotency_key: str, index: int) -> str:
+        return launch_label(idempotency_key, index, self.settings.deployment_id)
+
+    @staticmethod
+    def _bid_for(command: LaunchInstances, index: int, choice: RankedOffer) -> float | None:
+        """The first `interruptible` slots of a launch bid the offer's min_bid × (1 + markup), never above its
+        on-demand price; an offer that lists no min_bid is rented on-demand (a bid of unknown floor would be
+        refused or silently too high)."""
+        min_bid = choice.offer.min_bid
+        if index >= command.interruptible or min_bid is None or min_bid <= 0:
+            return None
+        return round(bid_usd_per_h(min_bid, choice.offer.dph_total, command.bid_markup), 6)
+
+    async def _find_by_label(self, label: str) -> VastInstance | None:
+        try:
+            rows = (await self.client.list_instances(select_filters={"label": {"eq": label}})).instances
+        except VastError as error:
+            raise FleetUnknown(f"cannot check for {label} after an ambiguous create: {error}") from None
+        matching = [row for row in rows if row.label == label]
+        return min(matching, key=lambda row: row.id) if matching else None
+
+    async def _remember_new(self, instance: KnownInstance, choice: RankedOffer) -> None:
+        """Saved before anything is published: a crash after this point is recovered from Redis and the label.
+        The rent's image pull is charged to the day now: vast bills it once, whatever the hourly price."""
+        if instance.offer_id is None:
+            instance = instance.model_copy(update={"offer_id": choice.offer.id})
+        self.day_spend = self.day_spend.charged(choice.pull_cost_usd)
+        self.metrics.bandwidth_usd.inc(choice.pull_cost_usd)
+        await self.store.save_day_spend(self.day_spend)
+        self.known[instance.instance_id] = instance
+        await self.store.save_instances([instance])
+        await self._publish_instance(instance)
+
+    def _create_request(self, command: LaunchInstances, label: str) -> dict[str, Any]:
+        config = self.config
+        env: dict[str, str] = {
+            **config.worker_env,
+            # the worker learns its instance id from vast's own CONTAINER_ID / VAST_CONTAINERLABEL; the label
+            # ties it to this launch before any id is known
+            "FLEETPILOT_INSTANCE_LABEL": label,
+            "FLEETPILOT_IDEMPOTENCY_KEY": command.idempotency_key,
+        }
+        if config.report_token is not None:
+            # this machine's own token: its host can report for this instance and no other (bench/tokens.py)
+            env[REPORT_TOKEN_ENV] = instance_report_token(config.report_token, label)
+        for port in config.worker_ports:
+            env[f"-p {port}:{port}"] = "1"  # vast's SDK passes port mappings as env keys
+        return {
+            "client_id": "me",
+            "image": config.image,
+            "disk": config.disk_gb,
+            "label": label,
+            "env": env,
+            "onstart": config.onstart_line(),
+            "runtype": "ssh",
+            "target_state": "running",
+            "cancel_unavail": True,
+        }

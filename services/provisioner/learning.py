@@ -1,0 +1,117 @@
+"""What the provisioner answers and learns outside the fleet's changes: offer and charge searches, bench
+verdicts, production throughput and demand."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, time
+
+from services.provisioner.charges import charge_lines
+from services.provisioner.host_history import (
+    Incident,
+    IncidentKind,
+    bench_ratio,
+    production_ratios,
+)
+from services.provisioner.ranking import (
+    ThroughputKnowledge,
+)
+from services.provisioner.state import (
+    SOURCE,
+    ProvisionerState,
+)
+from services.provisioner.vast_client import (
+    VastError,
+)
+from shared import gpu_models
+from shared.contract import (
+    BenchResult,
+    ChargeList,
+    ChargesQuery,
+    DemandSignal,
+    FleetSnapshot,
+    OfferLine,
+    OfferList,
+    OfferQuery,
+)
+
+
+class Learning(ProvisionerState):
+    async def offers(self, query: OfferQuery) -> OfferList:
+        """Ranked offers within the configuration (the emergency cap at most); an error means unknown, not none."""
+        now = self.clock.now()
+        try:
+            # read-only, outside the fleet lease: its own copy of the history, never the operations' one
+            history = await self.store.load_history()
+            cap = query.max_price_usd_per_h or self.settings.emergency_max_price_usd_per_h
+            constraints = self.constraints.narrowed_to(query.gpu_models, cap)
+            ranked = await self._ranked_offers(constraints, history) if constraints.allowed_gpu_models else []
+        except VastError as error:
+            return OfferList(occurred_at=now, source=SOURCE, error=str(error)[:1000])
+        lines = [
+            OfferLine(
+                offer_id=r.offer.id,
+                gpu_model=r.offer.gpu_name,
+                num_gpus=r.offer.num_gpus,
+                price_usd_per_h=r.offer.dph_total,
+                reliability=r.offer.reliability_score,
+                expected_usd_per_task=r.expected_usd_per_task,
+                host_id=r.offer.host_id,
+                machine_id=r.offer.machine_id,
+                geolocation=r.offer.geolocation,
+            )
+            for r in ranked[: query.limit]
+        ]
+        return OfferList(occurred_at=now, source=SOURCE, offers=lines)
+
+    async def charges(self, query: ChargesQuery) -> ChargeList:
+        """What vast.ai charged since the query's day; an error means unknown, never $0."""
+        now = self.clock.now()
+        since_s = datetime.combine(query.since, time(0), tzinfo=UTC).timestamp()
+        try:
+            rows = await self.client.list_charges(since_s)
+        except VastError as error:
+            return ChargeList(occurred_at=now, source=SOURCE, error=str(error)[:1000])
+        return ChargeList(occurred_at=now, source=SOURCE, lines=charge_lines(rows, self.known))
+
+    async def learn_bench(self, result: BenchResult) -> None:
+        """A failed bench penalises the machine and its host; any verdict leaves a measured throughput ratio."""
+        if result.instance_id is None:
+            return
+        async with self._exclusive():
+            instance = self.known.get(result.instance_id)
+            if instance is None:
+                return
+            history = self.history
+            now = self.clock.now()
+            if result.verdict == "fail":
+                history.record(
+                    Incident(
+                        at=now,
+                        kind=IncidentKind.BENCH_FAILED,
+                        instance_id=instance.instance_id,
+                        host_id=instance.host_id,
+                        machine_id=instance.machine_id,
+                    )
+                )
+            reference = gpu_models.reference_tasks_per_h(instance.gpu_model or result.gpu_model)
+            ratio = bench_ratio(result.ratios_to_reference, result.metrics, reference)
+            if ratio is not None and instance.machine_id is not None and result.verdict != "fail":
+                history.record_measure(instance.machine_id, ratio, now)
+            history.forget_old(now)
+            await self.store.save_history(history)
+
+    async def learn_production(self, snapshot: FleetSnapshot) -> None:
+        """What each producing machine did for us: the measure ranking prefers to any benchmark its host ran."""
+        ratios = production_ratios(snapshot.instances)
+        if not ratios:
+            return
+        async with self._exclusive():
+            for machine_id, ratio in ratios.items():
+                self.history.record_task_throughput(machine_id, ratio, snapshot.occurred_at)
+            await self.store.save_history(self.history)
+
+    async def learn_demand(self, signal: DemandSignal) -> None:
+        observed = {k: v for k, v in signal.throughput_by_gpu_model_tasks_per_h.items() if v > 0}
+        if observed:
+            await self.store.save_observed_throughput(observed)
+            self.knowledge = ThroughputKnowledge({**self.knowledge.observed_tasks_per_h_by_model, **observed})
