@@ -8,6 +8,7 @@ from typing import Any
 from services.bench.tokens import REPORT_TOKEN_ENV, instance_report_token
 from services.provisioner import budget
 from services.provisioner.budget import Commitment, Refusal
+from services.provisioner.errors import FleetUnknown
 from services.provisioner.ranking import (
     RankedOffer,
 )
@@ -19,7 +20,6 @@ from services.provisioner.reconcile import (
 )
 from services.provisioner.reconciling import Reconciling
 from services.provisioner.state import (
-    FleetUnknown,
     Heartbeat,
     log,
     no_heartbeat,
@@ -47,15 +47,8 @@ class Launching(Reconciling):
 
     async def _launch(self, command: LaunchInstances, heartbeat: Heartbeat) -> ProvisionResult:
         key = command.idempotency_key
-        try:
-            await self._keep_alive(heartbeat)
-            await self._refresh()
-        except FleetUnknown as unknown:
-            return self._result(
-                command, "launch", "refused", RefusalRule.UNKNOWN_FLEET, f"instance list failed: {unknown}"
-            )
-        except VastAuthError as error:
-            return self._result(command, "launch", "failed", RefusalRule.AUTH, str(error))
+        if (unlisted := await self._refreshed(command, "launch", heartbeat)) is not None:
+            return unlisted
 
         # instances of this very launch that already exist (a redelivery after a crash): adopted, not re-created
         # (by slot, not by label text: a label written before deployment ids names the same slot)
@@ -90,9 +83,9 @@ class Launching(Reconciling):
                 fills_last_slots=self.commitment().instances + len(missing) >= self.limits.max_instances,
             )
         except VastAuthError as error:
-            return self._result(command, "launch", "failed", RefusalRule.AUTH, str(error))
+            return self._failure(command, "launch", error)
         except VastError as error:
-            return self._result(command, "launch", "failed", RefusalRule.VAST_ERROR, f"offer search failed: {error}")
+            return self._failure(command, "launch", error, f"offer search failed: {error}")
 
         plan = budget.plan_launch(self.limits, self.commitment(), ranked, len(missing))
         if isinstance(plan, Refusal):
@@ -108,8 +101,9 @@ class Launching(Reconciling):
             try:
                 instance = await self._launch_one(command, index, candidates, commitment, still_needed, heartbeat)
             except VastAuthError as error:
-                return self._result(command, "launch", "failed", RefusalRule.AUTH, str(error), done_ids + created)
+                return self._failure(command, "launch", error, instance_ids=done_ids + created)
             except (VastError, FleetUnknown) as error:
+                # an ambiguous create that cannot be checked is a failure too: something may have been rented
                 detail = f"launched {len(created)} of {len(missing)}: {error}"
                 return self._result(command, "launch", "failed", RefusalRule.VAST_ERROR, detail, done_ids + created)
             if instance is None:

@@ -10,10 +10,11 @@ learning.py.
 
 from __future__ import annotations
 
+from services.provisioner.errors import FleetUnknown
 from services.provisioner.launching import Launching
 from services.provisioner.learning import Learning
 from services.provisioner.removing import Removing
-from services.provisioner.state import FleetUnknown, Publisher
+from services.provisioner.state import Publisher
 
 __all__ = ["FleetUnknown", "Provisioner", "Publisher"]
 

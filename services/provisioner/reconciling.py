@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from services.provisioner.errors import FleetUnknown
 from services.provisioner.reconcile import (
     KnownInstance,
     reconcile,
@@ -14,8 +15,10 @@ from services.provisioner.state import (
     SOURCE,
     STARTED,
     STARTING,
-    FleetUnknown,
+    Command,
+    Heartbeat,
     ProvisionerState,
+    Verb,
     log,
 )
 from services.provisioner.vast_client import (
@@ -27,6 +30,7 @@ from services.provisioner.vast_models import InstanceListing, VastInstance
 from shared.contract import (
     ForeignInstance,
     InstanceState,
+    ProvisionResult,
     VastAccountObserved,
 )
 from shared.contract.account import FOREIGN_INSTANCES_KEPT
@@ -41,6 +45,17 @@ class Reconciling(ProvisionerState):
             except (FleetUnknown, VastAuthError):
                 return False
             return True
+
+    async def _refreshed(self, command: Command, verb: Verb, heartbeat: Heartbeat) -> ProvisionResult | None:
+        """The fleet as vast lists it now, before a command acts on it; the command's answer when the list fails."""
+        try:
+            await self._keep_alive(heartbeat)
+            await self._refresh()
+        except FleetUnknown as unknown:
+            return self._failure(command, verb, unknown, f"instance list failed: {unknown}")
+        except VastAuthError as error:
+            return self._failure(command, verb, error)
+        return None
 
     async def _list_all(self) -> InstanceListing:
         if self.config.instance_list_api == "v0":

@@ -15,13 +15,11 @@ from services.provisioner.reconcile import (
 )
 from services.provisioner.reconciling import Reconciling
 from services.provisioner.state import (
-    FleetUnknown,
     Heartbeat,
     no_heartbeat,
 )
 from services.provisioner.vast_client import (
     InstanceNotFound,
-    VastAuthError,
     VastError,
 )
 from shared.contract import (
@@ -52,14 +50,9 @@ class Removing(Reconciling):
         self, command: StopInstance | DestroyInstance, verb: Literal["stop", "destroy"], heartbeat: Heartbeat
     ) -> ProvisionResult:
         instance_id = command.instance_id
-        if instance_id not in self.known:
-            try:
-                await self._keep_alive(heartbeat)
-                await self._refresh()  # it may carry our label and be adopted now
-            except FleetUnknown as unknown:
-                return self._result(command, verb, "refused", RefusalRule.UNKNOWN_FLEET, str(unknown))
-            except VastAuthError as error:
-                return self._result(command, verb, "failed", RefusalRule.AUTH, str(error))
+        # not known: it may carry our label and be adopted by a fresh list
+        if instance_id not in self.known and (unlisted := await self._refreshed(command, verb, heartbeat)):
+            return unlisted
         instance = self.known.get(instance_id)
         if instance is None:
             return self._result(
@@ -88,10 +81,8 @@ class Removing(Reconciling):
             if verb == "destroy":
                 return self._result(command, verb, "done", None, "vast no longer has it", [instance_id])
             return self._result(command, verb, "failed", RefusalRule.UNKNOWN_INSTANCE, "vast no longer has it")
-        except VastAuthError as error:
-            return self._result(command, verb, "failed", RefusalRule.AUTH, str(error))
         except VastError as error:
-            return self._result(command, verb, "failed", RefusalRule.VAST_ERROR, str(error), [instance_id])
+            return self._failure(command, verb, error, instance_ids=[instance_id])
         await self._learn_from_removal(instance, command)
         if verb == "destroy":
             by = f"destroyed ({command.reason.value}) by {command.requested_by}, key {command.idempotency_key}"
@@ -118,13 +109,9 @@ class Removing(Reconciling):
 
     async def _resume(self, command: ResumeInstance, heartbeat: Heartbeat) -> ProvisionResult:
         instance_id = command.instance_id
-        try:  # the budget is checked against the fleet as vast lists it now, as for a launch
-            await self._keep_alive(heartbeat)
-            await self._refresh()
-        except FleetUnknown as unknown:
-            return self._result(command, "resume", "refused", RefusalRule.UNKNOWN_FLEET, str(unknown))
-        except VastAuthError as error:
-            return self._result(command, "resume", "failed", RefusalRule.AUTH, str(error))
+        # the budget is checked against the fleet as vast lists it now, as for a launch
+        if (unlisted := await self._refreshed(command, "resume", heartbeat)) is not None:
+            return unlisted
         instance = self.known.get(instance_id)
         if instance is None or instance.state is InstanceState.GONE:
             detail = f"instance {instance_id} is not FleetPilot's or is gone: nothing to resume"
@@ -157,10 +144,8 @@ class Removing(Reconciling):
         except InstanceNotFound:
             await self._mark_gone(instance, f"vast no longer has it (answered a resume by {command.idempotency_key})")
             return self._result(command, "resume", "failed", RefusalRule.UNKNOWN_INSTANCE, "vast no longer has it")
-        except VastAuthError as error:
-            return self._result(command, "resume", "failed", RefusalRule.AUTH, str(error))
         except VastError as error:
-            return self._result(command, "resume", "failed", RefusalRule.VAST_ERROR, str(error), [instance_id])
+            return self._failure(command, "resume", error, instance_ids=[instance_id])
         resuming = instance.model_copy(
             update={
                 "state": InstanceState.RESUMING,

@@ -17,6 +17,7 @@ from typing import Literal, Protocol
 
 from services.provisioner import budget
 from services.provisioner.budget import BudgetLimits, Commitment, DaySpend
+from services.provisioner.errors import answer_for
 from services.provisioner.host_history import (
     HostHistory,
 )
@@ -80,10 +81,6 @@ class Publisher(Protocol):
     async def result(self, event: ProvisionResult) -> None: ...
 
     async def account(self, event: VastAccountObserved) -> None: ...
-
-
-class FleetUnknown(Exception):
-    """The instance list could not be read: the fleet is unknown, not empty."""
 
 
 @dataclass
@@ -327,3 +324,15 @@ class ProvisionerState:
             detail=detail[:1000],
             instance_ids=instance_ids or [],
         )
+
+    def _failure(
+        self,
+        command: Command,
+        verb: Verb,
+        error: Exception,
+        detail: str | None = None,
+        instance_ids: list[int] | None = None,
+    ) -> ProvisionResult:
+        """The answer to a failed call, by the one error table (services/provisioner/errors.py)."""
+        outcome, rule = answer_for(error)
+        return self._result(command, verb, outcome, rule, detail if detail is not None else str(error), instance_ids)
