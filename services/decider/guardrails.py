@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import cached_property
 
+from shared import gpu_models
 from shared.contract import (
     Action,
     DemandSignal,
@@ -89,6 +90,7 @@ class GuardrailRule(StrEnum):
     BENCH_NOT_FAILED = "bench_not_failed"  # bench_failed named for a machine whose benchmark did not fail
     NOT_PARKED = "not_parked"  # a resume for a machine that is not parked by us
     REMOVAL_IN_FLIGHT = "removal_in_flight"  # a stop or destroy of this machine was sent and not carried out yet
+    DIRECTIVE = "directive"  # an operator's directive excludes it (a GPU model, a host, a launch too late to produce)
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,26 @@ class GuardrailConfig:
     max_launches_per_h: int = 20
     min_producers_while_queued: int = 1
     backlog_drain_horizon_h: float = BACKLOG_DRAIN_HORIZON_H
+    # set only by an operator's directives (services/decider/directives.py `tightened`); the configuration has none
+    excluded_gpu_models: frozenset[str] = frozenset()
+    excluded_host_ids: frozenset[int] = frozenset()
+    no_launch_after: datetime | None = None  # a machine launched from then on could not produce before a drain
+    # the directive behind each limit it tightened, so a verdict names it: keyed by the rule's value
+    # ("max_instances", "budget_usd_per_h", "directive" for no_launch_after) or `exclusion_key`
+    directive_ids: Mapping[str, int] = field(default_factory=dict, hash=False)
+
+    def directive_of(self, key: str) -> int | None:
+        return self.directive_ids.get(key)
+
+    def excludes_gpu_model(self, gpu_model: str) -> bool:
+        return any(gpu_models.normalised(gpu_model) == gpu_models.normalised(m) for m in self.excluded_gpu_models)
+
+
+def exclusion_key(*, gpu_model: str | None = None, host_id: int | None = None) -> str:
+    """The `directive_ids` key of one excluded GPU model (spelling ignored, as everywhere) or host."""
+    if gpu_model is not None:
+        return f"gpu_model:{gpu_models.normalised(gpu_model)}"
+    return f"host_id:{host_id}"
 
 
 @dataclass(frozen=True)
@@ -163,6 +185,8 @@ class FleetLedger:
     removals_in_flight: Mapping[int, SentRemoval] = field(default_factory=dict)
     demand_state: DemandState | None = None  # None: no signal, which justifies no emergency
     backlog_worker_hours: float = 0.0
+    # per parked instance: (GPU model, host id), so a resume onto an excluded model or host is refused
+    placements: Mapping[int, tuple[str | None, int | None]] = field(default_factory=dict)
 
     @cached_property  # read by every rule of every action; a ledger changes only by `replace`, a new object
     def producing(self) -> int:
@@ -233,16 +257,24 @@ def ledger_from(
             for line in (snapshot.instances if snapshot else [])
             if line.park_reason is ParkReason.OUTBID
         ),
+        placements={
+            line.instance_id: (line.gpu_model, line.host_id)
+            for line in (snapshot.instances if snapshot else [])
+            if line.state is S.PARKED
+        },
         removals_in_flight=removals_in_flight(removals, snapshot, now),
     )
 
 
-def _verdict(action: Action, allowed: bool, rule: GuardrailRule | None, explanation: str) -> GuardrailVerdict:
+def _verdict(
+    action: Action, allowed: bool, rule: GuardrailRule | None, explanation: str, directive_id: int | None = None
+) -> GuardrailVerdict:
     return GuardrailVerdict(
         action=action,
         verdict="allowed" if allowed else "refused",
         rule=rule.value if rule else None,
         explanation=explanation[:500],
+        directive_id=directive_id,
     )
 
 
@@ -289,6 +321,10 @@ def _check_resume(
         refusal = GuardrailRule.NOT_PARKED, f"cannot resume #{iid}: {why}"
     if refusal:
         return _verdict(action, False, *refusal), ledger
+    if (excluded := _excluded_placement(iid, ledger, config)) is not None:
+        directive_id, where = excluded
+        text = f"cannot resume #{iid}: {where} is excluded by {_by(directive_id)}"
+        return _verdict(action, False, GuardrailRule.DIRECTIVE, text, directive_id), ledger
     price, committed = ledger.prices.get(iid, (0.0, 0.0))
     after = ledger.committed_usd_per_h - committed + price
     figures = f"committed ${ledger.committed_usd_per_h:.2f} of ${config.budget_usd_per_h:.2f}/h"
@@ -301,6 +337,53 @@ def _check_resume(
     )
     updated = replace(ledger, committed_usd_per_h=after, resumed=ledger.resumed | {iid})
     return _verdict(action, True, None, text), updated
+
+
+def _excluded_placement(iid: int, ledger: FleetLedger, config: GuardrailConfig) -> tuple[int | None, str] | None:
+    """The directive that excludes this parked machine's GPU model or host, and which of them, if one does."""
+    gpu_model, host_id = ledger.placements.get(iid, (None, None))
+    if gpu_model is not None and config.excludes_gpu_model(gpu_model):
+        return config.directive_of(exclusion_key(gpu_model=gpu_model)), f"its GPU model {gpu_model}"
+    if host_id is not None and host_id in config.excluded_host_ids:
+        return config.directive_of(exclusion_key(host_id=host_id)), f"its host {host_id}"
+    return None
+
+
+def _by(directive_id: int | None) -> str:
+    return f"directive #{directive_id}" if directive_id is not None else "a directive"
+
+
+def _directive_launch_refusal(
+    action: LaunchInstances, now: datetime, config: GuardrailConfig
+) -> GuardrailVerdict | None:
+    """A launch too late to produce before a drain, or naming only excluded GPU models, is refused."""
+    if config.no_launch_after is not None and now >= config.no_launch_after:
+        directive_id = config.directive_of(GuardrailRule.DIRECTIVE.value)
+        text = (
+            f"launch {action.count} refused by {_by(directive_id)}: a machine launched from "
+            f"{config.no_launch_after:%H:%M} UTC could not produce before its drain"
+        )
+        return _verdict(action, False, GuardrailRule.DIRECTIVE, text, directive_id)
+    excluded = [m for m in action.gpu_models if config.excludes_gpu_model(m)]
+    if action.gpu_models and len(excluded) == len(action.gpu_models):
+        directive_id = config.directive_of(exclusion_key(gpu_model=excluded[0]))
+        text = f"launch {action.count} refused by {_by(directive_id)}: {', '.join(excluded)} excluded"
+        return _verdict(action, False, GuardrailRule.DIRECTIVE, text, directive_id)
+    return None
+
+
+def _with_exclusions(action: LaunchInstances, config: GuardrailConfig) -> LaunchInstances:
+    """The launch as the provisioner gets it: excluded models left out of its wishes, every exclusion carried."""
+    if not config.excluded_gpu_models and not config.excluded_host_ids:
+        return action
+    wanted = [m for m in action.gpu_models if not config.excludes_gpu_model(m)]
+    return action.model_copy(
+        update={
+            "gpu_models": wanted,
+            "exclude_gpu_models": sorted({*action.exclude_gpu_models, *config.excluded_gpu_models}),
+            "exclude_host_ids": sorted({*action.exclude_host_ids, *config.excluded_host_ids}),
+        }
+    )
 
 
 def _unjustified_emergency(action: LaunchInstances, ledger: FleetLedger, config: GuardrailConfig) -> str:
@@ -318,6 +401,9 @@ def _unjustified_emergency(action: LaunchInstances, ledger: FleetLedger, config:
 def _check_launch(
     action: LaunchInstances, ledger: FleetLedger, now: datetime, config: GuardrailConfig
 ) -> tuple[GuardrailVerdict, FleetLedger]:
+    if (barred := _directive_launch_refusal(action, now, config)) is not None:
+        return barred, ledger
+    action = _with_exclusions(action, config)
     downgrade = _unjustified_emergency(action, ledger, config)
     if downgrade:
         lowered = action.max_price_usd_per_h
@@ -341,9 +427,12 @@ def _check_launch(
         f" of ${config.budget_usd_per_h:.2f}/h at up to ${price:.2f}/h each,"
         f" {ledger.launched_within(now)}/{config.max_launches_per_h} launched this hour"
     )
+    # a limit a directive tightened is named by its number
+    directive_id = config.directive_of(binding.value) if allowed < action.count else None
+    by = binding.value + (f" ({_by(directive_id)})" if directive_id is not None else "")
     if allowed == 0:
-        text = f"{downgrade}launch {action.count} refused by {binding.value}: {figures}"
-        return _verdict(action, False, binding, text), ledger
+        text = f"{downgrade}launch {action.count} refused by {by}: {figures}"
+        return _verdict(action, False, binding, text, directive_id), ledger
     # never the last producers interruptible while tasks wait or arrive: up to the floor of producers kept while
     # queued, machines are launched on-demand (an outbid pause must not leave queued work with nobody)
     cover = max(0, config.min_producers_while_queued - ledger.producing) if ledger.demand_present else 0
@@ -352,7 +441,7 @@ def _check_launch(
     if allowed < action.count or interruptible < action.interruptible:
         granted = action.model_copy(update={"count": allowed, "interruptible": interruptible})
     rule = binding if allowed < action.count else None
-    text = f"launch {allowed}" + (f" of {action.count} (trimmed by {binding.value})" if rule else "") + f": {figures}"
+    text = f"launch {allowed}" + (f" of {action.count} (trimmed by {by})" if rule else "") + f": {figures}"
     if downgrade:
         text, rule = downgrade + text, rule or GuardrailRule.EMERGENCY_UNJUSTIFIED
     if action.interruptible:
@@ -367,7 +456,7 @@ def _check_launch(
         instance_count=ledger.instance_count + allowed,
         launches=(*ledger.launches, SentLaunch(action.idempotency_key, now, allowed, price)),
     )
-    return _verdict(granted, True, rule, text), updated
+    return _verdict(granted, True, rule, text, directive_id), updated
 
 
 def backlog_floor(ledger: FleetLedger, config: GuardrailConfig) -> int:

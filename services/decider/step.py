@@ -11,7 +11,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from services.decider.decision import policy_actions, without_removals_in_flight
+from services.decider.decision import idempotency_key, policy_actions, without_removals_in_flight
+from services.decider.directives import (
+    DEFAULT_STARTUP_S,
+    DirectiveRemoval,
+    active_directives,
+    label,
+    levers,
+    removals_for,
+    tightened,
+)
 from services.decider.guardrails import (
     FleetLedger,
     GuardrailConfig,
@@ -21,8 +30,18 @@ from services.decider.guardrails import (
     ledger_from,
     unobserved_launches,
 )
-from services.decider.policy import Policy, Recommendation
-from shared.contract import Action, DemandSignal, FleetSnapshot, GuardrailVerdict, LaunchInstances
+from services.decider.policy import Policy, Recommendation, TunablePolicy
+from shared.contract import (
+    Action,
+    DemandSignal,
+    DestroyInstance,
+    DrainInstance,
+    FleetSnapshot,
+    GuardrailVerdict,
+    LaunchInstances,
+    StopInstance,
+)
+from shared.contract.directives import Directive, SetLever
 
 SOURCE = "decider"
 # not a guardrail: a run that only an operator's message started answers it and sends nothing (`fleetpilot
@@ -44,6 +63,10 @@ class RunPlan:
     ledger: FleetLedger
     pending_launches: int  # launches sent but not in the snapshot yet, as the policy counted them
     policy_error: Exception | None = None  # the policy raised: the run holds, and the runner alerts
+    directives: tuple[int, ...] = ()  # the operator directives in force for this run, by number (for the audit)
+    # the limits this plan was judged by: the configured ones tightened by those directives (an agent's actions
+    # in the same run must pass the same); None only where no plan judged anything
+    guardrails: GuardrailConfig | None = None
 
     @property
     def commands(self) -> list[Action]:
@@ -97,30 +120,73 @@ def plan_run(
     ledger: FleetLedger | None = None,
     launched_this_run: int = 0,
     removals: Sequence[SentRemoval] = (),
+    directives: Sequence[Directive] = (),
 ) -> RunPlan:
     """One run's decisions. `sent`: launches published within the last hour; `removals`: stops and destroys sent
     recently (one not carried out yet is never ordered again). `stale_inputs`: how the inputs are stale, when they
     are (the run then holds and judges nothing). `ledger` and `launched_this_run`: a second plan within a run
-    (after a degraded agent) starts from what the run already did."""
+    (after a degraded agent) starts from what the run already did. `directives`: the operator's, stored; those
+    active at `now` set the policy's levers, tighten the guardrails and give machines back."""
     if ledger is None:
         ledger = ledger_from(snapshot, signal, sent, now, stale=stale_inputs is not None, removals=removals)
     pending = sum(p.count for p in unobserved_launches(sent, snapshot, now)) if snapshot else 0
     pending += launched_this_run
-    recommendation, error = _recommend(policy, signal, snapshot, now, pending)
+    active = active_directives(directives, now)
+    recommendation, error = _recommend(_with_levers(policy, active), signal, snapshot, now, pending)
+    limits = tightened(guardrails, active, now, startup_s=_startup_s(recommendation)) if active else guardrails
     explanation = recommendation.explanation if recommendation else NO_INPUTS
     if stale_inputs is not None:
         explanation = f"hold, inputs stale ({stale_inputs}); policy alone would: {explanation}"
     proposed = policy_actions(recommendation, run_id, now, SOURCE) if recommendation else []
     kept, explanation = without_removals_in_flight(proposed, ledger, explanation)
-    actions = tuple(kept)
+    actions = list(kept)
     verdicts: list[GuardrailVerdict] = []
     after = ledger
     if stale_inputs is None:
         for action in actions:
-            verdict, after = judge(action, after, now, guardrails, answer_only=answer_only)
+            verdict, after = judge(action, after, now, limits, answer_only=answer_only)
             verdicts.append(verdict)
-    explanation += guardrail_note(actions, verdicts)
-    return RunPlan(recommendation, explanation, actions, tuple(verdicts), ledger, after, pending, error)
+        # after the policy's own removals, so a machine it already gives back is not counted twice
+        leaving = frozenset(after.removals_in_flight) | after.removed
+        for removal in removals_for(snapshot, active, now, leaving=leaving):
+            action = _directed_command(removal, run_id, len(actions), now)
+            verdict, after = judge(action, after, now, limits, answer_only=answer_only)
+            actions.append(action)
+            verdicts.append(verdict.model_copy(update={"directive_id": removal.directive_id}))
+    explanation += guardrail_note(actions, verdicts) + directive_note(active, actions, verdicts)
+    ids = tuple(d.directive_id for d in active)
+    return RunPlan(
+        recommendation, explanation, tuple(actions), tuple(verdicts), ledger, after, pending, error, ids, limits
+    )
+
+
+def _with_levers(policy: Policy, active: Sequence[Directive]) -> Policy:
+    """The policy as the lever directives set it (a new object: the configured one is shared across runs)."""
+    if not any(isinstance(d, SetLever) for d in active) or not isinstance(policy, TunablePolicy):
+        return policy
+    return policy.with_config(levers(policy.config, active))
+
+
+def _startup_s(recommendation: Recommendation | None) -> float:
+    """How long a launch now takes to produce: the policy's learned figure, else the design's default."""
+    startup_s = recommendation.figures.startup_s if recommendation is not None else 0.0
+    return startup_s if startup_s > 0 else DEFAULT_STARTUP_S
+
+
+def _directed_command(removal: DirectiveRemoval, run_id: str, index: int, now: datetime) -> Action:
+    kinds: dict[str, type[DrainInstance] | type[StopInstance] | type[DestroyInstance]] = {
+        "drain": DrainInstance,
+        "stop": StopInstance,
+        "destroy": DestroyInstance,
+    }
+    return kinds[removal.plan.verb](
+        occurred_at=now,
+        source=SOURCE,
+        requested_by="operator",
+        idempotency_key=idempotency_key(run_id, index),
+        instance_id=removal.plan.instance_id,
+        reason=removal.plan.reason,
+    )
 
 
 def guardrail_note(proposed: Sequence[Action], verdicts: Sequence[GuardrailVerdict]) -> str:
@@ -128,19 +194,43 @@ def guardrail_note(proposed: Sequence[Action], verdicts: Sequence[GuardrailVerdi
     5" where 2 went out. Empty when every action passed as proposed."""
     notes: list[str] = []
     for action, verdict in zip(proposed, verdicts, strict=False):
-        if verdict.rule is None or verdict.rule == OPERATOR_QUESTION:
-            continue
-        granted = verdict.action
-        if isinstance(action, LaunchInstances) and isinstance(granted, LaunchInstances):
-            if verdict.verdict == "allowed":
-                notes.append(f"launch {action.count} -> {granted.count} ({verdict.rule})")
-            else:
-                notes.append(f"launch {action.count} refused ({verdict.rule})")
-        elif verdict.verdict == "refused":
-            notes.append(
-                f"{getattr(action, 'verb', 'act')} #{getattr(action, 'instance_id', '?')} refused ({verdict.rule})"
-            )
+        if verdict.rule is None or verdict.rule == OPERATOR_QUESTION or verdict.directive_id is not None:
+            continue  # a directive's changes are told under its own number (directive_note)
+        if (change := _change(action, verdict)) is not None:
+            notes.append(f"{change} ({verdict.rule})")
     return f"; guardrails: {', '.join(notes)}" if notes else ""
+
+
+def directive_note(
+    active: Sequence[Directive], proposed: Sequence[Action], verdicts: Sequence[GuardrailVerdict]
+) -> str:
+    """What each directive changed, under its number: "; directive #3 cap 10: launch 5 -> 2, drain #101 #102"."""
+    changes: dict[int, list[str]] = {}
+    given_back: dict[tuple[int, str], list[str]] = {}
+    for action, verdict in zip(proposed, verdicts, strict=False):
+        if verdict.directive_id is None:
+            continue
+        if verdict.verdict == "allowed" and not isinstance(action, LaunchInstances):
+            given_back.setdefault((verdict.directive_id, str(action.verb)), []).append(f"#{action.instance_id}")
+        elif (change := _change(action, verdict)) is not None:
+            rule = "" if verdict.rule == "directive" else f" ({verdict.rule})"
+            changes.setdefault(verdict.directive_id, []).append(change + rule)
+    for (directive_id, verb), ids in given_back.items():
+        changes.setdefault(directive_id, []).append(f"{verb} {' '.join(ids)}")
+    labels = {d.directive_id: f" {label(d)}" for d in active}
+    return "".join(f"; directive #{i}{labels.get(i, '')}: {', '.join(said)}" for i, said in sorted(changes.items()))
+
+
+def _change(action: Action, verdict: GuardrailVerdict) -> str | None:
+    """A verdict with a rule, in a few words (None: an allowed removal or resume, which a rule did not change)."""
+    granted = verdict.action
+    if isinstance(action, LaunchInstances) and isinstance(granted, LaunchInstances):
+        if verdict.verdict == "refused":
+            return f"launch {action.count} refused"
+        return f"launch {action.count} -> {granted.count}"
+    if verdict.verdict == "refused":
+        return f"{action.verb} #{getattr(action, 'instance_id', '?')} refused"
+    return None
 
 
 def _recommend(

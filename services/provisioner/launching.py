@@ -69,10 +69,18 @@ class Launching(Reconciling):
         except ValueError as error:
             return self._result(command, "launch", "failed", None, f"nothing rented: {error}", done_ids)
         cap = self.limits.price_cap(command.launch_priority, command.max_price_usd_per_h)
-        constraints = self.constraints.narrowed_to(command.gpu_models, cap)
+        constraints = self.constraints.narrowed_to(
+            command.gpu_models,
+            cap,
+            excluded_gpu_models=command.exclude_gpu_models,
+            excluded_host_ids=command.exclude_host_ids,
+        )
         if not constraints.allowed_gpu_models:
+            asked = f"{command.gpu_models or 'the allowed models'}" + (
+                f" less the excluded {command.exclude_gpu_models}" if command.exclude_gpu_models else ""
+            )
             return self._result(
-                command, "launch", "refused", RefusalRule.NO_OFFER, f"none of {command.gpu_models} is an allowed model"
+                command, "launch", "refused", RefusalRule.NO_OFFER, f"none of {asked} is an allowed model"
             )
         try:
             await self._keep_alive(heartbeat)

@@ -39,10 +39,23 @@ class OfferConstraints:
     def allowed_keys(self) -> frozenset[str]:
         return frozenset(gpu_models.normalised(m) for m in self.allowed_gpu_models)
 
-    def narrowed_to(self, gpu_models_wanted: Iterable[str], max_price_usd_per_h: float | None) -> OfferConstraints:
-        """A command's own wishes, never wider than the configuration: the intersection of models, the lower cap."""
+    def narrowed_to(
+        self,
+        gpu_models_wanted: Iterable[str],
+        max_price_usd_per_h: float | None,
+        *,
+        excluded_gpu_models: Iterable[str] = (),
+        excluded_host_ids: Iterable[int] = (),
+    ) -> OfferConstraints:
+        """A command's own wishes, never wider than the configuration: the intersection of models, the lower cap,
+        and the models and hosts it excludes (an operator's directives) on top of the configured exclusions."""
         wanted = {gpu_models.normalised(m) for m in gpu_models_wanted}
-        models = tuple(m for m in self.allowed_gpu_models if not wanted or gpu_models.normalised(m) in wanted)
+        unwanted = {gpu_models.normalised(m) for m in excluded_gpu_models}
+        models = tuple(
+            m
+            for m in self.allowed_gpu_models
+            if (not wanted or gpu_models.normalised(m) in wanted) and gpu_models.normalised(m) not in unwanted
+        )
         cap = (
             self.max_price_usd_per_h
             if max_price_usd_per_h is None
@@ -55,7 +68,7 @@ class OfferConstraints:
             verified_only=self.verified_only,
             min_cuda=self.min_cuda,
             min_disk_gb=self.min_disk_gb,
-            excluded_host_ids=self.excluded_host_ids,
+            excluded_host_ids=self.excluded_host_ids | frozenset(excluded_host_ids),
             excluded_machine_ids=self.excluded_machine_ids,
         )
 

@@ -60,6 +60,9 @@ class GuardrailVerdict(ContractModel):
     verdict: Literal["allowed", "refused"]
     rule: str | None = Field(default=None, description="the guardrail that refused, when refused")
     explanation: str = Field(max_length=500)
+    directive_id: int | None = Field(
+        default=None, description="the operator directive whose limit decided this verdict (none: the configuration)"
+    )
 
 
 class AgentTrace(ContractModel):

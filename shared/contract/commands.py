@@ -77,6 +77,9 @@ class LaunchInstances(ProvisionCommand):
     # on-demand, whatever the search asked for)
     interruptible: int = Field(default=0, ge=0, le=100, description="how many of `count` are interruptible")
     bid_markup: float = Field(default=0.1, ge=0, le=1, description="each bid: the offer's min_bid × (1 + this)")
+    # an operator's directives (shared/contract/directives.py): offers of these models or on these hosts are dropped
+    exclude_gpu_models: list[str] = Field(default_factory=list, description="never rent these GPU models")
+    exclude_host_ids: list[int] = Field(default_factory=list, description="never rent on these vast hosts")
 
     @model_validator(mode="after")
     def _interruptible_within_count(self) -> LaunchInstances:

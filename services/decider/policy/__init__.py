@@ -7,6 +7,7 @@ from services.decider.policy.base import (
     Recommendation,
     RemovalPlan,
     RemovalVerb,
+    TunablePolicy,
 )
 from services.decider.policy.config import PolicyConfig
 from services.decider.policy.predictive import PredictivePolicy, recommend
@@ -20,5 +21,6 @@ __all__ = [
     "Recommendation",
     "RemovalPlan",
     "RemovalVerb",
+    "TunablePolicy",
     "recommend",
 ]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
+from services.decider.policy.config import PolicyConfig
 from shared.contract import DemandSignal, FleetSnapshot, LaunchPriority, LaunchReason, RemovalReason
 
 RemovalVerb = Literal["drain", "stop", "destroy"]
@@ -89,3 +90,12 @@ class Policy(Protocol):
     def recommend(
         self, signal: DemandSignal, snapshot: FleetSnapshot, now: datetime, *, unobserved_launches: int = 0
     ) -> Recommendation: ...
+
+
+@runtime_checkable
+class TunablePolicy(Policy, Protocol):
+    """A policy with levers an operator's directive may set: it runs with another config without changing."""
+
+    config: PolicyConfig
+
+    def with_config(self, config: PolicyConfig) -> Policy: ...

@@ -86,3 +86,7 @@ class PredictivePolicy:
         self, signal: DemandSignal, snapshot: FleetSnapshot, now: datetime, *, unobserved_launches: int = 0
     ) -> Recommendation:
         return recommend(signal, snapshot, now, self.config, unobserved_launches=unobserved_launches)
+
+    def with_config(self, config: PolicyConfig) -> PredictivePolicy:
+        """The same strategy under another config (an operator's lever directive); this one is left as it is."""
+        return PredictivePolicy(config)
