@@ -444,6 +444,10 @@ def _check_launch(
     text = f"launch {allowed}" + (f" of {action.count} (trimmed by {by})" if rule else "") + f": {figures}"
     if downgrade:
         text, rule = downgrade + text, rule or GuardrailRule.EMERGENCY_UNJUSTIFIED
+    if granted.exclude_gpu_models or granted.exclude_host_ids:
+        text += "; excluded: " + ", ".join(
+            [*granted.exclude_gpu_models, *(f"host {h}" for h in granted.exclude_host_ids)]
+        )
     if action.interruptible:
         text += f"; {interruptible} interruptible" + (
             f" ({action.interruptible} asked: {cover} on-demand first, {ledger.producing} producing)"
