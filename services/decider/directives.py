@@ -145,7 +145,7 @@ def removals_for(
     starting: an hour or more before a first task), then idle producers (no task to finish); among busy
     producers an instance cap gives back the slowest (it limits machines, so the fastest are kept) and a budget
     cap the dearest per task (it limits dollars, so the most tasks per dollar are kept)."""
-    if snapshot is None:
+    if snapshot is None or not active:
         return []
     staying = [line for line in snapshot.instances if line.state is not S.DRAINING and line.instance_id not in leaving]
     drains = [d for d in active if isinstance(d, DrainBy) and now >= drain_starts_at(d)]
@@ -220,13 +220,10 @@ def effect(directive: Directive, snapshot: FleetSnapshot | None, configured: Gua
     if isinstance(directive, ExcludeGpuModel):
         model = gpu_models.normalised(directive.gpu_model)
         on_it = [line for line in staying if line.gpu_model and gpu_models.normalised(line.gpu_model) == model]
-        return f"no new {directive.gpu_model} until {until}: {len(on_it)} running stay until given back{fleet_now}"
+        return f"no new {directive.gpu_model} until {until}: {_stay(on_it)}{fleet_now}"
     if isinstance(directive, ExcludeHost):
         there = [line for line in staying if line.host_id == directive.host_id]
-        return (
-            f"nothing new on host {directive.host_id} until {until}: {len(there)} running there stay until given "
-            f"back{fleet_now}"
-        )
+        return f"nothing new on host {directive.host_id} until {until}: {_stay(there, ' there')}{fleet_now}"
     if isinstance(directive, DrainBy):
         return (
             f"every machine given back by {_moment(directive.drain_by, now)}: {len(staying)} now drain from "
@@ -260,6 +257,13 @@ def _lever_meaning(directive: SetLever) -> str:
     if directive.state == "on":
         return f"a share of the growth that can wait launches as interruptible bids ({BIDS_ON_SHARE:.0%} if unset)"
     return "every launch on-demand, no new interruptible bid"
+
+
+def _stay(lines: Sequence[InstanceLine], where: str = "") -> str:
+    """Machines an exclusion leaves alone: the running ones stay, the parked ones are not resumed."""
+    parked = sum(1 for line in lines if line.state is S.PARKED)
+    text = f"{len(lines) - parked} running{where} stay until given back"
+    return text + (f", {parked} parked not resumed" if parked else "")
 
 
 def _ids(removals: Sequence[DirectiveRemoval]) -> str:

@@ -64,8 +64,8 @@ class RunPlan:
     pending_launches: int  # launches sent but not in the snapshot yet, as the policy counted them
     policy_error: Exception | None = None  # the policy raised: the run holds, and the runner alerts
     directives: tuple[int, ...] = ()  # the operator directives in force for this run, by number (for the audit)
-    # the limits this plan was judged by: the configured ones tightened by those directives (an agent's actions
-    # in the same run must pass the same); None only where no plan judged anything
+    # the limits this plan was judged by: the configured ones tightened by those directives; an agent's actions in
+    # the same run must be judged by these too (`judge(action, ledger, now, plan.guardrails)`)
     guardrails: GuardrailConfig | None = None
 
     @property

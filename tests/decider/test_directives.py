@@ -350,7 +350,8 @@ def test_a_directive_that_would_loosen_or_change_nothing_is_refused() -> None:
 
 
 def test_the_effect_of_each_kind_in_numbers() -> None:
-    fleet = snapshot(NOW, [*mixed_fleet().instances, line(130, S.PRODUCING, NOW, gpu_model="RTX 3090")])
+    parked = line(131, S.PARKED, NOW, gpu_model="RTX 3090").model_copy(update={"park_reason": ParkReason.STOPPED})
+    fleet = snapshot(NOW, [*mixed_fleet().instances, line(130, S.PRODUCING, NOW, gpu_model="RTX 3090"), parked])
     texts = [
         effect(directive(CapInstances, 1, max_instances=5), fleet, CONFIGURED, NOW),
         effect(directive(CapBudget, 2, max_usd_per_h=4.0, lasts_h=36), fleet, CONFIGURED, NOW),
@@ -361,12 +362,12 @@ def test_the_effect_of_each_kind_in_numbers() -> None:
         effect(directive(CapInstances, 7, max_instances=5), None, CONFIGURED, NOW),
     ]
     assert texts == [
-        "cap 5 machines until 18:00 UTC (configured 40): 9 now, 4 above it will drain after their tasks",
-        "$4.00/h until Wed 00:00 UTC (configured $100.00/h): committed $4.90/h now, the 2 dearest per task above it"
-        " drain (#500 #501)",
-        "no new rtx 3090 until 18:00 UTC: 1 running stay until given back",
+        "cap 5 machines until 18:00 UTC (configured 40): 10 now, 5 above it will drain after their tasks",
+        "$4.00/h until Wed 00:00 UTC (configured $100.00/h): committed $5.40/h now, the 3 dearest per task above it"
+        " drain (#131 #500 #501)",
+        "no new rtx 3090 until 18:00 UTC: 1 running stay until given back, 1 parked not resumed",
         "nothing new on host 77 until 18:00 UTC: 0 running there stay until given back",
-        "every machine given back by 15:00 UTC: 9 now drain from 14:40 UTC, no launch from 13:30 UTC (startup 1.5 h)",
+        "every machine given back by 15:00 UTC: 10 now drain from 14:40 UTC, no launch from 13:30 UTC (startup 1.5 h)",
         "park off until 18:00 UTC: no machine is parked; the parked ones are resumed or given back as before",
         "cap 5 machines until 18:00 UTC (configured 40): 0 now, nothing above it (fleet unknown now)",
     ]
