@@ -6,11 +6,9 @@ from __future__ import annotations
 from nats.js import JetStreamContext
 
 from shared.clock import SimulatedClock
-from shared.contract import LaunchInstances, LaunchReason
 from shared.settings import Settings
 from sim.vast.scenario import Endpoint
 from tests.provisioner.service_harness import (
-    NOW,
     OFFER_B,
     OFFER_C,
     BusRecorder,
@@ -18,20 +16,8 @@ from tests.provisioner.service_harness import (
     running_provisioner,
     send,
 )
+from tests.provisioner.test_service import launch
 from tests.sim_vast.harness import StartVast
-
-
-def launch(key: str, count: int = 1, **fields: object) -> LaunchInstances:
-    return LaunchInstances(
-        occurred_at=NOW,
-        source="decider",
-        idempotency_key=key,
-        requested_by="policy",
-        count=count,
-        launch_priority="normal",
-        reason=LaunchReason.BACKLOG,
-        **fields,
-    )
 
 
 async def test_an_excluded_host_is_passed_over_for_the_next_best_offer(
