@@ -70,6 +70,14 @@ def without_removals_in_flight(
     return kept, f"{explanation}; awaiting removals already sent: {', '.join(awaited)}"
 
 
+# each removal verb's command
+REMOVAL_COMMANDS: dict[str, type[DrainInstance] | type[StopInstance] | type[DestroyInstance]] = {
+    "drain": DrainInstance,
+    "stop": StopInstance,
+    "destroy": DestroyInstance,
+}
+
+
 def policy_actions(recommendation: Recommendation, run_id: str, now: datetime, source: str) -> list[Action]:
     """The recommendation as contract commands (resumes and launches first: capacity before removals)."""
     actions: list[Action] = []
@@ -97,14 +105,9 @@ def policy_actions(recommendation: Recommendation, run_id: str, now: datetime, s
                 **common,
             )
         )
-    removal_types: dict[str, type[DrainInstance] | type[StopInstance] | type[DestroyInstance]] = {
-        "drain": DrainInstance,
-        "stop": StopInstance,
-        "destroy": DestroyInstance,
-    }
     for removal in recommendation.removals:
         actions.append(
-            removal_types[removal.verb](
+            REMOVAL_COMMANDS[removal.verb](
                 idempotency_key=idempotency_key(run_id, len(actions)),
                 instance_id=removal.instance_id,
                 reason=removal.reason,

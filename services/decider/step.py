@@ -11,7 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from services.decider.decision import idempotency_key, policy_actions, without_removals_in_flight
+from services.decider.decision import (
+    REMOVAL_COMMANDS,
+    idempotency_key,
+    policy_actions,
+    without_removals_in_flight,
+)
 from services.decider.directives import (
     DEFAULT_STARTUP_S,
     DirectiveRemoval,
@@ -31,16 +36,7 @@ from services.decider.guardrails import (
     unobserved_launches,
 )
 from services.decider.policy import Policy, Recommendation, TunablePolicy
-from shared.contract import (
-    Action,
-    DemandSignal,
-    DestroyInstance,
-    DrainInstance,
-    FleetSnapshot,
-    GuardrailVerdict,
-    LaunchInstances,
-    StopInstance,
-)
+from shared.contract import Action, DemandSignal, FleetSnapshot, GuardrailVerdict, LaunchInstances
 from shared.contract.directives import Directive, SetLever
 
 SOURCE = "decider"
@@ -174,12 +170,7 @@ def _startup_s(recommendation: Recommendation | None) -> float:
 
 
 def _directed_command(removal: DirectiveRemoval, run_id: str, index: int, now: datetime) -> Action:
-    kinds: dict[str, type[DrainInstance] | type[StopInstance] | type[DestroyInstance]] = {
-        "drain": DrainInstance,
-        "stop": StopInstance,
-        "destroy": DestroyInstance,
-    }
-    return kinds[removal.plan.verb](
+    return REMOVAL_COMMANDS[removal.plan.verb](
         occurred_at=now,
         source=SOURCE,
         requested_by="operator",
