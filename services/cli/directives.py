@@ -74,7 +74,7 @@ def value_of(directive: Directive) -> str:
     if isinstance(directive, ExcludeHost):
         return f"not host {directive.host_id}"
     if isinstance(directive, DrainBy):
-        return f"all given back by {directive.drain_by:%m-%d %H:%M}"
+        return f"drain by {directive.drain_by:%m-%d %H:%M}"
     if isinstance(directive, SetLever):
         return f"{directive.lever} {directive.state}"
     if isinstance(directive, CapInstances):
@@ -172,12 +172,13 @@ def send(settings: Settings, request: DirectiveRequest) -> DirectiveList | Direc
 
 def directives_table(directives: list[Directive], now: datetime) -> Table:
     table = Table(box=None, pad_edge=False)
-    for column in ("#", "directive", "until (UTC)", "set by", "status"):
-        table.add_column(column, no_wrap=column != "directive")
+    said = any(directive.instruction for directive in directives)
+    for column in ("#", "directive", "until (UTC)", "set by", "status", *(("why",) if said else ())):
+        table.add_column(column, no_wrap=column != "why")
     for directive in directives:
         status = status_of(directive, now)
         if directive.revoked_at is not None:
-            status = f"revoked {directive.revoked_at:%m-%d %H:%M} by {directive.revoked_by}"
+            status = f"revoked by {directive.revoked_by}"
         style = "bold" if status == "active" else "dim"
         table.add_row(
             str(directive.directive_id),
@@ -185,6 +186,7 @@ def directives_table(directives: list[Directive], now: datetime) -> Table:
             f"{directive.expires_at:%m-%d %H:%M}",
             f"{directive.set_by} ({directive.via})",
             status,
+            *((directive.instruction,) if said else ()),
             style=style,
         )
     return table
