@@ -34,7 +34,7 @@ def test_moments_are_utc_times_of_day_iso_moments_or_durations_from_now() -> Non
     assert parse_when("90m", NOW) == NOW + timedelta(minutes=90)
     assert parse_when("2d", NOW) == NOW + timedelta(days=2)
     for wrong in ("tomorrow", "25:00", "4 hours"):
-        with pytest.raises(ValueError, match="expected|not a time of day"):
+        with pytest.raises(ValueError, match=r"expected|not a time of day"):
             parse_when(wrong, NOW)
 
 
