@@ -20,6 +20,7 @@ from shared.contract.directives import (
     ExcludeGpuModel,
 )
 from shared.settings import Settings
+from sim.infra import RedisServer
 from tests.decider.factories import producing, signal, snapshot
 from tests.decider.harness import audit_log, collect, publish_inputs, running_decider
 from tests.helpers import eventually
@@ -167,3 +168,25 @@ async def test_a_malformed_request_gets_one_clear_line_and_is_dead_lettered(
     [letter] = letters.items
     assert letter.reason == "invalid_message" and letter.original_subject == settings.subjects.decider_directives
     assert "operation" in letter.error
+
+
+async def test_without_redis_the_directives_are_unknown_and_nothing_is_stored(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, redis_server: RedisServer
+) -> None:
+    async with running_decider(settings):
+        assert (await add(nc, settings, cap(6))).ok
+        redis_server.stop()
+        listed = await listing(nc, settings)
+        assert listed.directives == []
+        assert listed.error is not None and listed.error.startswith("the directives are unknown: redis: ")
+        answer = await add(nc, settings, cap(5))
+        assert not answer.ok and answer.message.startswith("not stored, the directive store is unreachable")
+        gone = await revoke(nc, settings, 1)
+        assert not gone.ok and gone.message.startswith("not revoked")
+        redis_server.start()
+        await eventually(lambda: _listed_again(nc, settings))
+
+
+async def _listed_again(nc: NatsClient, settings: Settings) -> bool:
+    listed = await listing(nc, settings)
+    return listed.error is None and [d.directive_id for d in listed.directives] == [1]
