@@ -18,7 +18,6 @@ from faststream.nats.annotations import NatsMessage
 
 from services.decider.advisor import Advisor
 from services.decider.config import DeciderSettings
-from services.decider.directive_requests import DirectiveDesk
 from services.decider.lock import RedisSingleFlight
 from services.decider.metrics import DeciderMetrics
 from services.decider.policy import PredictivePolicy
@@ -102,7 +101,7 @@ def wire(
         async def on_operator_message(message: OperatorMessage) -> None:
             decider.on_operator_message(message)
 
-    desk = DirectiveDesk(ctx, decider.directives.store, decider.guardrails, decider.inputs, metrics)
+    desk = decider.directive_desk
 
     # a queue group: of several replicas one answers (they share the store); no_reply: the answer goes out through
     # answer_request, which sends it to an inbox only

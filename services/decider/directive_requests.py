@@ -39,8 +39,12 @@ class DirectiveDesk:
         if request.operation == "list":
             return await self.listing()
         if request.operation == "add":
-            return await self.add(request)
-        return await self.revoke(request)
+            if request.directive is None:
+                return self._refused("add", "add needs a directive (its kind, value and expiry)")
+            return await self.add_directive(request.directive)
+        if request.directive_id is None:
+            return self._refused("revoke", "revoke needs the directive's number")
+        return await self.revoke_directive(request.directive_id, request.operator)
 
     def malformed(self, error: pydantic.ValidationError) -> DirectiveAnswer:
         """The one line a sender of a request that does not validate gets back (the request is dead-lettered)."""
@@ -57,15 +61,15 @@ class DirectiveDesk:
         self.metrics.directive_requests.labels("list", "ok").inc()
         return DirectiveList(occurred_at=now, source=SOURCE, directives=list(stored.directives), error=stored.problem())
 
-    async def add(self, request: DirectiveRequest) -> DirectiveAnswer:
+    async def add_directive(self, directive: Directive) -> DirectiveAnswer:
+        """The CLI's or the agent's: refused when it would loosen a configured limit, else stored under a new number
+        and answered with its effect on the fleet now."""
         now = self.ctx.clock.now()
-        if request.directive is None:
-            return self._refused("add", "add needs a directive (its kind, value and expiry)")
-        refusal = check_new(request.directive, self.guardrails)
+        refusal = check_new(directive, self.guardrails)
         if refusal is not None:
             return self._refused("add", f"refused: {refusal}")
         try:
-            stored = await self.store.add(request.directive, now)
+            stored = await self.store.add(directive, now)
         except pydantic.ValidationError as error:
             return self._refused("add", f"refused: {problem_fields(error) or error}")
         except DirectiveStoreUnavailable as error:
@@ -78,19 +82,17 @@ class DirectiveDesk:
         self.metrics.directive_requests.labels("add", "ok").inc()
         return self._answer(True, f"directive #{stored.directive_id} stored: {said}{woken}", stored)
 
-    async def revoke(self, request: DirectiveRequest) -> DirectiveAnswer:
+    async def revoke_directive(self, directive_id: int, operator: str) -> DirectiveAnswer:
         now = self.ctx.clock.now()
-        if request.directive_id is None:
-            return self._refused("revoke", "revoke needs the directive's number")
         try:
-            revoked = await self.store.revoke(request.directive_id, request.operator, now)
+            revoked = await self.store.revoke(directive_id, operator, now)
         except DirectiveStoreUnavailable as error:
             return self._failed("revoke", f"not revoked, the directive store is unreachable: {error}")
         if revoked.refusal is not None:
             return self._refused("revoke", revoked.refusal, revoked.directive)
-        woken = await self._wake(f"directive #{request.directive_id} revoked by {request.operator}")
+        woken = await self._wake(f"directive #{directive_id} revoked by {operator}")
         self.metrics.directive_requests.labels("revoke", "ok").inc()
-        return self._answer(True, f"directive #{request.directive_id} revoked{woken}", revoked.directive)
+        return self._answer(True, f"directive #{directive_id} revoked{woken}", revoked.directive)
 
     async def _wake(self, detail: str) -> str:
         """A P1 trigger every replica sees; "" when sent, else what it means for the operator."""

@@ -26,6 +26,7 @@ from services.decider.decision import (
     run_outcome,
     snapshot_digest,
 )
+from services.decider.directive_requests import DirectiveDesk
 from services.decider.directive_store import DirectiveMemory, DirectiveStore, InForce
 from services.decider.guardrails import (
     FleetLedger,
@@ -233,6 +234,8 @@ class Decider:
             snapshot_max_age_s=config.snapshot_max_age_s,
             snapshot_request_timeout_s=config.snapshot_request_timeout_s,
         )
+        # `fleetpilot directives` and the agent add and revoke through it (app.py serves the requests)
+        self.directive_desk = DirectiveDesk(ctx, self.directives.store, self.guardrails, self.inputs, metrics)
         self.operator_messages: dict[str, OperatorMessage] = {}
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
