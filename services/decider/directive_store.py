@@ -2,8 +2,8 @@
 
 Three keys under the decider's prefix: a counter that numbers them, a hash of number → directive, and a sorted set
 of the active ones scored by their expiry (so the cap on active directives is counted without reading them all).
-A directive that ended (expired or revoked) stays listed for RETENTION_S, so `fleetpilot directives` still shows
-what bound the fleet this morning, then is removed on the next read.
+A directive that ended (expired or revoked) stays listed for RETENTION_S (the newest MAX_ENDED_KEPT of them), so
+`fleetpilot directives` still shows what bound the fleet this morning, then is removed on the next read.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from shared.contract.directives import MAX_ACTIVE_DIRECTIVES, Directive
 
 # how long an ended directive is still listed: a week answers "what was in force last weekend"
 RETENTION_S = 7 * 24 * 3600.0
+# and how many at most (the newest): a listing is one NATS message, under its 1 MB limit at ~400 bytes each
+MAX_ENDED_KEPT = 500
 
 _DIRECTIVE: TypeAdapter[Directive] = TypeAdapter(Directive)
 
@@ -128,9 +130,13 @@ class DirectiveStore:
                 found.append(directive)
             else:
                 forgotten.append(_text(number))
+        found.sort(key=lambda d: d.directive_id, reverse=True)
+        ended = [d for d in found if d.revoked_at is not None or not d.active(now)]
+        for directive in ended[MAX_ENDED_KEPT:]:
+            forgotten.append(str(directive.directive_id))
+            found.remove(directive)
         if forgotten:
             await self._forget(forgotten)
-        found.sort(key=lambda d: d.directive_id, reverse=True)
         return StoredDirectives(tuple(found), unreadable)
 
     async def add(self, directive: Directive, now: datetime) -> Directive | str:

@@ -11,6 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from services.decider.directive_store import (
+    MAX_ENDED_KEPT,
     RETENTION_S,
     DirectiveMemory,
     DirectiveStore,
@@ -157,3 +158,15 @@ async def test_a_run_enforces_what_it_read_last_when_the_store_is_garbled_or_gon
         assert fresh.directives == () and fresh.problem is not None and "unknown" in fresh.problem
     finally:
         await client.aclose()
+
+
+async def test_only_the_newest_ended_directives_are_kept_and_never_an_active_one_is_dropped(redis: Redis) -> None:
+    store = DirectiveStore(redis, "fpt")
+    keep = stored(await store.add(cap(2, hours=48), NOW))
+    for _ in range(MAX_ENDED_KEPT + 3):
+        directive = stored(await store.add(cap(3), NOW))
+        await store.revoke(directive.directive_id, "carol", NOW)
+    listing = (await store.read(NOW)).directives
+    assert len(listing) == MAX_ENDED_KEPT + 1 and keep in listing
+    assert min(d.directive_id for d in listing if d != keep) == 2 + 3  # the three oldest revoked ones are gone
+    assert await redis.hlen(store.directives_key) == MAX_ENDED_KEPT + 1
