@@ -75,6 +75,13 @@ class Subjects:
         """The periodic snapshot, kept as a last value in JetStream."""
         return f"{self.prefix}.fleet.snapshot.latest"
 
+    # decider
+    @property
+    def decider_directives(self) -> str:
+        """Request/reply (core NATS): list, add or revoke an operator's directives (reply: DirectiveList or
+        DirectiveAnswer)."""
+        return f"{self.prefix}.decider.directives"
+
     # decider triggers
     def trigger(self, priority: TriggerPriority, reason: TriggerReason) -> str:
         return f"{self.prefix}.trigger.{priority}.{reason.value}"

@@ -21,6 +21,7 @@ from services.cli.errors import writable_file
 from services.cli.service_apps import SERVICES
 from shared import contract as c
 from shared.clock import RealClock
+from shared.contract.directives import DirectiveRequest
 from shared.service import ServiceContext
 from shared.settings import Settings
 from shared.subjects import Subjects
@@ -50,6 +51,11 @@ def catalog(subjects: Subjects) -> list[Channel]:
         Channel(s.fleet_snapshot, c.FleetSnapshotRequest, "request/reply: the fleet view (reply: FleetSnapshot)"),
         Channel(s.fleet_snapshot_published, c.FleetSnapshot, "the periodic fleet snapshot, last value kept"),
         Channel(f"{p}.trigger.{{priority}}.{{reason}}", c.Trigger, "wake the decider: p0 now, p1 debounced"),
+        Channel(
+            s.decider_directives,
+            DirectiveRequest,
+            "request/reply: list, add or revoke the operator's directives (reply: DirectiveList or DirectiveAnswer)",
+        ),
         Channel(s.provision_command("launch"), c.LaunchInstances, "command: launch instances"),
         Channel(s.provision_command("stop"), c.StopInstance, "command: stop an instance"),
         Channel(s.provision_command("destroy"), c.DestroyInstance, "command: destroy an instance"),

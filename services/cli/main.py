@@ -44,6 +44,10 @@ LAZY_COMMANDS = {
         "services.cli.demo:demo",
         "Run the whole system on simulated vast.ai and Ollama: a day of demand in a few minutes.",
     ),
+    "directives": LazyTarget(
+        "services.cli.directives:directives_app",
+        "The operator's directives to the decider: list them, add one, revoke one.",
+    ),
     "dlq": LazyTarget("services.cli.dlq:dlq_app", "Dead letters: messages a service rejected, with the reason."),
     "history": LazyTarget(
         "services.cli.history:history",

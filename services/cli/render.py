@@ -170,6 +170,8 @@ def decision_lines(record: DecisionRecord) -> list[str]:
     if record.signal is not None:
         lines.append(f"  demand: {record.signal.state.value}: {record.signal.explanation}")
     lines.append(f"  policy: {record.recommendation}")
+    if record.directives:
+        lines.append(f"  directives in force: {', '.join(f'#{number}' for number in record.directives)}")
     if record.agent is not None and (record.agent.decision or record.agent.assessment):
         lines.append(f"  agent ({record.agent.status}): {record.agent.decision or record.agent.assessment}")
     lines.extend(f"  {describe_verdict(verdict)}" for verdict in record.verdicts)

@@ -23,6 +23,7 @@ from shared.contract import (
     OperatorReply,
     TriggerRef,
 )
+from shared.contract.directives import Directive
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class RunInputs:
     recommended_actions: list[Action]  # what the policy would do (before guardrails)
     operator_messages: list[OperatorMessage] = field(default_factory=list)
     stale: bool = False  # signal or snapshot too old: only hold
+    directives: tuple[Directive, ...] = ()  # the operators' directives active at `now`
 
 
 class DeciderPorts(Protocol):

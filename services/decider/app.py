@@ -11,8 +11,10 @@ import importlib
 import warnings
 from typing import Any
 
+import pydantic
 from faststream.asgi import AsgiFastStream
 from faststream.nats import ConsumerConfig, DeliverPolicy
+from faststream.nats.annotations import NatsMessage
 
 from services.decider.advisor import Advisor
 from services.decider.config import DeciderSettings
@@ -20,8 +22,9 @@ from services.decider.lock import RedisSingleFlight
 from services.decider.metrics import DeciderMetrics
 from services.decider.policy import PredictivePolicy
 from services.decider.runner import SERVICE, Decider
-from shared.bus import JETSTREAM_ACK_POLICY
+from shared.bus import JETSTREAM_ACK_POLICY, answer_request
 from shared.contract import OperatorMessage, Trigger
+from shared.contract.directives import DirectiveRequest
 from shared.service import ServiceContext, asgi_app
 from shared.settings import Settings
 from shared.streams import ACK_WAIT_S, MAX_DELIVER, OPERATOR, TRIGGERS, StreamSpec, bound_stream
@@ -97,6 +100,19 @@ def wire(
         )
         async def on_operator_message(message: OperatorMessage) -> None:
             decider.on_operator_message(message)
+
+    desk = decider.directive_desk
+
+    # a queue group: of several replicas one answers (they share the store); no_reply: the answer goes out through
+    # answer_request, which sends it to an inbox only
+    @ctx.broker.subscriber(ctx.subjects.decider_directives, queue=SERVICE, no_reply=True)
+    async def on_directive_request(msg: NatsMessage) -> None:
+        try:
+            request = DirectiveRequest.model_validate_json(msg.body)
+        except pydantic.ValidationError as error:
+            await answer_request(ctx.broker, ctx.metrics, msg, desk.malformed(error))
+            raise  # and dead-lettered with the reason, as any message that cannot be valid
+        await answer_request(ctx.broker, ctx.metrics, msg, await desk.answer(request))
 
     app = asgi_app(ctx)
     app.after_startup(decider.start)

@@ -55,6 +55,14 @@ class DeciderMetrics:
         self.commands = Counter(
             "fleetpilot_decider_commands_total", "Commands published, by verb", ["verb"], registry=registry
         )
+        self.directive_requests = Counter(
+            "fleetpilot_decider_directive_requests_total",
+            "Requests of `fleetpilot directives`, by operation and how each ended (ok, refused, error, invalid)",
+            ["operation", "outcome"], registry=registry,
+        )  # fmt: skip
+        self.directives_in_force = Gauge(
+            "fleetpilot_decider_directives_in_force", "Operator directives the last run enforced", registry=registry
+        )
         self.lock_available.set(1)
         for label in RUN_LABELS:
             self.suppressed_runs.labels(label)

@@ -26,6 +26,8 @@ from services.decider.decision import (
     run_outcome,
     snapshot_digest,
 )
+from services.decider.directive_requests import DirectiveDesk
+from services.decider.directive_store import DirectiveMemory, DirectiveStore, InForce
 from services.decider.guardrails import (
     FleetLedger,
     GuardrailConfig,
@@ -61,6 +63,7 @@ from shared.contract import (
     TriggerReason,
     TriggerRef,
 )
+from shared.contract.directives import Directive
 from shared.service import ServiceContext
 from shared.streams import AUDIT, BENCH, COMMANDS, OPERATOR
 
@@ -214,6 +217,8 @@ class Decider:
         advisor: Advisor | None = None,
     ) -> None:
         self.ctx = ctx
+        # the operator's directives share the lock's connection: a run that holds the lock can read them
+        self.directives = DirectiveMemory(DirectiveStore(single_flight.redis, ctx.subjects.prefix))
         self.config = config
         self.metrics = metrics
         self.single_flight = single_flight
@@ -229,6 +234,8 @@ class Decider:
             snapshot_max_age_s=config.snapshot_max_age_s,
             snapshot_request_timeout_s=config.snapshot_request_timeout_s,
         )
+        # `fleetpilot directives` and the agent add and revoke through it (app.py serves the requests)
+        self.directive_desk = DirectiveDesk(ctx, self.directives.store, self.guardrails, self.inputs, metrics)
         self.operator_messages: dict[str, OperatorMessage] = {}
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -385,12 +392,23 @@ class Decider:
             removals = await self.single_flight.recent_removals(started_at)
         except LockUnavailable:
             lease.lost, sent, removals = True, [], []
+        in_force = await self._directives_in_force(started_at)
         has_p0 = any(r.priority == "p0" for r in refs)
         answer_only = answers_only(refs)
         stale_inputs = f"signal {data.signal_freshness}, snapshot {data.snapshot_freshness}" if data.stale else None
         plan = self._plan(
-            data, sent, started_at, run_id, stale_inputs=stale_inputs, answer_only=answer_only, removals=removals
+            data,
+            sent,
+            started_at,
+            run_id,
+            stale_inputs=stale_inputs,
+            answer_only=answer_only,
+            removals=removals,
+            directives=in_force.directives,
         )
+        explanation = plan.explanation
+        if in_force.problem is not None:
+            explanation += f"; directives: {in_force.problem}"
         messages = [self.operator_messages[r.event_id] for r in refs if r.event_id in self.operator_messages]
         inputs = RunInputs(
             run_id=run_id,
@@ -398,10 +416,11 @@ class Decider:
             triggers=list(refs),
             signal=data.signal,
             snapshot=data.snapshot,
-            recommendation=plan.explanation,
+            recommendation=explanation,
             recommended_actions=list(plan.actions),
             operator_messages=messages,
             stale=data.stale,
+            directives=in_force.directives,
         )
         if answer_only and any(ref.reason is not TriggerReason.OPERATOR_MESSAGE for ref in refs):
             # the fleet's own triggers that shared this run are acted on by a follow-up run, without the question
@@ -427,14 +446,15 @@ class Decider:
                     answer_only=answer_only,
                     ledger=ports.ledger,
                     launched_this_run=ports.launched,
+                    directives=in_force.directives,
                 )
                 await ports.carry_out(again, started_at)
         else:
             await ports.carry_out(plan, started_at)
         if messages and (self.advisor is None or degraded):
-            await self._reply_without_agent(ports, messages, plan.explanation, started_at)
+            await self._reply_without_agent(ports, messages, explanation, started_at)
         return await self._finish(
-            lease, run_id, refs, started_at, wall_start, data, plan.explanation, ports, outcome, degraded
+            lease, run_id, refs, started_at, wall_start, data, explanation, ports, outcome, degraded, in_force
         )
 
     def _plan(
@@ -449,6 +469,7 @@ class Decider:
         ledger: FleetLedger | None = None,
         launched_this_run: int = 0,
         removals: Sequence[SentRemoval] = (),
+        directives: Sequence[Directive] = (),
     ) -> RunPlan:
         """The step on this run's inputs; a policy that raised is alerted here (the plan holds)."""
         plan = plan_run(
@@ -464,11 +485,20 @@ class Decider:
             ledger=ledger,
             launched_this_run=launched_this_run,
             removals=removals,
+            directives=directives,
         )
         if plan.policy_error is not None:
             log.error("policy failed", exc_info=plan.policy_error)
             self.alert("policy_error", f"policy failed, holding: {plan.policy_error!r}")
         return plan
+
+    async def _directives_in_force(self, now: datetime) -> InForce:
+        """The operator's directives this run enforces; when the store cannot be read, those read last (an alert)."""
+        in_force = await self.directives.in_force(now)
+        if in_force.problem is not None:
+            self.alert("directives_unreadable", in_force.problem)
+        self.metrics.directives_in_force.set(len(in_force.directives))
+        return in_force
 
     async def _advise(self, inputs: RunInputs, ports: RunPorts) -> AdvisorOutcome:
         assert self.advisor is not None
@@ -510,6 +540,7 @@ class Decider:
         ports: RunPorts,
         outcome: AdvisorOutcome | None,
         degraded: bool,
+        in_force: InForce,
     ) -> DecisionRecord:
         finished_at = max(self.ctx.clock.now(), started_at)
         result = run_outcome(
@@ -535,6 +566,7 @@ class Decider:
             commands_withheld=ports.commands_withheld,
             outcome=result,
             agent=outcome.trace if outcome else None,
+            directives=[directive.directive_id for directive in in_force.directives],
         )
         self.last_record = record
         try:

@@ -95,3 +95,6 @@ class DecisionRecord(Event):
     )
     outcome: RunOutcome
     agent: AgentTrace | None = None
+    directives: list[int] = Field(
+        default_factory=list, description="numbers of the operator's directives in force that the run enforced"
+    )

@@ -25,6 +25,7 @@ class TriggerReason(StrEnum):
     DEMAND_STATE_CHANGE = "demand_state_change"
     BENCH_RESULT = "bench_result"
     PROVISION_RESULT = "provision_result"
+    DIRECTIVE_CHANGED = "directive_changed"  # an operator added or revoked a directive: its effect within a P1 delay
 
 
 TriggerPriority = Literal["p0", "p1"]

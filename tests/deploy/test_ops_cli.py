@@ -164,6 +164,9 @@ def test_a_decision_reads_with_its_triggers_reasons_and_guardrail_verdicts() -> 
     assert "agent (ok): launch two RTX 4090 for the afternoon peak" in text
     assert "allowed: launch 2 (normal, sustained_demand, any GPU): within budget" in text
     assert "REFUSED by last_producer: destroy #33032712 (idle): the last producing machine" in text
+    assert "directives in force" not in text
+    bound = "\n".join(decision_lines(decision("r2").model_copy(update={"directives": [3, 7]})))
+    assert "  directives in force: #3, #7" in bound
 
 
 # --- the commands on a real nats-server ---

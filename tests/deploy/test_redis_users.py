@@ -16,6 +16,7 @@ import yaml
 
 from services.bench.store import BenchStore
 from services.decider.agent.store import RedisAgentStore
+from services.decider.directive_store import DirectiveStore
 from services.decider.lock import RedisSingleFlight
 from services.demand.store import DemandStore
 from services.fleet.store import FleetStore
@@ -91,7 +92,12 @@ def keys_each_service_writes() -> dict[str, list[str]]:
         "demand": [DemandStore(url, PREFIX, 10).state_key],
         "fleet": [FleetStore(url, PREFIX).instances_key],
         "provisioner": [provisioner._key("instances"), provisioner._key("result", "launch-1")],
-        "decider": [lock.lock_key, lock.fence_key, *RedisAgentStore(client, PREFIX).keys],
+        "decider": [
+            lock.lock_key,
+            lock.fence_key,
+            *RedisAgentStore(client, PREFIX).keys,
+            *DirectiveStore(client, PREFIX).keys,
+        ],
         "bench": [bench._report_key("fleetpilot:launch-1:0"), bench._pending_key],
     }
 

@@ -359,3 +359,26 @@ def test_streams_ensure_says_in_one_line_when_nats_cannot_be_reached() -> None:
     assert result.exit_code == 2
     assert result.stderr.startswith(f"cannot reach NATS at {env['FLEETPILOT_NATS_URL']} after 0 s")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+async def test_the_operator_adds_lists_and_revokes_directives_through_the_decider_and_no_service_can(
+    secured_nats: SecuredNats, service_processes: list[ServiceProcess], tmp_path: Path
+) -> None:
+    """`fleetpilot directives` as `operator` against `fleetpilot run decider` as `decider`: the decider answers into
+    the operator's inbox and wakes itself with its P1 trigger, within the policy; a service may not ask."""
+    decider = ServiceProcess("decider", secured_nats, tmp_path / "decider.log")
+    service_processes.append(decider)
+    await decider.wait_healthy()
+    cli = secured_nats.cli
+
+    code, out, err = await cli("operator", "directives", "add", "cap_instances", "3", "--until", "4h", "--by", "eve")
+    assert code == 0 and out.startswith("directive #1 stored: "), err
+    code, out, err = await cli("operator", "directives")
+    assert code == 0 and "at most 3 machines" in out and "eve (cli)" in out, err
+    code, out, err = await cli("operator", "directives", "revoke", "1")
+    assert code == 0 and "directive #1 revoked" in out, err
+    assert secured_nats.violations() == []
+
+    code, _, err = await cli("jobs", "directives")
+    assert code != 0
+    assert ("jobs", "Publish", SUBJECTS.decider_directives) in secured_nats.violations()
