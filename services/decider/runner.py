@@ -94,6 +94,9 @@ class RunPorts:
     lease: Lease
     ledger: FleetLedger
     answer_only: bool = False  # an operator message is among the run's triggers: every action is refused
+    # the limits this run's actions are judged by: the configured ones tightened by the operator's directives in
+    # force (RunPlan.guardrails); None: the configured ones
+    guardrails: GuardrailConfig | None = None
     verdicts: list[GuardrailVerdict] = field(default_factory=list)
     commands_sent: list[str] = field(default_factory=list)
     commands_withheld: list[str] = field(default_factory=list)  # shadow mode: allowed, not published
@@ -104,7 +107,8 @@ class RunPorts:
         """An agent's action: judged by the step's guardrails, then carried out if allowed."""
         d = self.decider
         now = d.ctx.clock.now()
-        verdict, ledger = judge(action, self.ledger, now, d.guardrails, answer_only=self.answer_only)
+        limits = self.guardrails or d.guardrails
+        verdict, ledger = judge(action, self.ledger, now, limits, answer_only=self.answer_only)
         return await self._carry_out(verdict, ledger, now)
 
     async def carry_out(self, plan: RunPlan, now: datetime) -> None:
@@ -425,7 +429,7 @@ class Decider:
         if answer_only and any(ref.reason is not TriggerReason.OPERATOR_MESSAGE for ref in refs):
             # the fleet's own triggers that shared this run are acted on by a follow-up run, without the question
             self.scheduler.schedule_wakeup(started_at)
-        ports = RunPorts(self, lease, plan.ledger_at_start, answer_only=answer_only)
+        ports = RunPorts(self, lease, plan.ledger_at_start, answer_only=answer_only, guardrails=plan.guardrails)
         outcome: AdvisorOutcome | None = None
         degraded = False
         if data.stale:

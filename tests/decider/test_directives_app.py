@@ -22,7 +22,8 @@ from shared.contract.directives import (
 from shared.settings import Settings
 from sim.infra import RedisServer
 from tests.decider.factories import producing, signal, snapshot
-from tests.decider.harness import audit_log, collect, publish_inputs, running_decider
+from tests.decider.harness import audit_log, collect, publish_inputs, publish_trigger, running_decider
+from tests.decider.test_decider_app import ScriptedAdvisor, short_fleet, trigger
 from tests.helpers import eventually
 
 
@@ -190,3 +191,20 @@ async def test_without_redis_the_directives_are_unknown_and_nothing_is_stored(
 async def _listed_again(nc: NatsClient, settings: Settings) -> bool:
     listed = await listing(nc, settings)
     return listed.error is None and [d.directive_id for d in listed.directives] == [1]
+
+
+async def test_an_agents_launch_is_judged_by_the_limits_the_directives_tighten(
+    settings: Settings, nc: NatsClient, js: JetStreamContext
+) -> None:
+    """The agent acts through the run's ports: its launch of 100 meets the directive's cap of 4, not the
+    configured max_instances (2 producing: 2 more at most), and the verdict names the directive."""
+    advisor = ScriptedAdvisor(act_on=["oversized"])
+    async with running_decider(settings):
+        assert (await add(nc, settings, cap(4))).ok  # stored first: the run below reads it
+    await short_fleet(js, settings)  # 2 producing, demand above them: the agent's run acts
+    async with running_decider(settings, advisor):
+        await publish_trigger(js, settings, trigger())
+        await eventually(lambda: advisor.verdicts)
+    [verdict] = advisor.verdicts
+    assert verdict.verdict == "allowed" and verdict.rule == "max_instances"
+    assert verdict.action.count == 2 and verdict.directive_id == 1  # type: ignore[union-attr]
