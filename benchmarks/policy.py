@@ -55,7 +55,7 @@ NAME = "policy"
 BUNDLED_NAME = "policy_bundled"
 SCENARIO = Path(__file__).resolve().parent.parent / "sim" / "world" / "scenarios" / "bench.yaml"
 # FleetPilot's policy and the baselines; its variants with vast's other levers have their own table (--levers)
-LEVERS = ("predictive", "predictive-park", "predictive-bids", "predictive-levers")
+LEVERS = ("predictive-on-demand", "predictive-park", "predictive-bids", "predictive-levers")
 SIMULATED = tuple(p for p in POLICY_FACTORIES if p not in LEVERS[1:])
 LEVERS_NAME = "policy_levers"
 # the levers' value rests on two rates vast does not publish (sim/vast/README.md): how often a stopped GPU is rented

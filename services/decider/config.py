@@ -69,9 +69,13 @@ class DeciderSettings(BaseSettings):
         default=1, ge=0, description="guardrail: producers never removed below this while tasks wait"
     )
 
-    # vast's other levers for the policy (sim/world/README.md measures them); off until turned on
+    # vast's other levers for the policy (sim/world/README.md measures them): parking pays on the world's
+    # families and is on; bids do not pay in the guessed market and are off
     park: bool = Field(
-        default=False, description="stop surplus producers with their disk kept and resume them before launching"
+        default=True, description="stop surplus producers with their disk kept and resume them before launching"
+    )
+    mpc: bool = Field(
+        default=False, description="choose launches by expected cost over demand scenarios (policy/mpc.py)"
     )
     bid_share: float = Field(
         default=0.0, ge=0, le=1, description="share of forecast or sustained growth launched as interruptible bids"
@@ -86,7 +90,7 @@ class DeciderSettings(BaseSettings):
     )
 
     def policy_config(self) -> PolicyConfig:
-        return PolicyConfig(park=self.park, bid_share=self.bid_share)
+        return PolicyConfig(park=self.park, bid_share=self.bid_share, mpc=self.mpc)
 
     def trigger_config(self) -> TriggerConfig:
         return TriggerConfig(

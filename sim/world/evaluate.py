@@ -65,8 +65,12 @@ def _predictive_with(name: str, **levers: Any) -> Callable[[GuardrailConfig], Wo
 # each policy from the guardrails every run meets (the baselines meet them in the engine)
 POLICY_FACTORIES: dict[str, Callable[[GuardrailConfig], WorldPolicy]] = {
     "predictive": _predictive,
+    # the default config parks; without any lever it rents on-demand and gives machines back, as before
+    "predictive-on-demand": _predictive_with("predictive-on-demand", park=False),
     "predictive-park": _predictive_with("predictive-park", park=True),
-    "predictive-bids": _predictive_with("predictive-bids", bid_share=0.5),
+    # launches chosen by expected cost over demand scenarios (services/decider/policy/mpc.py), parking on
+    "predictive-mpc": _predictive_with("predictive-mpc", park=True, mpc=True),
+    "predictive-bids": _predictive_with("predictive-bids", park=False, bid_share=0.5),
     "predictive-levers": _predictive_with("predictive-levers", park=True, bid_share=0.5),
     "reactive": lambda guardrails: ReactivePolicy(),
     "target-tracking": lambda guardrails: TargetTrackingPolicy(),
@@ -83,7 +87,14 @@ BASELINES = ("reactive", "target-tracking", "aws-predictive", "demand-based", "v
 REFERENCES = (TARGET_TRACKING_HINDSIGHT,)
 POLICIES = (*POLICY_FACTORIES, *REFERENCES, CLAIRVOYANT, CLAIRVOYANT_RUN, CLAIRVOYANT_LEVERS, CLAIRVOYANT_RUN_LEVERS)
 # the policies that use vast's levers (parking, bids): the on-demand bound does not hold for them
-LEVER_POLICIES = ("predictive-park", "predictive-bids", "predictive-levers", "vast-serverless")
+LEVER_POLICIES = (
+    "predictive",
+    "predictive-park",
+    "predictive-mpc",
+    "predictive-bids",
+    "predictive-levers",
+    "vast-serverless",
+)
 
 
 def bound_for(policy: str) -> str:

@@ -65,8 +65,9 @@ def test_cleanup_destroys_failed_machines_and_gives_up_parked_ones_held_too_long
 def test_while_workers_are_stalled_cleanup_gives_back_no_drained_machine() -> None:
     drained = line(300, InstanceState.DRAINING, NOW, state_for_s=3 * HOUR_S, last_task_ago_s=3 * HOUR_S)
     fleet = split_fleet(snapshot(NOW, [drained]))
-    assert cleanup(fleet, NOW, CONFIG, stalled_state=True) == []
-    assert [r.verb for r in cleanup(fleet, NOW, CONFIG, stalled_state=False)] == ["destroy"]
+    on_demand = PolicyConfig(park=False)
+    assert cleanup(fleet, NOW, on_demand, stalled_state=True) == []
+    assert [r.verb for r in cleanup(fleet, NOW, on_demand, stalled_state=False)] == ["destroy"]
 
 
 def test_growth_resumes_parked_machines_before_launching_new_ones() -> None:

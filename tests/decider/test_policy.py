@@ -25,6 +25,8 @@ from shared.contract import (
 from tests.decider.factories import HOUR_S, line, loading, producing, signal, snapshot, window
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+# scale-down as it is without parking (the default parks: tests/decider/test_policy_parking.py)
+ON_DEMAND = PolicyConfig(park=False)
 
 
 def test_eight_pending_tasks_on_a_served_fleet_hold() -> None:
@@ -100,12 +102,12 @@ def test_machines_already_loading_are_counted() -> None:
 def test_a_trough_shorter_than_the_startup_time_does_not_shed_machines() -> None:
     idle_fleet = snapshot(NOW, producing(4, NOW, last_task_ago_s=2400))  # idle 40 min
     trough = signal(NOW, rate_per_h=0, windows=[window(300, 0), window(1800, 0), window(7200, 480)])
-    rec = recommend(trough, idle_fleet, NOW)
+    rec = recommend(trough, idle_fleet, NOW, ON_DEMAND)
     assert rec.removals == ()
     assert rec.figures.keep_machines == 4  # the 2 h window still shows 480 tasks/h
     # a lull longer than the startup horizon (every window quiet) does give them back
     lull = signal(NOW, rate_per_h=0, windows=[window(300, 0), window(1800, 0), window(7200, 0)])
-    rec = recommend(lull, idle_fleet, NOW)
+    rec = recommend(lull, idle_fleet, NOW, ON_DEMAND)
     assert [(plan.verb, plan.reason) for plan in rec.removals] == [("drain", RemovalReason.IDLE)] * 4
 
 
@@ -113,7 +115,7 @@ def test_scale_down_only_removes_machines_idle_long_enough_and_keeps_hysteresis(
     busy = producing(3, NOW, last_task_ago_s=30)
     idle = producing(3, NOW, first_id=200, last_task_ago_s=2400)
     demand = signal(NOW, rate_per_h=240, pending=0, windows=[window(300, 240), window(7200, 240)])
-    rec = recommend(demand, snapshot(NOW, busy + idle), NOW)
+    rec = recommend(demand, snapshot(NOW, busy + idle), NOW, ON_DEMAND)
     # keep 2 for 240/h; 6 machines, margin 1: remove the idle ones only
     assert sorted(plan.instance_id for plan in rec.removals) == [200, 201, 202]
     assert all(plan.reason is RemovalReason.OVER_PROVISIONED for plan in rec.removals)
@@ -121,20 +123,20 @@ def test_scale_down_only_removes_machines_idle_long_enough_and_keeps_hysteresis(
     # keep 10 and 11 machines (margin 2) nothing goes
     eleven = producing(11, NOW, last_task_ago_s=2400)
     demand = signal(NOW, rate_per_h=1200, windows=[window(300, 1200), window(7200, 1200)])
-    assert recommend(demand, snapshot(NOW, eleven), NOW).removals == ()
+    assert recommend(demand, snapshot(NOW, eleven), NOW, ON_DEMAND).removals == ()
 
 
 def test_busy_producers_are_drained_when_the_queue_is_empty_and_those_left_keep_headroom() -> None:
     """A job system that spreads tasks over every worker leaves none idle: the surplus must still go."""
     busy = [line(100 + i, InstanceState.PRODUCING, NOW, last_task_ago_s=10 + 10 * i) for i in range(10)]
     demand = signal(NOW, rate_per_h=240, pending=0, windows=[window(300, 240), window(7200, 240)])
-    rec = recommend(demand, snapshot(NOW, busy), NOW)
+    rec = recommend(demand, snapshot(NOW, busy), NOW, ON_DEMAND)
     # keep 2 for 240/h; the 3 left serve it with 50% headroom (360/h); the least recently busy go first
     assert [(plan.verb, plan.instance_id) for plan in rec.removals] == [("drain", 100 + i) for i in range(9, 2, -1)]
     assert all(plan.reason is RemovalReason.OVER_PROVISIONED for plan in rec.removals)
     # more than five minutes of the producers' work queued (10 × 120/h: 100 tasks): only idle machines go
     queued = signal(NOW, rate_per_h=240, pending=150, windows=[window(300, 240), window(7200, 240)])
-    assert recommend(queued, snapshot(NOW, busy), NOW).removals == ()
+    assert recommend(queued, snapshot(NOW, busy), NOW, ON_DEMAND).removals == ()
 
 
 def test_machines_still_loading_never_make_busy_producers_look_surplus() -> None:
@@ -190,7 +192,7 @@ def test_failed_machines_are_destroyed_with_their_reason_and_replaced_when_neede
 def test_drained_machines_are_destroyed_once_their_last_task_is_done() -> None:
     done = line(300, InstanceState.DRAINING, NOW, state_for_s=900, last_task_ago_s=800)
     busy = line(301, InstanceState.DRAINING, NOW, state_for_s=900, last_task_ago_s=60)
-    rec = recommend(signal(NOW, rate_per_h=120), snapshot(NOW, [*producing(1, NOW), done, busy]), NOW)
+    rec = recommend(signal(NOW, rate_per_h=120), snapshot(NOW, [*producing(1, NOW), done, busy]), NOW, ON_DEMAND)
     assert [(plan.verb, plan.instance_id) for plan in rec.removals] == [("destroy", 300)]
 
 

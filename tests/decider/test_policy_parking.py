@@ -40,8 +40,11 @@ def test_surplus_producers_are_drained_to_be_parked_and_stopped_once_drained() -
     drained = line(300, InstanceState.DRAINING, NOW, state_for_s=900, last_task_ago_s=800)
     rec = recommend(signal(NOW, rate_per_h=120), snapshot(NOW, [*producing(1, NOW), drained]), NOW, PARKING)
     assert [(plan.verb, plan.instance_id, plan.reason) for plan in rec.removals] == [("stop", 300, RemovalReason.PARK)]
-    # without parking (the default) the same drained machine is given back
+    # the default parks too; without parking the same drained machine is given back
     rec = recommend(signal(NOW, rate_per_h=120), snapshot(NOW, [*producing(1, NOW), drained]), NOW)
+    assert [(plan.verb, plan.instance_id) for plan in rec.removals] == [("stop", 300)]
+    without = PolicyConfig(park=False)
+    rec = recommend(signal(NOW, rate_per_h=120), snapshot(NOW, [*producing(1, NOW), drained]), NOW, without)
     assert [(plan.verb, plan.instance_id) for plan in rec.removals] == [("destroy", 300)]
 
 
@@ -133,11 +136,13 @@ def test_an_emergency_or_a_replacement_is_never_interruptible() -> None:
 
 
 def test_the_decider_turns_the_levers_on_from_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FLEETPILOT_DECIDER_PARK", "true")
+    assert DeciderSettings().policy_config().park  # parking is on by default, bids and mpc are not
+    assert PolicyConfig().park and PolicyConfig().bid_share == 0.0 and not PolicyConfig().mpc
+    monkeypatch.setenv("FLEETPILOT_DECIDER_PARK", "false")
     monkeypatch.setenv("FLEETPILOT_DECIDER_BID_SHARE", "0.5")
+    monkeypatch.setenv("FLEETPILOT_DECIDER_MPC", "true")
     config = DeciderSettings().policy_config()
-    assert config.park and config.bid_share == 0.5
-    assert not PolicyConfig().park and PolicyConfig().bid_share == 0.0  # off unless asked for
+    assert not config.park and config.bid_share == 0.5 and config.mpc
 
 
 def test_a_paused_bids_capacity_is_replaced_at_once_from_the_parked_pool() -> None:

@@ -137,7 +137,8 @@ def test_the_clairvoyant_run_with_levers_parks_and_resumes() -> None:
 
 def test_a_policy_with_levers_is_scored_against_the_levers_bound() -> None:
     assert bound_for("predictive-levers") == CLAIRVOYANT_LEVERS
-    assert bound_for("predictive") == "clairvoyant"
+    assert bound_for("predictive") == CLAIRVOYANT_LEVERS  # the default parks
+    assert bound_for("predictive-on-demand") == "clairvoyant"
     bound = evaluate(TWO_PEAKS, CLAIRVOYANT_LEVERS, quiet_scenario())
     assert (bound.policy, bound.kind) == (CLAIRVOYANT_LEVERS, "lower_bound")
 

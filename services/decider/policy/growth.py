@@ -11,6 +11,7 @@ from services.decider.policy.bids import bid_choice
 from services.decider.policy.config import PolicyConfig
 from services.decider.policy.fleet_view import FleetView
 from services.decider.policy.forecast import ceil_machines, rank_gpu_models
+from services.decider.policy.mpc import MpcChoice
 from services.decider.policy.sizing import Sizing
 from shared.contract import FleetSnapshot, LaunchPriority, LaunchReason
 
@@ -23,13 +24,18 @@ class Growth:
     note: str = ""  # the bid choice, for the explanation
 
 
-def grow(s: Sizing, fleet: FleetView, snapshot: FleetSnapshot, config: PolicyConfig) -> Growth:
-    rate_deficit = s.target - s.capacity
+def grow(
+    s: Sizing, fleet: FleetView, snapshot: FleetSnapshot, config: PolicyConfig, mpc: MpcChoice | None = None
+) -> Growth:
+    """`mpc`: the launch count chosen by expected cost (mpc.py); without it, the forecast's target rules."""
+    rate_deficit = s.target - s.capacity if mpc is None else mpc.launches
     # lost capacity the forecast needs is replaced at once, a paused bid's too: it comes back only when the market
     # lets it, and waiting for that (or for the give-up) left a whole GPU model's bids unserved while the queue
     # grew (train seeds); if it does come back, the surplus is parked or given back like any other
     replacements = min(max(0, rate_deficit), len(fleet.failed) + len(s.stalled) + len(fleet.outbid))
-    if s.planned_from_rate:
+    if mpc is not None and not s.stalled_state:
+        growth = max(0, mpc.launches - replacements)
+    elif s.planned_from_rate:
         growth = max(0, rate_deficit) - replacements
     elif s.undrainable or s.nobody_serving:
         # a surge adds what its backlog will still need when machines land (the replacements land with them)

@@ -15,8 +15,9 @@ from services.decider.policy.cleanup import cleanup
 from services.decider.policy.config import DEFAULT_CONFIG, PolicyConfig
 from services.decider.policy.fleet_view import split_fleet
 from services.decider.policy.growth import grow
+from services.decider.policy.mpc import MpcChoice, choose_launches
 from services.decider.policy.scale_down import scale_down_plan
-from services.decider.policy.sizing import figures, numbers, size
+from services.decider.policy.sizing import Sizing, figures, numbers, size
 from shared.contract import DemandSignal, FleetSnapshot
 
 
@@ -35,11 +36,13 @@ def recommend(
     fleet = split_fleet(snapshot)
     sizing = size(signal, fleet, now, config, unobserved_launches)
     removals = cleanup(fleet, now, config, sizing.stalled_state)
-    growth = grow(sizing, fleet, snapshot, config)
+    mpc = mpc_choice(signal, snapshot, sizing, config) if config.mpc else None
+    growth = grow(sizing, fleet, snapshot, config, mpc)
     if not growth.launches and not growth.resumes and growth.rate_deficit <= 0 and not sizing.stalled_state:
         removals += scale_down_plan(signal, fleet, sizing, now, config)
+    note = growth.note + (mpc.describe() if mpc is not None else "")
     explanation = _explain(
-        growth.launches, removals, numbers(sizing, config) + growth.note, sizing.stalled_state, growth.resumes
+        growth.launches, removals, numbers(sizing, config) + note, sizing.stalled_state, growth.resumes
     )
     return Recommendation(
         tuple(growth.launches),
@@ -48,6 +51,14 @@ def recommend(
         figures(sizing, fleet, unobserved_launches),
         tuple(growth.resumes),
     )
+
+
+def mpc_choice(signal: DemandSignal, snapshot: FleetSnapshot, sizing: Sizing, config: PolicyConfig) -> MpcChoice:
+    """The expected-cost launch choice, at the fleet's median price and the shortest window's arrival rate."""
+    prices = sorted(line.price_usd_per_h for line in snapshot.instances if line.price_usd_per_h > 0)
+    price = prices[len(prices) // 2] if prices else config.default_price_usd_per_h
+    short = min(signal.windows, key=lambda w: w.window_s).arrival_rate_per_h if signal.windows else sizing.rate_now
+    return choose_launches(sizing, short, config, price)
 
 
 def _explain(

@@ -1,0 +1,100 @@
+"""The expected-cost launch choice (services/decider/policy/mpc.py): a pure function of the signal and the fleet,
+a sustained deficit launched in full, a young surge hedged rather than launched for, and the explanation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from services.decider.policy import PolicyConfig
+from services.decider.policy.fleet_view import split_fleet
+from services.decider.policy.mpc import SURGE_REMAINING_AGES, choose_launches, expected_costs, scenarios
+from services.decider.policy.predictive import recommend
+from services.decider.policy.sizing import size
+from tests.decider.factories import HOUR_S, producing, signal, snapshot, window
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+MPC = PolicyConfig(mpc=True)
+
+
+def _sized(demand_signal, fleet_snapshot, config=MPC):  # type: ignore[no-untyped-def]
+    return size(demand_signal, split_fleet(fleet_snapshot), NOW, config, unobserved_launches=0)
+
+
+def test_the_choice_is_a_pure_function_of_its_inputs() -> None:
+    demand = signal(NOW, rate_per_h=1200, pending=300, above_capacity_for_s=HOUR_S, producing_workers=4)
+    fleet = snapshot(NOW, producing(4, NOW))
+    first = recommend(demand, fleet, NOW, MPC)
+    again = recommend(demand, fleet, NOW, MPC)
+    assert first == again
+    assert first.launch_count > 0
+
+
+def test_a_sustained_deficit_is_launched_for_and_no_launch_when_the_fleet_serves_the_demand() -> None:
+    # 1200 tasks/h sustained for an hour against 4 machines at 120/h: the deficit is 6 machines at least
+    demand = signal(NOW, rate_per_h=1200, pending=300, above_capacity_for_s=HOUR_S, producing_workers=4)
+    sized = _sized(demand, snapshot(NOW, producing(4, NOW)))
+    choice = choose_launches(sized, 1200, MPC, price_usd_per_h=0.5)
+    assert choice.launches >= 6
+    assert choice.expected_usd < choice.hold_usd
+    served = signal(NOW, rate_per_h=400, pending=0, producing_workers=5)
+    assert choose_launches(_sized(served, snapshot(NOW, producing(5, NOW))), 400, MPC, 0.5).launches == 0
+
+
+def test_a_young_surge_buys_a_hedge_not_the_whole_crowd() -> None:
+    """Arrivals jumped to 3,600/h two minutes ago over 5 machines serving 600/h: the scenarios give the surge a
+    small chance of outlasting a startup, so the launch is a fraction of what the crowd would need if it stayed;
+    the same surge 14 minutes old (not yet sustained) is launched for more."""
+    fleet = snapshot(NOW, producing(5, NOW))
+    windows = [window(60, 3600), window(900, 700), window(3600, 600)]
+
+    def surge(age_s: float) -> int:
+        demand = signal(NOW, rate_per_h=600, pending=200, windows=windows, above_capacity_for_s=age_s,
+                        producing_workers=5)  # fmt: skip
+        sized = _sized(demand, fleet)
+        assert not sized.planned_from_rate
+        return choose_launches(sized, 3600, MPC, price_usd_per_h=0.5).launches
+
+    whole_crowd = (3600 - 600) / 120  # 25 machines if it lasted
+    young, older = surge(120), surge(840)
+    assert young < whole_crowd / 2
+    assert older > young
+
+
+def test_surge_scenarios_weigh_its_remaining_life_by_its_age() -> None:
+    demand = signal(NOW, rate_per_h=600, pending=0, windows=[window(60, 3000), window(3600, 600)],
+                    above_capacity_for_s=600, producing_workers=5)  # fmt: skip
+    sized = _sized(demand, snapshot(NOW, producing(5, NOW)))
+    assert len(scenarios(sized, 3000, MPC)) == len(SURGE_REMAINING_AGES)  # the level's spread off by default
+    paths = scenarios(sized, 3000, replace(MPC, level_spread_fraction=0.2))
+    assert len(paths) == len(SURGE_REMAINING_AGES) * 3
+    assert abs(sum(p.weight for p in paths) - 1.0) < 1e-9
+    # the longest-lived surge runs at the surge's rate longer than the shortest
+    surge_steps = sorted(int((p.rates_per_h >= 2999).sum()) for p in paths if "×" not in p.name)
+    assert surge_steps == sorted(surge_steps) and surge_steps[0] < surge_steps[-1]
+
+
+def test_expected_cost_falls_then_rises_with_the_launch_count() -> None:
+    demand = signal(NOW, rate_per_h=1200, pending=300, above_capacity_for_s=HOUR_S, producing_workers=4)
+    sized = _sized(demand, snapshot(NOW, producing(4, NOW)))
+    totals, _ = expected_costs(sized, scenarios(sized, 1200, MPC), MPC, 0.5, max_launches=30)
+    best = int(totals.argmin())
+    assert 0 < best < 30
+    assert all(totals[i] >= totals[i + 1] - 1e-6 for i in range(best))
+    assert all(totals[i] <= totals[i + 1] + 1e-6 for i in range(best, 30))
+
+
+def test_dearer_waiting_buys_more_machines() -> None:
+    demand = signal(NOW, rate_per_h=600, pending=0, windows=[window(60, 2400), window(3600, 600)],
+                    above_capacity_for_s=600, producing_workers=5)  # fmt: skip
+    sized = _sized(demand, snapshot(NOW, producing(5, NOW)))
+    cheap = choose_launches(sized, 2400, replace(MPC, delay_usd_per_task_h=0.01), 0.5).launches
+    dear = choose_launches(sized, 2400, replace(MPC, delay_usd_per_task_h=1.0), 0.5).launches
+    assert dear > cheap
+
+
+def test_the_explanation_names_the_expected_costs() -> None:
+    demand = signal(NOW, rate_per_h=1200, pending=300, above_capacity_for_s=HOUR_S, producing_workers=4)
+    rec = recommend(demand, snapshot(NOW, producing(4, NOW)), NOW, MPC)
+    assert "expected $" in rec.explanation and "scenarios" in rec.explanation
+    assert f"launch {rec.launch_count}" in rec.explanation
