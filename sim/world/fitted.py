@@ -149,4 +149,25 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         " 12% more on diurnal-100 (69 wasted launches against 12 at 0.0). The surge's remaining life stays"
         " uncertain (mpc.py's Lindy bins); only the level's is off",
     ),
+    FittedConstant(
+        name="PolicyConfig.idle_before_scale_down_s",
+        value=600.0,
+        families=(
+            "diurnal",
+            "weekly",
+            "growth",
+            "decline",
+            "flash-crowd",
+            "batch",
+            "quiet-surges",
+            "random-walk",
+            "mixture",
+        ),
+        seeds=(100, 101, 102),
+        note="with parking on, ÷ the best runnable baseline per trace (geometric mean over seeds and families):"
+        " 1800 s 0.793, 900 s 0.753, 600 s 0.748, 300 s 0.724, 180 s 1.480, 60 s 2.605. 300 s sits next to a"
+        " cliff (the world's tasks take 240 s: a worker between two tasks looked idle and was shed), so 600 s,"
+        " with idle_task_multiple 2.5 (reasoned, not swept) keeping it above the measured task duration on"
+        " traces whose tasks are longer; the same run: on-demand at 300 s 1.118",
+    ),
 ]

@@ -116,3 +116,21 @@ def test_scale_down_never_drains_the_last_producer_while_tasks_wait() -> None:
     sized = size(busy_queue, fleet, NOW, CONFIG, 0)
     removals = scale_down_plan(busy_queue, fleet, sized, NOW, CONFIG)
     assert len(removals) <= 2 and all(r.verb == "drain" for r in removals)
+
+
+def test_a_producer_is_idle_only_after_a_few_task_durations_of_silence() -> None:
+    """Silent 12 minutes: idle when tasks take 4 minutes (scale-down drains it), not when they take 10 (a worker
+    between two such tasks is silent that long). A queue of 80 tasks keeps busy producers from the empty-queue
+    drain, so only idleness decides."""
+    quiet = [line(100 + i, InstanceState.PRODUCING, NOW, last_task_ago_s=720) for i in range(6)]
+
+    def drained(task_s: float) -> int:
+        windows = [window(300, 120), window(3600, 120)]
+        windows = [w.model_copy(update={"mean_task_duration_s": task_s}) for w in windows]
+        demand = signal(NOW, rate_per_h=120, pending=80, windows=windows, producing_workers=6)
+        fleet = split_fleet(snapshot(NOW, quiet))
+        sized = size(demand, fleet, NOW, CONFIG, unobserved_launches=0)
+        return sum(1 for plan in scale_down_plan(demand, fleet, sized, NOW, CONFIG) if plan.verb == "drain")
+
+    assert drained(240) >= 3  # 120/h and 80 queued need two or three of the six
+    assert drained(600) == 0

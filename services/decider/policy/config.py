@@ -65,8 +65,13 @@ class PolicyConfig:
     season_ratio_bounds: tuple[float, float] = (0.5, 2.0)
     # a need within this fraction of a machine does not buy another (no launch for 2.05 machines' worth)
     round_slack_machines: float = 0.1
-    # scale-down: a machine idle this long, and only when capacity exceeds the keep target by the margin
-    idle_before_scale_down_s: float = 1800.0
+    # scale-down: a machine idle this long, and only when capacity exceeds the keep target by the margin. With
+    # parking on, a machine given back is a resume away, and half an hour of idling per machine was most of the
+    # fleet's idle cost (fitted: see sim/world/fitted.py); never less than `idle_task_multiple` task durations,
+    # since a worker between two tasks is silent for up to one (180 s against 240 s tasks shed working machines
+    # and cost 2× the best baseline on train seeds)
+    idle_before_scale_down_s: float = 600.0
+    idle_task_multiple: float = 2.5
     # busy producers are drained too when the queue holds less than this much of the producers' work and those
     # left serve the kept rate with this headroom (0.2 gave diurnal 323 → 310 $ and decline 55 → 50 $, but the
     # bursty trace's next burst then waited: 211 → 275 $; 0.5 is neutral there and still trims the spike's)

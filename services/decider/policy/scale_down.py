@@ -32,7 +32,15 @@ def scale_down_plan(
         queue_empty=s.pending <= len(fleet.producing) * s.thr * config.empty_queue_s / 3600,
         producers_needed=math.ceil(s.rate_keep * (1 + config.busy_drain_headroom_fraction) / s.thr),
         arriving_needed=arriving_needed(signal, s, config),
+        idle_after_s=idle_after_s(signal, config),
     )
+
+
+def idle_after_s(signal: DemandSignal, config: PolicyConfig) -> float:
+    """How long a producer must be silent to count as idle: the configured time, or a few of the longest mean
+    task duration demand measured, whichever is longer (a worker between tasks is not idle)."""
+    durations = [w.mean_task_duration_s for w in signal.windows if w.mean_task_duration_s]
+    return max(config.idle_before_scale_down_s, config.idle_task_multiple * max(durations, default=0.0))
 
 
 def arriving_needed(signal: DemandSignal, s: Sizing, config: PolicyConfig) -> int:
@@ -69,7 +77,9 @@ def scale_down(
     queue_empty: bool,
     producers_needed: int,
     arriving_needed: int,
+    idle_after_s: float | None = None,
 ) -> list[RemovalPlan]:
+    """`idle_after_s`: silence that makes a producer idle (default: the configured idle_before_scale_down_s)."""
     surplus = capacity - keep
     margin = max(1, math.ceil(keep * margin_fraction))
     if surplus < margin:
@@ -95,7 +105,8 @@ def scale_down(
     surplus -= len(given_back)
     if surplus <= 0:
         return given_back
-    idle = [line for line in fleet.producing if silent_for_s(line, now) >= config.idle_before_scale_down_s]
+    idle_s = config.idle_before_scale_down_s if idle_after_s is None else idle_after_s
+    idle = [line for line in fleet.producing if silent_for_s(line, now) >= idle_s]
     # most expensive first, then the longest idle
     idle.sort(key=lambda line: (-line.price_usd_per_h, line.last_task_at or line.state_since))
     # a job system that spreads tasks over every worker leaves none idle for half an hour however large the
