@@ -134,3 +134,16 @@ def test_a_producer_is_idle_only_after_a_few_task_durations_of_silence() -> None
 
     assert drained(240) >= 3  # 120/h and 80 queued need two or three of the six
     assert drained(600) == 0
+
+
+def test_a_parked_machine_is_given_up_once_its_disk_has_cost_what_a_startup_saves() -> None:
+    """Parked 5 h: a disk at 0.20 $/h has cost more than a 1.5 h startup at 0.50 $/h saves (break-even 3.75 h),
+    so that machine is destroyed; one whose disk costs 0.01 $/h (break-even 75 h) is kept until park_max_s."""
+    dear, cheap = (
+        parked(instance_id, 5 * HOUR_S).model_copy(update={"storage_usd_per_h": storage})
+        for instance_id, storage in ((701, 0.20), (702, 0.01))
+    )
+    fleet = split_fleet(snapshot(NOW, [*producing(2, NOW), dear, cheap]))
+    removals = cleanup(fleet, NOW, CONFIG, stalled_state=False)
+    assert [(r.verb, r.instance_id) for r in removals] == [("destroy", 701)]
+    assert [line.instance_id for line in fleet.parked] == [702]
