@@ -70,12 +70,13 @@ class DeciderSettings(BaseSettings):
     )
 
     # vast's other levers for the policy (sim/world/README.md measures them): parking pays on the world's
-    # families and is on; bids do not pay in the guessed market and are off
+    # families and is on; bids do not pay in the guessed market and are off. mpc: the expected-cost launch
+    # choice, on (train seeds: sim/world/fitted.py); off falls back to the sizing rules' point target
     park: bool = Field(
         default=True, description="stop surplus producers with their disk kept and resume them before launching"
     )
     mpc: bool = Field(
-        default=False, description="choose launches by expected cost over demand scenarios (policy/mpc.py)"
+        default=True, description="choose launches by expected cost over demand scenarios (policy/mpc.py)"
     )
     bid_share: float = Field(
         default=0.0, ge=0, le=1, description="share of forecast or sustained growth launched as interruptible bids"

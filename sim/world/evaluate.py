@@ -68,8 +68,9 @@ POLICY_FACTORIES: dict[str, Callable[[GuardrailConfig], WorldPolicy]] = {
     # the default config parks; without any lever it rents on-demand and gives machines back, as before
     "predictive-on-demand": _predictive_with("predictive-on-demand", park=False),
     "predictive-park": _predictive_with("predictive-park", park=True),
-    # launches chosen by expected cost over demand scenarios (services/decider/policy/mpc.py), parking on
-    "predictive-mpc": _predictive_with("predictive-mpc", park=True, mpc=True),
+    # the default parks and chooses launches by expected cost over demand scenarios (policy/mpc.py); this one
+    # sizes by the rules' point target instead, as the policy did before
+    "predictive-rules": _predictive_with("predictive-rules", park=True, mpc=False),
     "predictive-bids": _predictive_with("predictive-bids", park=False, bid_share=0.5),
     "predictive-levers": _predictive_with("predictive-levers", park=True, bid_share=0.5),
     "reactive": lambda guardrails: ReactivePolicy(),
@@ -90,7 +91,7 @@ POLICIES = (*POLICY_FACTORIES, *REFERENCES, CLAIRVOYANT, CLAIRVOYANT_RUN, CLAIRV
 LEVER_POLICIES = (
     "predictive",
     "predictive-park",
-    "predictive-mpc",
+    "predictive-rules",
     "predictive-bids",
     "predictive-levers",
     "vast-serverless",

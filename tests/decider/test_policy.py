@@ -26,7 +26,9 @@ from tests.decider.factories import HOUR_S, line, loading, producing, signal, sn
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 # scale-down as it is without parking (the default parks: tests/decider/test_policy_parking.py)
-ON_DEMAND = PolicyConfig(park=False)
+ON_DEMAND = PolicyConfig(park=False, mpc=False)
+# the sizing rules' own arithmetic (the expected-cost choice, on by default, is tests/decider/test_policy_mpc.py)
+RULES = PolicyConfig(mpc=False)
 
 
 def test_eight_pending_tasks_on_a_served_fleet_hold() -> None:
@@ -57,7 +59,7 @@ def test_sustained_arrivals_above_capacity_launch_for_the_forecast_not_the_queue
     for pending in (8, 40):
         demand = signal(NOW, pending=pending, rate_per_h=600, producing_workers=2, above_capacity_for_s=1800,
                         state=DemandState.UNDER_PROVISIONED)  # fmt: skip
-        rec = recommend(demand, fleet, NOW)
+        rec = recommend(demand, fleet, NOW, RULES)
         assert [plan.reason for plan in rec.launches] == [LaunchReason.SUSTAINED_DEMAND]
         assert rec.launches[0].launch_priority == "normal"
         launches[pending] = rec.launch_count
@@ -65,23 +67,23 @@ def test_sustained_arrivals_above_capacity_launch_for_the_forecast_not_the_queue
     # 5 machines for 600/h plus the 540 tasks that pile up before a new machine lands: 8, whatever the queue
     assert launches == {8: 8, 40: 8}
     twice = signal(NOW, pending=8, rate_per_h=1200, producing_workers=2, above_capacity_for_s=1800)
-    assert recommend(twice, fleet, NOW).launch_count == expected_launches(1200, 8, 2)
+    assert recommend(twice, fleet, NOW, RULES).launch_count == expected_launches(1200, 8, 2)
 
 
 def test_arrivals_just_above_capacity_launch_only_for_the_backlog_that_cannot_drain() -> None:
     fleet = snapshot(NOW, producing(4, NOW))
     demand = signal(NOW, pending=30, rate_per_h=540, producing_workers=4, above_capacity_for_s=120)
-    rec = recommend(demand, fleet, NOW)
+    rec = recommend(demand, fleet, NOW, RULES)
     # not sustained yet: two minutes over capacity are expected to last two more, and the 32 tasks they leave
     # are more than the producers can take on while serving 480/h: one machine clears them
     assert rec.figures.sustained is False and rec.figures.undrainable_backlog is True
     assert [(plan.reason, plan.count) for plan in rec.launches] == [(LaunchReason.BACKLOG, 1)]
     # ten minutes over capacity leave 30 + 60/h × 10 min = 40 tasks: still one machine, not the rate's deficit
     longer = signal(NOW, pending=30, rate_per_h=540, producing_workers=4, above_capacity_for_s=600)
-    assert recommend(longer, fleet, NOW).launch_count == 1
+    assert recommend(longer, fleet, NOW, RULES).launch_count == 1
     # at capacity, the same queue drains: hold
     at_capacity = signal(NOW, pending=30, rate_per_h=480, producing_workers=4, above_capacity_for_s=120)
-    assert recommend(at_capacity, fleet, NOW).is_hold
+    assert recommend(at_capacity, fleet, NOW, RULES).is_hold
 
 
 def test_machines_already_loading_are_counted() -> None:
@@ -294,10 +296,10 @@ def day_ago(level_per_h: float, rates_per_h: list[float]) -> SeasonEcho:
 def test_yesterdays_morning_ramp_launches_before_todays_arrivals_rise() -> None:
     fleet = snapshot(NOW, producing(5, NOW))
     today = signal(NOW, rate_per_h=600, producing_workers=5, windows=[window(900, 600), window(3600, 600)])
-    assert recommend(today, fleet, NOW).is_hold  # nothing in today's own numbers says more is coming
+    assert recommend(today, fleet, NOW, RULES).is_hold  # nothing in today's own numbers says more is coming
     # yesterday at this time ran at 600/h too, then climbed to 2400/h within two hours
     morning = today.model_copy(update={"season": day_ago(600, [600] * 4 + [1200] * 4 + [2400] * 16)})
-    rec = recommend(morning, fleet, NOW)
+    rec = recommend(morning, fleet, NOW, RULES)
     # over [1.5 h, 3.5 h] ahead yesterday averaged (0.5 × 1200 + 1.5 × 2400) / 2 = 2100/h: 18 machines at 120/h
     assert rec.figures.arrival_forecast_per_h == pytest.approx(2100)
     assert rec.figures.season_level_ratio == 1.0
@@ -410,7 +412,7 @@ def test_a_flash_crowd_launches_at_the_first_run_that_sees_it_and_more_as_it_las
     for minutes_old, pending, rate in ((2, 200, 1600), (5, 500, 2400), (10, 1000, 3600)):
         crowd = signal(NOW, pending=pending, rate_per_h=rate, producing_workers=10,
                        above_capacity_for_s=minutes_old * 60, state=DemandState.UNDER_PROVISIONED)  # fmt: skip
-        rec = recommend(crowd, fleet, NOW)
+        rec = recommend(crowd, fleet, NOW, RULES)
         assert [plan.reason for plan in rec.launches] == [LaunchReason.BACKLOG], rec.explanation
         # sized by what will be left when machines land (the queue, plus the surge for as long again as it
         # lasted), cleared within the surge's drain target
@@ -422,4 +424,4 @@ def test_a_flash_crowd_launches_at_the_first_run_that_sees_it_and_more_as_it_las
     assert counts == sorted(counts) and counts[0] < counts[-1]
     # once it has lasted `sustained_for_s`, the rate itself is planned for
     sustained = signal(NOW, pending=2000, rate_per_h=7200, producing_workers=10, above_capacity_for_s=900)
-    assert recommend(sustained, fleet, NOW).launches[0].reason is LaunchReason.SUSTAINED_DEMAND
+    assert recommend(sustained, fleet, NOW, RULES).launches[0].reason is LaunchReason.SUSTAINED_DEMAND

@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 
 from services.decider.policy import PolicyConfig
 from services.decider.policy.fleet_view import split_fleet
-from services.decider.policy.mpc import SURGE_REMAINING_AGES, choose_launches, expected_costs, scenarios
+from services.decider.policy.mpc import SURGE_REMAINING_AGES, choose_launches, expected_usd, scenarios
 from services.decider.policy.predictive import recommend
 from services.decider.policy.sizing import size
+from shared.contract import DemandState, LaunchReason
 from tests.decider.factories import HOUR_S, producing, signal, snapshot, window
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -70,15 +71,17 @@ def test_surge_scenarios_weigh_its_remaining_life_by_its_age() -> None:
     assert len(paths) == len(SURGE_REMAINING_AGES) * 3
     assert abs(sum(p.weight for p in paths) - 1.0) < 1e-9
     # the longest-lived surge runs at the surge's rate longer than the shortest
-    surge_steps = sorted(int((p.rates_per_h >= 2999).sum()) for p in paths if "×" not in p.name)
+    surge_steps = sorted(int(sum(1 for rate in p.rates_per_h if rate >= 2999)) for p in paths if "×" not in p.name)
     assert surge_steps == sorted(surge_steps) and surge_steps[0] < surge_steps[-1]
 
 
 def test_expected_cost_falls_then_rises_with_the_launch_count() -> None:
     demand = signal(NOW, rate_per_h=1200, pending=300, above_capacity_for_s=HOUR_S, producing_workers=4)
     sized = _sized(demand, snapshot(NOW, producing(4, NOW)))
-    totals, _ = expected_costs(sized, scenarios(sized, 1200, MPC), MPC, 0.5, max_launches=30)
-    best = int(totals.argmin())
+    paths = scenarios(sized, 1200, MPC)
+    totals = [expected_usd(sized, paths, MPC, 0.5, launches) for launches in range(31)]
+    best = totals.index(min(totals))
+    assert choose_launches(sized, 1200, MPC, 0.5).launches == best  # the search stops at the minimum
     assert 0 < best < 30
     assert all(totals[i] >= totals[i + 1] - 1e-6 for i in range(best))
     assert all(totals[i] <= totals[i + 1] + 1e-6 for i in range(best, 30))
@@ -98,3 +101,36 @@ def test_the_explanation_names_the_expected_costs() -> None:
     rec = recommend(demand, snapshot(NOW, producing(4, NOW)), NOW, MPC)
     assert "expected $" in rec.explanation and "scenarios" in rec.explanation
     assert f"launch {rec.launch_count}" in rec.explanation
+
+
+def test_a_flash_crowd_is_hedged_at_the_first_run_and_launched_for_more_as_it_lasts() -> None:
+    """The default policy (mpc on): the crowd's first run launches at least one machine, never the whole crowd's
+    need, and each later run that sees it still going launches more; once sustained, the rate is planned for."""
+    fleet = snapshot(NOW, producing(10, NOW))  # 1200 tasks/h, enough until now
+    counts = []
+    for minutes_old, pending, rate in ((2, 200, 1600), (5, 500, 2400), (10, 1000, 3600)):
+        windows = [window(60, rate), window(900, 1200 + (rate - 1200) * minutes_old / 15), window(3600, 1200)]
+        crowd = signal(NOW, pending=pending, rate_per_h=1200, windows=windows, producing_workers=10,
+                       above_capacity_for_s=minutes_old * 60, state=DemandState.UNDER_PROVISIONED)  # fmt: skip
+        rec = recommend(crowd, fleet, NOW)
+        assert [plan.reason for plan in rec.launches] == [LaunchReason.BACKLOG], rec.explanation
+        counts.append(rec.launch_count)
+    assert 1 <= counts[0] < (1600 - 1200) / 120 + 200 / 120  # a hedge: less than the crowd needs if it stayed
+    assert counts == sorted(counts) and counts[0] < counts[-1]
+    sustained = signal(NOW, pending=2000, rate_per_h=7200, producing_workers=10, above_capacity_for_s=900)
+    assert recommend(sustained, fleet, NOW).launches[0].reason is LaunchReason.SUSTAINED_DEMAND
+
+
+def test_capacity_lost_while_arrivals_hold_is_replaced_not_taken_for_a_surge() -> None:
+    """Two of four producers failed under a steady 480 tasks/h: the arrivals were served before, so the two are
+    replaced (a surge hypothesis would have them ending within minutes and launch one)."""
+    from services.decider.policy.mpc import choose_launches as choose
+    from shared.contract import FailureReason, InstanceState
+    from tests.decider.factories import line
+
+    failed = [line(900 + i, InstanceState.FAILED, NOW, failure_reason=FailureReason.DEAD) for i in range(2)]
+    demand = signal(NOW, rate_per_h=480, producing_workers=2, above_capacity_for_s=120)
+    rec = recommend(demand, snapshot(NOW, [*producing(2, NOW), *failed]), NOW, MPC)
+    assert rec.replacements and rec.replacements[0].count == 2, rec.explanation
+    sized = _sized(demand, snapshot(NOW, [*producing(2, NOW), *failed]))
+    assert choose(sized, 480, MPC, 0.5, lost_machines=0).launches < 2  # without the lost ones: read as a surge

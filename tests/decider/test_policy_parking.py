@@ -136,13 +136,13 @@ def test_an_emergency_or_a_replacement_is_never_interruptible() -> None:
 
 
 def test_the_decider_turns_the_levers_on_from_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert DeciderSettings().policy_config().park  # parking is on by default, bids and mpc are not
-    assert PolicyConfig().park and PolicyConfig().bid_share == 0.0 and not PolicyConfig().mpc
+    assert DeciderSettings().policy_config().park  # parking and mpc are on by default, bids are not
+    assert PolicyConfig().park and PolicyConfig().bid_share == 0.0 and PolicyConfig().mpc
     monkeypatch.setenv("FLEETPILOT_DECIDER_PARK", "false")
     monkeypatch.setenv("FLEETPILOT_DECIDER_BID_SHARE", "0.5")
-    monkeypatch.setenv("FLEETPILOT_DECIDER_MPC", "true")
+    monkeypatch.setenv("FLEETPILOT_DECIDER_MPC", "false")
     config = DeciderSettings().policy_config()
-    assert not config.park and config.bid_share == 0.5 and config.mpc
+    assert not config.park and config.bid_share == 0.5 and not config.mpc
 
 
 def test_a_paused_bids_capacity_is_replaced_at_once_from_the_parked_pool() -> None:

@@ -129,12 +129,13 @@ class PolicyConfig:
     bid_markup_cap: float = 0.4
     # below this many interruptible machine-hours in the window, pauses say little: the base markup holds
     bid_min_observed_machine_h: float = 4.0
-    # Launches chosen by expected cost over demand scenarios (mpc.py) instead of the forecast's point target.
+    # Launches chosen by expected cost over demand scenarios (mpc.py) instead of the forecast's point target; on
+    # by default (fitted: see sim/world/fitted.py); off, the sizing rules' target and surge rule decide.
     # The trade it weighs: waiting is priced at `delay_usd_per_task_h` beyond `delay_grace_s` (the operator's
     # value of a task's time; the world's objective uses the same default, sim/world/objective.py) against
     # machine dollars at the fleet's median price, or `default_price_usd_per_h` before any machine is priced
     # (DESIGN.md's reference machine: ~0.50 $/h for ~120 tasks/h)
-    mpc: bool = False
+    mpc: bool = True
     delay_usd_per_task_h: float = 0.10
     delay_grace_s: float = 900.0
     default_price_usd_per_h: float = 0.5

@@ -55,20 +55,22 @@ def grow(
         if replacements:
             launches.append(LaunchPlan(replacements, priority, LaunchReason.REPLACEMENT, gpu_models))
         if growth:
-            reason = growth_reason(s)
+            reason = growth_reason(s, mpc is not None)
             plan, note = _with_bids(growth, priority, reason, gpu_models, s, fleet, snapshot, config)
             launches.append(plan)
     return Growth(launches, resumes, rate_deficit, note)
 
 
-def growth_reason(s: Sizing) -> LaunchReason:
+def growth_reason(s: Sizing, mpc: bool = False) -> LaunchReason:
     if s.stalled_state:
         return LaunchReason.REPLACEMENT
     if s.sustained:
         return LaunchReason.SUSTAINED_DEMAND
     if s.foreseen:
         return LaunchReason.FORECAST
-    if s.undrainable or s.nobody_serving:
+    if s.undrainable or s.nobody_serving or mpc:
+        # the expected-cost choice launches on a surge's or a queue's evidence when it is neither sustained nor
+        # foreseen
         return LaunchReason.BACKLOG
     return LaunchReason.MINIMUM_FLEET
 

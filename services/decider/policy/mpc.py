@@ -13,13 +13,14 @@ chance of outlasting a startup, so it buys a hedge rather than the whole crowd.
 
 The surge's remaining life follows the Lindy rule (a Pareto tail, shape 1): having lasted `a`, it lasts beyond
 `a + r` with probability a / (a + r). Nothing is fitted there; `level_spread_fraction` is (sim/world/fitted.py).
+Plain Python: a decision is a few thousand steps of arithmetic, and the services carry no numerical library.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass
-
-import numpy as np
 
 from services.decider.policy.config import PolicyConfig
 from services.decider.policy.sizing import Sizing
@@ -36,7 +37,7 @@ LEVEL_POINTS = ((-1.0, 0.25), (0.0, 0.5), (1.0, 0.25))
 class DemandScenario:
     name: str
     weight: float
-    rates_per_h: np.ndarray  # arrivals per hour in each step of the horizon
+    rates_per_h: tuple[float, ...]  # arrivals per hour in each step of the horizon
 
 
 @dataclass(frozen=True)
@@ -58,85 +59,90 @@ class MpcChoice:
 
 
 def horizon_steps(s: Sizing, config: PolicyConfig) -> int:
-    return max(1, int(np.ceil((s.startup_s + config.planning_window_s) / STEP_S)))
+    return max(1, math.ceil((s.startup_s + config.planning_window_s) / STEP_S))
 
 
-def scenarios(s: Sizing, short_rate_per_h: float, config: PolicyConfig) -> list[DemandScenario]:
-    """The demand paths over startup + planning window, weighted: the forecast ramp at three levels, and while a
-    surge is on (arrivals above what the producers serve, not sustained), the surge ending at five moments."""
-    steps = horizon_steps(s, config)
-    t_s = (np.arange(steps) + 0.5) * STEP_S
+def scenarios(s: Sizing, short_rate_per_h: float, config: PolicyConfig, lost_machines: int = 0) -> list[DemandScenario]:
+    """The demand paths over startup + planning window, weighted: the forecast ramp (at three levels when the
+    level's spread is set), or while a surge is on (the shortest window's arrivals above the longer run's, not yet
+    sustained), the surge ending at five moments."""
+    t_s = [(step + 0.5) * STEP_S for step in range(horizon_steps(s, config))]
     ramp_end_s = s.startup_s + config.planning_window_s / 2
-    forecast = s.rate_now + (s.rate_up - s.rate_now) * np.minimum(1.0, t_s / ramp_end_s)
-    served_before = min(s.rate_now, s.healthy * s.thr)
-    surging = not s.planned_from_rate and short_rate_per_h > served_before and s.surge_s > 0
-    paths: list[tuple[str, float, np.ndarray]] = []
+    # after a surge, arrivals fall back to what the producers served before it, the machines just lost (failed,
+    # stalled, outbid) counted: a fleet that lost machines faces the same arrivals, not a surge
+    settled = min(s.rate_now, (s.healthy + lost_machines) * s.thr)
+    surging = not s.planned_from_rate and short_rate_per_h > settled and s.surge_s > 0
+    paths: list[tuple[str, float, list[float]]] = []
     if surging:
-        base = np.full(steps, served_before)
         for multiple in SURGE_REMAINING_AGES:
             remaining_s = s.surge_s * multiple
-            path = np.where(t_s < remaining_s, short_rate_per_h, base)
+            path = [short_rate_per_h if t < remaining_s else settled for t in t_s]
             paths.append((f"surge ends in {remaining_s / 60:.0f} min", 1 / len(SURGE_REMAINING_AGES), path))
     else:
+        forecast = [s.rate_now + (s.rate_up - s.rate_now) * min(1.0, t / ramp_end_s) for t in t_s]
         paths.append(("forecast", 1.0, forecast))
     levels = LEVEL_POINTS if config.level_spread_fraction > 0 else ((0.0, 1.0),)
     out: list[DemandScenario] = []
     for name, weight, path in paths:
         for z, level_weight in levels:
-            factor = float(np.exp(z * config.level_spread_fraction))
+            factor = math.exp(z * config.level_spread_fraction)
             label = name if z == 0 else f"{name}, ×{factor:.2f}"
-            out.append(DemandScenario(label, weight * level_weight, path * factor))
+            out.append(DemandScenario(label, weight * level_weight, tuple(rate * factor for rate in path)))
     return out
 
 
-def capacity_path(s: Sizing, config: PolicyConfig) -> np.ndarray:
+def capacity_path(s: Sizing, config: PolicyConfig) -> list[float]:
     """Machines producing in each step without new launches: the healthy producers and those on the way."""
+    offsets = sorted(s.offsets)
+    return [float(s.healthy + bisect.bisect_right(offsets, step * STEP_S)) for step in range(horizon_steps(s, config))]
+
+
+def scenario_delay_usd(s: Sizing, rates: tuple[float, ...], machines: list[float], config: PolicyConfig) -> float:
+    """Delay dollars of one scenario with the fleet `machines` per step: the queue played forward as a fluid;
+    waiting that the fleet of the moment clears within the grace is free, as in the objective the world scores.
+    What is still queued at the horizon is drained by the fleet then, or waits a startup for more machines."""
+    dt_h, grace_h, startup_h = STEP_S / 3600, config.delay_grace_s / 3600, s.startup_s / 3600
+    backlog, task_h = float(s.pending), 0.0
+    for rate, count in zip(rates, machines, strict=True):
+        served_per_h = count * s.thr
+        backlog = max(0.0, backlog + (rate - served_per_h) * dt_h)
+        task_h += max(0.0, backlog - served_per_h * grace_h) * dt_h
+    surplus = machines[-1] * s.thr - rates[-1]
+    task_h += backlog * (min(backlog / surplus / 2, startup_h) if surplus > 0 else startup_h)
+    return task_h * config.delay_usd_per_task_h
+
+
+def expected_usd(
+    s: Sizing, paths: list[DemandScenario], config: PolicyConfig, price_usd_per_h: float, launches: int
+) -> float:
+    """Machine dollars of `launches` new machines over the horizon plus the scenarios' weighted delay dollars."""
     steps = horizon_steps(s, config)
-    starts_s = np.arange(steps) * STEP_S
-    landed = np.searchsorted(np.asarray(s.offsets, dtype=float), starts_s, side="right")
-    return s.healthy + landed.astype(float)
+    machines = [count + (launches if step * STEP_S >= s.startup_s else 0) for step, count in
+                enumerate(capacity_path(s, config))]  # fmt: skip
+    delay = sum(p.weight * scenario_delay_usd(s, p.rates_per_h, machines, config) for p in paths)
+    return launches * price_usd_per_h * steps * STEP_S / 3600 + delay
 
 
-def expected_costs(
-    s: Sizing, paths: list[DemandScenario], config: PolicyConfig, price_usd_per_h: float, max_launches: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Expected dollars for each launch count 0..max_launches, and each scenario's delay dollars holding.
-
-    The queue is played forward per scenario and launch count at once (arrays of counts × scenarios); waiting
-    that the fleet of the moment clears within the grace is free, as in the objective the world scores.
-    """
-    steps = horizon_steps(s, config)
-    dt_h = STEP_S / 3600
-    counts = np.arange(max_launches + 1, dtype=float)[:, None]
-    landed_new = (np.arange(steps) * STEP_S >= s.startup_s).astype(float)
-    machines = capacity_path(s, config)[None, :] + counts * landed_new[None, :]  # counts × steps
-    rates = np.stack([p.rates_per_h for p in paths])  # scenarios × steps
-    backlog = np.full((counts.shape[0], rates.shape[0]), float(s.pending))
-    delay_task_h = np.zeros_like(backlog)
-    grace_h = config.delay_grace_s / 3600
-    for step in range(steps):
-        served_per_h = machines[:, step][:, None] * s.thr
-        backlog = np.maximum(0.0, backlog + (rates[None, :, step] - served_per_h) * dt_h)
-        delay_task_h += np.maximum(0.0, backlog - served_per_h * grace_h) * dt_h
-    # what is still queued at the horizon: drained by the fleet then, or waiting a startup for more machines
-    end_served = machines[:, -1][:, None] * s.thr
-    surplus = end_served - rates[None, :, -1]
-    drain_h = np.where(surplus > 0, backlog / np.maximum(surplus, 1e-9) / 2, s.startup_s / 3600)
-    delay_task_h += backlog * np.minimum(drain_h, s.startup_s / 3600)
-    delay_usd = delay_task_h * config.delay_usd_per_task_h
-    weights = np.array([p.weight for p in paths])
-    machine_usd = counts[:, 0] * price_usd_per_h * steps * dt_h
-    return machine_usd + delay_usd @ weights, delay_usd[0]
-
-
-def choose_launches(s: Sizing, short_rate_per_h: float, config: PolicyConfig, price_usd_per_h: float) -> MpcChoice:
-    """The launch count now with the least expected cost, searched up to what the busiest scenario needs."""
-    paths = scenarios(s, short_rate_per_h, config)
-    peak = max(float(p.rates_per_h.max()) for p in paths)
-    backlog_machines = s.pending / (s.thr * max(config.planning_window_s / 3600, 1e-9))
-    needed = int(np.ceil(peak / s.thr + backlog_machines)) - s.capacity
-    max_launches = max(0, min(needed, config.max_launches_per_decision))
-    totals, hold_delay = expected_costs(s, paths, config, price_usd_per_h, max_launches)
-    best = int(np.argmin(totals))
-    driver = paths[int(np.argmax(hold_delay))].name
-    return MpcChoice(best, float(totals[best]), float(totals[0]), driver, len(paths), price_usd_per_h)
+def choose_launches(
+    s: Sizing,
+    short_rate_per_h: float,
+    config: PolicyConfig,
+    price_usd_per_h: float,
+    lost_machines: int = 0,
+) -> MpcChoice:
+    """The launch count now with the least expected cost, up to `max_launches_per_decision`. The expected cost
+    is convex in the count (machine dollars grow linearly, each scenario's fluid delay shrinks ever less), so the
+    search stops where it first rises. (A cap at what the busiest scenario's rate needs stopped short of the
+    backlog that builds while machines start.)"""
+    paths = scenarios(s, short_rate_per_h, config, lost_machines)
+    max_launches = config.max_launches_per_decision
+    hold = expected_usd(s, paths, config, price_usd_per_h, 0)
+    best, best_usd = 0, hold
+    for launches in range(1, max_launches + 1):
+        usd = expected_usd(s, paths, config, price_usd_per_h, launches)
+        if usd >= best_usd:
+            break
+        best, best_usd = launches, usd
+    machines = capacity_path(s, config)
+    driver = max(paths, key=lambda p: scenario_delay_usd(s, p.rates_per_h, machines, config)).name
+    return MpcChoice(best, best_usd, hold, driver, len(paths), price_usd_per_h)

@@ -13,7 +13,7 @@ from datetime import datetime
 from services.decider.policy.base import LaunchPlan, Recommendation, RemovalPlan, ResumePlan
 from services.decider.policy.cleanup import cleanup
 from services.decider.policy.config import DEFAULT_CONFIG, PolicyConfig
-from services.decider.policy.fleet_view import split_fleet
+from services.decider.policy.fleet_view import FleetView, split_fleet
 from services.decider.policy.growth import grow
 from services.decider.policy.mpc import MpcChoice, choose_launches
 from services.decider.policy.scale_down import scale_down_plan
@@ -36,7 +36,7 @@ def recommend(
     fleet = split_fleet(snapshot)
     sizing = size(signal, fleet, now, config, unobserved_launches)
     removals = cleanup(fleet, now, config, sizing.stalled_state)
-    mpc = mpc_choice(signal, snapshot, sizing, config) if config.mpc else None
+    mpc = mpc_choice(signal, snapshot, fleet, sizing, config) if config.mpc else None
     growth = grow(sizing, fleet, snapshot, config, mpc)
     if not growth.launches and not growth.resumes and growth.rate_deficit <= 0 and not sizing.stalled_state:
         removals += scale_down_plan(signal, fleet, sizing, now, config)
@@ -53,12 +53,16 @@ def recommend(
     )
 
 
-def mpc_choice(signal: DemandSignal, snapshot: FleetSnapshot, sizing: Sizing, config: PolicyConfig) -> MpcChoice:
-    """The expected-cost launch choice, at the fleet's median price and the shortest window's arrival rate."""
+def mpc_choice(
+    signal: DemandSignal, snapshot: FleetSnapshot, fleet: FleetView, sizing: Sizing, config: PolicyConfig
+) -> MpcChoice:
+    """The expected-cost launch choice at the fleet's median price, from the shortest window's rate; the machines
+    just lost (failed, outbid, stalled) count as having served the arrivals before."""
     prices = sorted(line.price_usd_per_h for line in snapshot.instances if line.price_usd_per_h > 0)
     price = prices[len(prices) // 2] if prices else config.default_price_usd_per_h
     short = min(signal.windows, key=lambda w: w.window_s).arrival_rate_per_h if signal.windows else sizing.rate_now
-    return choose_launches(sizing, short, config, price)
+    lost = len(fleet.failed) + len(fleet.outbid) + len(sizing.stalled)
+    return choose_launches(sizing, short, config, price, lost)
 
 
 def _explain(
