@@ -79,20 +79,28 @@ async def test_a_batch_cap_on_the_server_shows_as_capped_throughput_and_queueing
 
 
 async def test_speculative_decoding_against_a_baseline_as_ratios_per_level(standin: StartStandIn) -> None:
+    """Wall-clock ratios: a machine busy with other work can starve one of the two sweeps and skew a ratio, so a
+    comparison outside the bands is measured again (three tries); a broken comparison misses every time."""
     baseline_server = standin(StandInConfig(tokens_per_s=TOKENS_PER_S, ttft_s=TTFT_S))
     speculative_server = standin(StandInConfig(tokens_per_s=2 * TOKENS_PER_S, ttft_s=TTFT_S, tokens_per_chunk=2))
     workload = fixed_workload((1, 4))
-    baseline = await run_sweep(baseline_server.url, workload, started_at=NOW)
-    speculative = await run_sweep(speculative_server.url, workload, started_at=NOW, baseline=baseline)
-
-    assert speculative.comparison is not None
-    assert [level.concurrency for level in speculative.comparison.levels] == [1, 4]
     expected_speedup = request_s(TOKENS_PER_S) / request_s(2 * TOKENS_PER_S, tokens_per_chunk=2)
-    for compared in speculative.comparison.levels:
-        assert_near(compared.ratios["output_tokens_per_s"], expected_speedup, 0.75, 1.3)
-        # Chunks come as often as before but carry two tokens: ITL per chunk unchanged, time per token halved.
-        assert_near(compared.ratios["itl_p50_s"], 1.0, 0.65, 1.5)
-        assert_near(compared.ratios["tpot_p50_s"], 0.5, 0.65, 1.5)
+    for attempt in range(3):
+        baseline = await run_sweep(baseline_server.url, workload, started_at=NOW)
+        speculative = await run_sweep(speculative_server.url, workload, started_at=NOW, baseline=baseline)
+        assert speculative.comparison is not None
+        assert [level.concurrency for level in speculative.comparison.levels] == [1, 4]
+        try:
+            for compared in speculative.comparison.levels:
+                assert_near(compared.ratios["output_tokens_per_s"], expected_speedup, 0.75, 1.3)
+                # Chunks come as often as before but carry two tokens: ITL per chunk unchanged, time per token
+                # halved.
+                assert_near(compared.ratios["itl_p50_s"], 1.0, 0.65, 1.5)
+                assert_near(compared.ratios["tpot_p50_s"], 0.5, 0.65, 1.5)
+            return
+        except AssertionError:
+            if attempt == 2:
+                raise
 
 
 async def test_requests_that_time_out_fail_the_run(standin: StartStandIn) -> None:
