@@ -53,7 +53,7 @@ from tests.decider.factories import HOUR_S, line, loading, producing, signal, sn
 S = InstanceState
 D = TypeVar("D", bound=DirectiveBase)
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)  # a Monday
-POLICY = PredictivePolicy(PolicyConfig())
+POLICY = PredictivePolicy(PolicyConfig(mpc=False))  # the rules' counts: what each directive trims is exact
 # roomy: without directives nothing here is trimmed by the configuration
 CONFIGURED = GuardrailConfig(budget_usd_per_h=100.0, max_instances=40, normal_max_price_usd_per_h=0.8,
                              emergency_max_price_usd_per_h=1.2)  # fmt: skip
@@ -182,13 +182,13 @@ def test_a_launch_carries_the_exclusions_and_one_naming_only_excluded_models_is_
     [command] = plan(demand, fleet, exclusions).commands
     assert isinstance(command, LaunchInstances) and command.count == 8
     assert (command.exclude_gpu_models, command.exclude_host_ids) == (["RTX 3090"], [77])
-    picky = PredictivePolicy(PolicyConfig(preferred_gpu_models=("RTX 3090",)))
+    picky = PredictivePolicy(PolicyConfig(preferred_gpu_models=("RTX 3090",), mpc=False))
     refused = plan_run(demand, fleet, [], NOW, picky, CONFIGURED, run_id="run-0002", directives=exclusions)
     [verdict] = refused.verdicts
     assert (verdict.verdict, verdict.rule, verdict.directive_id) == ("refused", "directive", 1)
     assert refused.explanation.endswith("; directive #1 no RTX 3090: launch 8 refused")
     # a preference list keeps its allowed models: the excluded one is left out of the provisioner's wishes
-    mixed = PredictivePolicy(PolicyConfig(preferred_gpu_models=("RTX 3090", "RTX 4090")))
+    mixed = PredictivePolicy(PolicyConfig(preferred_gpu_models=("RTX 3090", "RTX 4090"), mpc=False))
     [kept] = plan_run(demand, fleet, [], NOW, mixed, CONFIGURED, run_id="run-0003", directives=exclusions).commands
     assert isinstance(kept, LaunchInstances) and kept.gpu_models == ["RTX 4090"]
 

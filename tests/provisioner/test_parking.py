@@ -214,7 +214,8 @@ async def test_a_resume_on_a_gpu_taken_meanwhile_fails_as_gpu_taken_so_it_can_be
         # commands sent to the provisioner as the decider sends them
         snapshot = await fleet.ask_snapshot()
         waiting_tasks = signal(sim_clock.now(), pending=40, rate_per_h=120)
-        recommendation = recommend(waiting_tasks, snapshot, sim_clock.now(), PolicyConfig(park=True))
+        # the rules' sizing (mpc off): the one replacement the lost machine calls for, nothing hedged beside it
+        recommendation = recommend(waiting_tasks, snapshot, sim_clock.now(), PolicyConfig(park=True, mpc=False))
         commands = policy_actions(recommendation, "decider-run-gpu-taken", sim_clock.now(), "decider")
         verbs = {LaunchInstances: "launch", DestroyInstance: "destroy"}
         for command in commands:
