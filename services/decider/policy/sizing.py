@@ -79,6 +79,72 @@ def size(
     stalled = stalled_producers(fleet.producing, now, config) if stalled_state else []
     healthy = len(fleet.producing) - len(stalled)
     pending = signal.pending_tasks
+    rates = _rates(signal, now, startup_s, config)
+    arrivals = _arrivals(fleet, now, startup_s, config, unobserved_launches)
+    capacity = healthy + arrivals.arriving
+    drain_h = config.backlog_drain_target_s / 3600
+    backlog = _backlog(
+        signal, config, thr=thr, startup_s=startup_s, healthy=healthy, rate_now=rates.rate_now, offsets=arrivals.offsets
+    )
+    drain_machines = backlog.at_horizon / (thr * drain_h)
+    surge_machines = ceil_machines(
+        backlog.surge_left / (thr * config.surge_drain_target_s / 3600), config.round_slack_machines
+    )
+    demand_present = pending > 0 or rates.rate_now > 0
+    target = _machines_for(rates.rate_up, thr, drain_machines, demand_present, config)
+    keep = _machines_for(rates.rate_keep, thr, drain_machines, demand_present, config)
+
+    sustained = signal.above_capacity_for_s >= config.sustained_for_s or (rates.slope_per_h2 > 0 and target > capacity)
+    # yesterday's shape is no burst: when it says the demand is coming, machines leave in time to meet it
+    foreseen = rates.season is not None and rates.season.planning_rate_per_h > signal.sustained_arrival_rate_per_h
+    # what the fleet and the machines on the way cannot clear before a new machine could help: launch for that
+    # now; a burst they clear launches nothing, however high its rate looked for a minute
+    undrainable = backlog.surge_left > config.backlog_tolerance_machine_h * thr
+    return Sizing(
+        thr=thr,
+        startup_s=startup_s,
+        stalled_state=stalled_state,
+        stalled=stalled,
+        healthy=healthy,
+        pending=pending,
+        slope_per_h2=rates.slope_per_h2,
+        declining=rates.declining,
+        rate_now=rates.rate_now,
+        season=rates.season,
+        rate_up=rates.rate_up,
+        rate_keep=rates.rate_keep,
+        offsets=arrivals.offsets,
+        arriving=arrivals.arriving,
+        capacity=capacity,
+        drain_h=drain_h,
+        surge_s=backlog.surge_s,
+        backlog_at_horizon=backlog.at_horizon,
+        drain_machines=drain_machines,
+        surge_left=backlog.surge_left,
+        surge_machines=surge_machines,
+        demand_present=demand_present,
+        target=target,
+        keep=keep,
+        sustained=sustained,
+        foreseen=foreseen,
+        nobody_serving=capacity == 0 and pending > 0,
+        undrainable=undrainable,
+        planned_from_rate=sustained or foreseen or stalled_state or capacity < config.min_machines,
+    )
+
+
+@dataclass(frozen=True)
+class _Rates:
+    slope_per_h2: float
+    declining: bool
+    rate_now: float
+    season: SeasonalForecast | None
+    rate_up: float
+    rate_keep: float
+
+
+def _rates(signal: DemandSignal, now: datetime, startup_s: float, config: PolicyConfig) -> _Rates:
+    """The arrival rates: until new machines land, the one they must serve, and the one the fleet keeps serving."""
     slope_per_h2 = rising_slope_per_h2(
         signal, config.trend_window_s, config.trend_min_z, config.trend_max_jump_fraction
     )
@@ -105,22 +171,58 @@ def size(
         horizon_mid_s = startup_s + config.planning_window_s / 2
         rate_up = arrival_forecast_per_h(signal, horizon_mid_s, config.trend_cap_factor, slope_per_h2=slope_per_h2)
         keep_rate = keep_arrival_rate_per_h(signal, startup_s, declining, config.trend_window_s)
-    rate_keep = max(rate_up, keep_rate)
+    return _Rates(
+        slope_per_h2=slope_per_h2,
+        declining=declining,
+        rate_now=rate_now,
+        season=season,
+        rate_up=rate_up,
+        rate_keep=max(rate_up, keep_rate),
+    )
+
+
+@dataclass(frozen=True)
+class _Arrivals:
+    offsets: list[float]
+    arriving: int
+
+
+def _arrivals(
+    fleet: FleetView, now: datetime, startup_s: float, config: PolicyConfig, unobserved_launches: int
+) -> _Arrivals:
+    """The machines on the way (booting, resuming, launched but not yet seen) and when each starts producing."""
     resuming_offsets = [max(0.0, config.resume_s - (now - line.state_since).total_seconds()) for line in fleet.resuming]
     offsets = (
         sorted(ready_offsets_s(fleet.arriving, now, startup_s) + resuming_offsets) + [startup_s] * unobserved_launches
     )
-    arriving = len(fleet.arriving) + len(fleet.resuming) + unobserved_launches
-    capacity = healthy + arriving
-    drain_h = config.backlog_drain_target_s / 3600
+    return _Arrivals(offsets=offsets, arriving=len(fleet.arriving) + len(fleet.resuming) + unobserved_launches)
 
+
+@dataclass(frozen=True)
+class _Backlog:
+    surge_s: float
+    at_horizon: float
+    surge_left: float
+
+
+def _backlog(
+    signal: DemandSignal,
+    config: PolicyConfig,
+    *,
+    thr: float,
+    startup_s: float,
+    healthy: int,
+    rate_now: float,
+    offsets: list[float],
+) -> _Backlog:
+    """The backlog when new machines land, and what a surge leaves once they have drained for its target."""
     # a surge lasts as long again as it has lasted, then arrivals fall back to what the producers served before
     surge_s = max(signal.above_capacity_for_s, config.surge_min_s)
 
     def backlog_at(duration_s: float, *, surge: bool = False) -> float:
         return backlog_after(
             duration_s,
-            backlog_tasks=pending,
+            backlog_tasks=signal.pending_tasks,
             arrival_per_h=min(rate_now, healthy * thr) if surge else rate_now,
             surge_per_h=rate_now if surge else None,
             surge_s=surge_s,
@@ -129,53 +231,19 @@ def size(
             throughput_per_h=thr,
         )
 
-    backlog_at_horizon = backlog_at(startup_s)
-    drain_machines = backlog_at_horizon / (thr * drain_h)
-    surge_left = backlog_at(startup_s + config.surge_drain_target_s, surge=True)
-    surge_machines = ceil_machines(surge_left / (thr * config.surge_drain_target_s / 3600), config.round_slack_machines)
-    demand_present = pending > 0 or rate_now > 0
-    target = max(ceil_machines(rate_up / thr + drain_machines, config.round_slack_machines), config.min_machines)
-    keep = max(ceil_machines(rate_keep / thr + drain_machines, config.round_slack_machines), config.min_machines)
-    if demand_present:
-        target, keep = max(target, 1), max(keep, 1)
-
-    sustained = signal.above_capacity_for_s >= config.sustained_for_s or (slope_per_h2 > 0 and target > capacity)
-    # yesterday's shape is no burst: when it says the demand is coming, machines leave in time to meet it
-    foreseen = season is not None and season.planning_rate_per_h > signal.sustained_arrival_rate_per_h
-    # what the fleet and the machines on the way cannot clear before a new machine could help: launch for that
-    # now; a burst they clear launches nothing, however high its rate looked for a minute
-    undrainable = surge_left > config.backlog_tolerance_machine_h * thr
-    return Sizing(
-        thr=thr,
-        startup_s=startup_s,
-        stalled_state=stalled_state,
-        stalled=stalled,
-        healthy=healthy,
-        pending=pending,
-        slope_per_h2=slope_per_h2,
-        declining=declining,
-        rate_now=rate_now,
-        season=season,
-        rate_up=rate_up,
-        rate_keep=rate_keep,
-        offsets=offsets,
-        arriving=arriving,
-        capacity=capacity,
-        drain_h=drain_h,
+    return _Backlog(
         surge_s=surge_s,
-        backlog_at_horizon=backlog_at_horizon,
-        drain_machines=drain_machines,
-        surge_left=surge_left,
-        surge_machines=surge_machines,
-        demand_present=demand_present,
-        target=target,
-        keep=keep,
-        sustained=sustained,
-        foreseen=foreseen,
-        nobody_serving=capacity == 0 and pending > 0,
-        undrainable=undrainable,
-        planned_from_rate=sustained or foreseen or stalled_state or capacity < config.min_machines,
+        at_horizon=backlog_at(startup_s),
+        surge_left=backlog_at(startup_s + config.surge_drain_target_s, surge=True),
     )
+
+
+def _machines_for(
+    rate_per_h: float, thr: float, drain_machines: float, demand_present: bool, config: PolicyConfig
+) -> int:
+    """Machines to serve a rate and drain the backlog; never none while any demand is present."""
+    machines = max(ceil_machines(rate_per_h / thr + drain_machines, config.round_slack_machines), config.min_machines)
+    return max(machines, 1) if demand_present else machines
 
 
 def figures(s: Sizing, fleet: FleetView, unobserved_launches: int) -> PolicyFigures:
