@@ -14,15 +14,7 @@ from datetime import UTC, datetime
 
 from services.fleet.bids import BidBook
 from services.fleet.config import FleetSettings
-from services.fleet.lifecycle import (
-    ARRIVING,
-    CountsFrom,
-    allowed,
-    first_limit_s,
-    is_backwards,
-    time_limit,
-    trigger_for,
-)
+from services.fleet.lifecycle import ARRIVING, CountsFrom, first_limit_s, time_limit, trigger_for
 from services.fleet.lines import SnapshotLines
 from services.fleet.record import HistoryEntry, InstanceRecord
 from services.fleet.transitions import Alert, Tick, Transition
@@ -39,12 +31,11 @@ from shared.contract import (
     TaskEvent,
     TriggerReason,
 )
+from shared.lifecycle import allowed, is_backwards, refined
 from shared.seen_ids import SeenIds
 
 S = InstanceState
 SOURCE = "fleet"
-# vast's own view is coarser than ours: "running" is all it can say about these
-RUNNING_REFINEMENTS = frozenset({S.REGISTERED, S.BENCHMARKED, S.PRODUCING, S.DRAINING})
 # Task events of instances the provisioner has not reported yet wait here, bounded: a worker can speak a poll
 # before the provisioner sees its machine, but a replayed week of events must not fill memory.
 UNCLAIMED_INSTANCES_KEPT = 1000
@@ -104,11 +95,11 @@ class FleetCore:
         self._update_attributes(record, observed)
         self._book_bid(record, at_s)
         self._touch(record)
-        target = observed.state
-        if target == S.RUNNING and record.state in (*RUNNING_REFINEMENTS, S.RESUMING):
-            return []  # vast says running; we know more
-        if target == S.RUNNING and record.state == S.PARKED:
-            target = S.RESUMING  # vast runs it again (an outbid bid won again): back once its worker works
+        # vast's view is coarser than ours: running, to a machine fleet knows producing, says nothing new; to a parked
+        # one, that it is resuming (an outbid bid won again): back once its worker works
+        target = refined(record.state, observed.state)
+        if target is record.state:
+            return []
         reason = (observed.failure_reason or FailureReason.VAST_ERROR) if target == S.FAILED else None
         detail = f"provisioner: vast {observed.vast_actual_status or '-'}"
         if target == S.GONE and observed.gone_because:

@@ -1,8 +1,5 @@
-"""The instance lifecycle as one transition table, and which transitions wake the decider how urgently.
-
-Each state maps to the states it may move to, with the real-world event behind every edge (after Ray
-autoscaler v2's instance manager). Anything not in the table is recorded on the instance and ignored.
-"""
+"""What fleet adds to the lifecycle (its transition table is shared/lifecycle.py): how long each state may last,
+what vast's status should be in each, and which transitions wake the decider how urgently."""
 
 from __future__ import annotations
 
@@ -15,115 +12,6 @@ from services.fleet.config import FleetSettings
 from shared.contract import FailureReason, InstanceState, ParkReason, TriggerPriority, TriggerReason
 
 S = InstanceState
-
-TRANSITIONS: Mapping[InstanceState, frozenset[InstanceState]] = {
-    S.REQUESTED: frozenset(
-        {
-            S.PARKED,  # an interruptible create whose bid lost at once: vast keeps it paused until its bid wins
-            S.LOADING,  # vast accepted the rent; the host is pulling the image
-            S.RUNNING,  # the provisioner's first poll already finds the container running
-            S.REGISTERED,  # a worker reported before the provisioner's poll saw it loading or running
-            S.FAILED,  # vast refused or errored the create (vast_error), or it never loaded (stuck_loading)
-            S.GONE,  # destroyed before it ever loaded
-        }
-    ),
-    S.LOADING: frozenset(
-        {
-            S.RUNNING,  # the container started
-            S.REGISTERED,  # a worker reported before the provisioner's poll saw it running
-            S.PARKED,  # outbid while it pulled its image (the disk, and what it pulled, are kept)
-            S.FAILED,  # loading for hours (stuck_loading) or an error in vast's status message (vast_error)
-            S.GONE,  # destroyed while loading
-        }
-    ),
-    S.RUNNING: frozenset(
-        {
-            S.REGISTERED,  # the job system's worker on it sent its first task event
-            S.BENCHMARKED,  # the on-start benchmark reported before the worker's first task event
-            S.DRAINING,  # the decider drained it before it registered
-            S.PARKED,  # stopped to be resumed later, or its bid was outbid (vast paused it, disk kept)
-            S.FAILED,  # running but no worker ever registered (never_registered), or it went offline (lost)
-            S.GONE,  # stopped or destroyed
-        }
-    ),
-    S.REGISTERED: frozenset(
-        {
-            S.BENCHMARKED,  # the benchmark passed (pass or degraded)
-            S.PRODUCING,  # it completed a task before the benchmark verdict came back
-            S.DRAINING,  # the decider drained it
-            S.PARKED,  # stopped to be resumed later, or outbid
-            S.FAILED,  # the benchmark failed (bench_failed), or vast lost it (lost)
-            S.GONE,  # stopped or destroyed
-        }
-    ),
-    S.BENCHMARKED: frozenset(
-        {
-            S.PRODUCING,  # it completed its first task
-            S.DRAINING,  # the decider drained it
-            S.PARKED,  # stopped to be resumed later, or outbid
-            S.FAILED,  # silent while tasks were queued (dead), or lost
-            S.GONE,  # stopped or destroyed
-        }
-    ),
-    S.PRODUCING: frozenset(
-        {
-            S.DRAINING,  # the decider drained it: no longer counted as capacity
-            S.PARKED,  # the provisioner stopped it to be resumed later, or its bid was outbid
-            S.FAILED,  # silent while tasks were queued (dead), a late failing benchmark, or lost
-            S.GONE,  # stopped or destroyed (killed, if nobody drained it first)
-        }
-    ),
-    S.DRAINING: frozenset(
-        {
-            S.PARKED,  # the provisioner stopped it once drained, keeping its disk to resume it later
-            S.FAILED,  # vast lost it while it drained (lost)
-            S.GONE,  # the provisioner stopped or destroyed it once drained
-        }
-    ),
-    S.PARKED: frozenset(
-        {
-            S.RESUMING,  # the provisioner started it again, or vast resumed an outbid bid (running again)
-            S.FAILED,  # vast lost it while parked (lost, vast_error)
-            S.GONE,  # destroyed: demand did not come back within the horizon
-        }
-    ),
-    S.RESUMING: frozenset(
-        {
-            S.REGISTERED,  # parked before its benchmark: its worker's first task event, then the benchmark
-            S.PRODUCING,  # a proven machine completed a task again (same machine: no new benchmark)
-            S.DRAINING,  # the decider drained it before it produced again
-            S.PARKED,  # stopped again, or outbid again before it produced
-            S.FAILED,  # its start waited in "Scheduling" too long (gpu_taken), or silent, or lost
-            S.GONE,  # destroyed while it waited
-        }
-    ),
-    S.FAILED: frozenset(
-        {
-            S.GONE,  # destroyed (the decider's cleanup) or no longer listed by vast
-        }
-    ),
-    S.GONE: frozenset(),  # terminal: a late observation cannot bring it back
-}
-
-# How far along its life an instance is: every edge of the table climbs it, except the one loop a kept disk
-# allows (parked → resuming → producing or registered), so nothing else moves backwards.
-ORDER: Mapping[InstanceState, int] = {
-    S.REQUESTED: 0,
-    S.LOADING: 1,
-    S.RUNNING: 2,
-    S.REGISTERED: 3,
-    S.BENCHMARKED: 4,
-    S.PRODUCING: 5,
-    S.DRAINING: 6,
-    S.PARKED: 7,
-    S.RESUMING: 8,
-    S.FAILED: 9,
-    S.GONE: 10,
-}
-# the edges that go back down ORDER: a parked machine comes back to work without a new rent
-RESUME_EDGES = frozenset(
-    {(S.RESUMING, S.REGISTERED), (S.RESUMING, S.PRODUCING), (S.RESUMING, S.DRAINING), (S.RESUMING, S.PARKED)}
-)
 
 # States the decider counts as capacity on its way (not yet producing).
 ARRIVING = frozenset({S.REQUESTED, S.LOADING, S.RUNNING, S.REGISTERED, S.BENCHMARKED})
@@ -225,14 +113,6 @@ def first_limit_s(state: InstanceState, config: FleetSettings) -> float | None:
     """The shortest limit the state may meet (a lower bound of its deadline, refined when it comes due)."""
     limits = [limit.limit_s(config) for (s, _), limit in TIME_LIMITS.items() if s is state]
     return min(limits) if limits else None
-
-
-def allowed(from_state: InstanceState, to_state: InstanceState) -> bool:
-    return to_state in TRANSITIONS[from_state]
-
-
-def is_backwards(from_state: InstanceState, to_state: InstanceState) -> bool:
-    return ORDER[to_state] < ORDER[from_state] and (from_state, to_state) not in RESUME_EDGES
 
 
 def trigger_for(

@@ -129,6 +129,12 @@ class ProvisionerMetrics:
             ["how"],
             registry=registry,
         )
+        self.refused_moves = Counter(
+            "fleetpilot_provisioner_refused_moves_total",
+            "State moves vast's list or our own command showed that the lifecycle table refuses (gone back to"
+            " running, failed revived, backwards): the instance keeps its state",
+            registry=registry,
+        )
         # vast bills a rent's image pull once, at the host's own bandwidth price: it never shows in $/h
         self.bandwidth_usd = Counter(
             "fleetpilot_provisioner_bandwidth_usd_total",

@@ -10,16 +10,18 @@ default deployment: an upgraded single deployment keeps its machines, a named on
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.provisioner.host_history import Incident, IncidentKind
 from services.provisioner.vast_models import VastInstance
 from shared.contract import FailureReason, InstanceState, ParkReason, RemovalReason, committed_usd_per_h
+from shared.lifecycle import advance
 
 LABEL_PREFIX = "fleetpilot"
 DEFAULT_DEPLOYMENT_ID = "default"  # shared.settings.Settings.deployment_id's default
@@ -96,6 +98,19 @@ class KnownInstance(BaseModel):
     @property
     def committed_usd_per_h(self) -> float:
         return committed_usd_per_h(self.state, self.park_reason, self.price_usd_per_h, self.storage_usd_per_h)
+
+    def moved(
+        self, observed: InstanceState, now: datetime, update: Mapping[str, Any] = MappingProxyType({})
+    ) -> KnownInstance:
+        """This instance in `observed`, with what comes with the move (`update`: its failure or park reason, why it
+        went), if vast's view of the lifecycle allows it (shared.lifecycle.advance); a move it refuses changes
+        nothing: `.state` is not `observed`, for the caller to count. Every state the provisioner writes goes so."""
+        state = advance(self.state, observed)
+        if state is not observed:
+            return self
+        return self.model_copy(
+            update={**update, "state": state, "state_since": now if state is not self.state else self.state_since}
+        )
 
 
 def observed_state(
@@ -218,6 +233,8 @@ class Reconciliation:
     foreign: list[VastInstance] = field(default_factory=list)
     foreign_owners: dict[int, str] = field(default_factory=dict)
     incidents: list[Incident] = field(default_factory=list)
+    # (instance, its state, what vast's list showed) where the lifecycle refused the move: once per change vast shows
+    refused: list[tuple[int, InstanceState, InstanceState]] = field(default_factory=list)
 
     @property
     def to_publish(self) -> list[KnownInstance]:
@@ -244,8 +261,9 @@ def reconcile(
         seen.add(row.id)
         current = known.get(row.id)
         if current is not None and current.state is InstanceState.GONE:
-            # gone is terminal here as in fleet: a destroyed instance vast still lists (its delete is asynchronous)
-            # is never revived into a state nobody will act on; the caller destroys it again after a few lists
+            # gone is terminal (shared/lifecycle.py): a destroyed instance vast still lists (its delete is
+            # asynchronous) is never revived into a state nobody will act on; the caller destroys it again after a
+            # few lists
             result.known[row.id] = current.model_copy(update={"listed_after_gone": current.listed_after_gone + 1})
             continue
         if current is None:
@@ -261,10 +279,12 @@ def reconcile(
             if (incident := incident_for(adopted, now)) is not None:
                 result.incidents.append(incident)
             continue
-        updated = _as_listed(current, row, now)
+        updated, observed = _as_listed(current, row, now)
         result.known[row.id] = updated
         if _observably_different(current, updated):
             result.changed.append(updated)
+            if updated.state is not observed:
+                result.refused.append((row.id, current.state, observed))
             if updated.state is not current.state and (incident := incident_for(updated, now)) is not None:
                 result.incidents.append(incident)
     for instance_id, current in known.items():
@@ -282,15 +302,13 @@ def reconcile(
     return result
 
 
-def _as_listed(current: KnownInstance, row: VastInstance, now: datetime) -> KnownInstance:
-    """A known instance as vast lists it now: vast's state, price and host are the truth; a null field leaves
-    what was known."""
+def _as_listed(current: KnownInstance, row: VastInstance, now: datetime) -> tuple[KnownInstance, InstanceState]:
+    """A known instance as vast lists it now, and the state vast's row showed: vast's price and host are the truth
+    (a null field leaves what was known), its state moves as the lifecycle allows."""
     state, reason, park_reason = lifecycle_of(row, current)
-    return current.model_copy(
+    moved = current.moved(state, now, {"failure_reason": reason, "park_reason": park_reason})
+    listed = moved.model_copy(
         update={
-            "state": state,
-            "failure_reason": reason,
-            "park_reason": park_reason,
             "storage_usd_per_h": row.storage_usd_per_h
             if row.storage_usd_per_h is not None
             else current.storage_usd_per_h,
@@ -302,10 +320,10 @@ def _as_listed(current: KnownInstance, row: VastInstance, now: datetime) -> Know
             "host_id": row.host_id if row.host_id is not None else current.host_id,
             "machine_id": row.machine_id if row.machine_id is not None else current.machine_id,
             "gpu_model": row.gpu_name or current.gpu_model,
-            "state_since": now if state is not current.state else current.state_since,
             "missing_lists": 0,
         }
     )
+    return listed, state
 
 
 def _missed_once_more(current: KnownInstance, now: datetime, gone_after_missing_lists: int) -> KnownInstance:
@@ -314,14 +332,10 @@ def _missed_once_more(current: KnownInstance, now: datetime, gone_after_missing_
     missing = current.missing_lists + 1
     if missing < gone_after_missing_lists:
         return current.model_copy(update={"missing_lists": missing})
-    return current.model_copy(
-        update={
-            "state": InstanceState.GONE,
-            "state_since": now,
-            "missing_lists": missing,
-            "gone_because": f"vast no longer lists it ({missing} lists in a row)",
-        }
+    gone = current.moved(
+        InstanceState.GONE, now, {"gone_because": f"vast no longer lists it ({missing} lists in a row)"}
     )
+    return gone.model_copy(update={"missing_lists": missing})
 
 
 def _observably_different(before: KnownInstance, after: KnownInstance) -> bool:

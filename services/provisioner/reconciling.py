@@ -88,6 +88,8 @@ class Reconciling(ProvisionerState):
             unreadable_ids=listed.unreadable_ids,
             deployment_id=self.settings.deployment_id,
         )
+        for instance_id, state, observed in outcome.refused:
+            self._refused(instance_id, state, observed)
         started = self._learn_startups(outcome.known, now)
         self.known = outcome.known
         for incident in outcome.incidents:

@@ -89,16 +89,13 @@ class Removing(Reconciling):
             await self._mark_gone(instance, by, command.reason)
             return self._result(command, verb, "done", None, f"{verb} sent", [instance_id])
         parking = command.reason is RemovalReason.PARK
-        stopped = instance.model_copy(
-            update={
-                # parked: kept with its disk to be started again; any other stop winds it down until destroyed
-                "state": InstanceState.PARKED if parking else InstanceState.DRAINING,
-                "park_reason": ParkReason.STOPPED if parking else None,
-                "stop_reason": command.reason,
-                "vast_intended_status": "stopped",
-                "state_since": self.clock.now(),
-            }
-        )
+        # parked: kept with its disk to be started again; any other stop winds it down until destroyed (a failed
+        # machine stays failed: the lifecycle takes it nowhere but gone)
+        if parking:
+            stopped = self._moved(instance, InstanceState.PARKED, {"park_reason": ParkReason.STOPPED})
+        else:
+            stopped = self._moved(instance, InstanceState.DRAINING, {"park_reason": None})
+        stopped = stopped.model_copy(update={"stop_reason": command.reason, "vast_intended_status": "stopped"})
         await self._remember(stopped)
         detail = "stop sent: parked, its disk kept (storage billed only)" if parking else "stop sent"
         return self._result(command, verb, "done", None, detail, [instance_id])
@@ -146,15 +143,8 @@ class Removing(Reconciling):
             return self._result(command, "resume", "failed", RefusalRule.UNKNOWN_INSTANCE, "vast no longer has it")
         except VastError as error:
             return self._failure(command, "resume", error, instance_ids=[instance_id])
-        resuming = instance.model_copy(
-            update={
-                "state": InstanceState.RESUMING,
-                "park_reason": None,
-                "stop_reason": None,
-                "vast_intended_status": "running",
-                "state_since": self.clock.now(),
-            }
-        )
+        resuming = self._moved(instance, InstanceState.RESUMING, {"park_reason": None, "stop_reason": None})
+        resuming = resuming.model_copy(update={"vast_intended_status": "running"})
         await self._remember(resuming)
         detail = f"start sent: resuming at ${instance.price_usd_per_h:.2f}/h ({command.reason.value})"
         return self._result(command, "resume", "done", None, detail, [instance_id])

@@ -223,15 +223,24 @@ class ProvisionerState:
         await self.store.save_instances([instance])
         await self._publish_instance(instance)
 
+    def _moved(
+        self, instance: KnownInstance, observed: InstanceState, update: dict[str, object] | None = None
+    ) -> KnownInstance:
+        """`instance` moved by our own command as the lifecycle allows (KnownInstance.moved), a refusal counted."""
+        moved = instance.moved(observed, self.clock.now(), update or {})
+        if moved.state is not observed:
+            self._refused(instance.instance_id, instance.state, observed)
+        return moved
+
+    def _refused(self, instance_id: int, state: InstanceState, observed: InstanceState) -> None:
+        self.metrics.refused_moves.inc()
+        log.info(
+            "instance %s: %s -> %s is no move of the lifecycle (shared/lifecycle.py): kept %s",
+            instance_id, state.value, observed.value, state.value,
+        )  # fmt: skip
+
     async def _mark_gone(self, instance: KnownInstance, because: str, reason: RemovalReason | None = None) -> None:
-        gone = instance.model_copy(
-            update={
-                "state": InstanceState.GONE,
-                "state_since": self.clock.now(),
-                "gone_because": because[:300],
-                "removal_reason": reason,
-            }
-        )
+        gone = self._moved(instance, InstanceState.GONE, {"gone_because": because[:300], "removal_reason": reason})
         self.known[instance.instance_id] = gone
         await self.store.save_instances([gone])
         await self._publish_instance(gone)

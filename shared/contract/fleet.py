@@ -12,7 +12,7 @@ from shared.contract.commands import RemovalReason
 
 class InstanceState(StrEnum):
     """The lifecycle; transitions only go forward, except a parked machine's way back to work (the table lives in
-    services/fleet)."""
+    shared/lifecycle.py)."""
 
     REQUESTED = "requested"
     LOADING = "loading"

@@ -26,6 +26,7 @@ from shared.contract import LaunchInstances, LaunchReason, RemovalReason, bid_us
 from sim.vast.economics import BidLevels, outbid, storage_usd_per_h
 from sim.vast.scenario import Fate, Scenario
 from sim.world.fluid import FluidQueue, ServicePiece
+from sim.world.lifecycle import check_move
 from sim.world.model import (
     EPOCH,
     Action,
@@ -408,6 +409,7 @@ class Engine:
 
     def _set_state(self, machine: Machine, state: MachineState) -> None:
         was = machine.state
+        check_move(machine.instance_id, was, state)
         if was is MachineState.PRODUCING and state is not MachineState.PRODUCING:
             if not machine.worked:
                 self._note_work(machine)

@@ -53,6 +53,7 @@ from shared.contract import (
     TaskEvent,
     TriggerRef,
 )
+from shared.lifecycle import advance
 from shared.settings import Settings
 from sim.vast.scenario import Scenario
 from sim.world.model import EPOCH, Action, Launch, MachineState, Remove, Resume, WorldConfig, WorldView
@@ -400,6 +401,8 @@ class PredictiveAdapter:
         *,
         removal: RemovalReason | None = None,
     ) -> list[TriggerRef]:
+        if advance(reported.state, state[0]) is not state[0]:
+            return []  # no move of vast's view of the lifecycle: the provisioner keeps what it reported
         reported.state = state[0]
         return self.observe_instance(
             InstanceObserved(
