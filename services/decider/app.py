@@ -16,12 +16,13 @@ from faststream.asgi import AsgiFastStream
 from faststream.nats import ConsumerConfig, DeliverPolicy
 from faststream.nats.annotations import NatsMessage
 
+from services.decider import SERVICE
 from services.decider.advisor import Advisor
 from services.decider.config import DeciderSettings
 from services.decider.lock import RedisSingleFlight
 from services.decider.metrics import DeciderMetrics
 from services.decider.policy import PredictivePolicy
-from services.decider.runner import SERVICE, Decider
+from services.decider.runner import Decider
 from shared.bus import JETSTREAM_ACK_POLICY, answer_request
 from shared.contract import OperatorMessage, Trigger
 from shared.contract.directives import DirectiveRequest

@@ -21,7 +21,7 @@ from services.decider.agent.agent import OllamaAgent
 from services.decider.agent.config import AgentConfig
 from services.decider.agent.store import RedisAgentStore
 from services.decider.app import load_advisor
-from services.decider.runner import OPERATOR_QUESTION
+from services.decider.step import OPERATOR_QUESTION
 from shared.clock import SimulatedClock
 from shared.contract import DecisionRecord, LaunchInstances, TriggerReason
 from shared.service import ServiceContext

@@ -8,7 +8,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from services.decider.runner import OPERATOR_QUESTION
+from services.decider.step import OPERATOR_QUESTION
 from shared.contract import OfferLine, OfferList, OfferQuery, OperatorMessage, OperatorReply, TriggerReason
 from shared.settings import Settings
 from shared.streams import OPERATOR
