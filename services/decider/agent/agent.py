@@ -21,6 +21,7 @@ from services.decider.agent.config import AgentConfig
 from services.decider.agent.context import ContextBudgetError, Turn
 from services.decider.agent.failures import ModelFailure
 from services.decider.agent.metrics import AgentMetrics
+from services.decider.agent.record_reader import JetStreamRecordReader, RecordReader
 from services.decider.agent.run import AgentRun
 from services.decider.agent.store import AgentStore, LoadedState, RedisAgentStore
 from shared.clock import Clock
@@ -43,6 +44,7 @@ class OllamaAgent:
         registry: CollectorRegistry,
         config: AgentConfig | None = None,
         client: AsyncClient | None = None,
+        record_reader: RecordReader | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -53,6 +55,7 @@ class OllamaAgent:
         self.registry = registry
         self.metrics = AgentMetrics(registry)
         self.tools_confirmed = False
+        self.record_reader = record_reader  # what operators' questions about the past are answered from
         self._owned_redis: Redis | None = None
         self.last_run: AgentRun | None = None  # what the latest run did, for the evaluation suite
 
@@ -144,6 +147,7 @@ def create_agent(ctx: ServiceContext, config: AgentConfig | None = None) -> Olla
         store=RedisAgentStore(redis, ctx.settings.subject_prefix),
         registry=ctx.metrics.registry,
         config=config,
+        record_reader=JetStreamRecordReader(ctx.broker, ctx.subjects),
     )
     agent._owned_redis = redis
     return agent

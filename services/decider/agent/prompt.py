@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -323,6 +324,7 @@ def render_observation(
     limits: ObservationLimits,
     session_note: str = "",
     compact: bool = False,
+    record_lines: Sequence[str] = (),
 ) -> str:
     """Everything the model needs to decide without calling a tool to look around, bounded in size."""
     triggers = ", ".join(_trigger_text(t) for t in inputs.triggers) or "none"
@@ -356,6 +358,11 @@ def render_observation(
         )
         for message in shown:
             lines += quote_operator(message)
+    if record_lines:
+        lines.append(
+            "FROM THE RECORD (answers to the operator's question: reply with these sentences and their numbers):"
+        )
+        lines += record_lines
     lines.append(closing_line(inputs) if compact else "Decide now. Answer with OBSERVATION, ASSESSMENT and DECISION.")
     return "\n".join(lines)
 

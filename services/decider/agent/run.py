@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal
 
 from ollama import ChatResponse
 from redis.exceptions import RedisError
 
 from services.decider.advisor import AdvisorOutcome
-from services.decider.agent import prompt
+from services.decider.agent import prompt, record
 from services.decider.agent.context import ToolRequest, Turn, compact, fit_to_budget, trim_history
 from services.decider.agent.failures import ModelFailure
 from services.decider.agent.memory import make_anchor, open_items, recent_memories
@@ -61,6 +62,7 @@ class AgentRun(ToolDesk):
             ),
             session_note=prompt.session_note(self.state.problems),
             compact=self.compact,
+            record_lines=await self._look_up_record(),
         )
         self.current = [
             Turn(
@@ -73,12 +75,26 @@ class AgentRun(ToolDesk):
         ]
         answer, failure, rounds = await self._converse(system, anchor)
         # without an answer the model's judgement is unknown: the decider re-applies the policy, counting what
-        # was launched in this run, and answers the operator itself
+        # was launched in this run, and answers the operator itself (a question the record answers is answered here)
         degraded = answer is None
-        if answer is not None:
-            await self._reply_to_waiting_operators(answer)
+        await self._reply_to_waiting_operators(answer)
         await self._save(answer, failure)
         return self._outcome(observation_text, answer, failure, rounds, degraded)
+
+    async def _look_up_record(self) -> list[str]:
+        """The record's answers to what the waiting questions name, read once for the run; lines for the
+        observation (none when no question names anything, or the agent has no reader)."""
+        reader = self.agent.record_reader
+        asked = {c: record.queries_in(m.text, self.inputs.now) for c, m in self.conversations.items()}
+        if reader is None or not any(asked.values()):
+            return []
+        found = await reader.read(self.inputs.now - timedelta(hours=record.RECORD_WINDOW_H))
+        present = record.Present(self.inputs.now, self.inputs.recommendation, self.inputs.signal, self.inputs.snapshot)
+        lines = []
+        for conversation, queries in asked.items():
+            self.record_answers[conversation] = [record.answer(query, found, present) for query in queries]
+            lines += [f"  [conversation {conversation}] {text}" for text in self.record_answers[conversation]]
+        return lines
 
     async def _converse(self, system: Turn, anchor: Turn) -> tuple[prompt.Answer | None, str | None, int]:
         failures = 0

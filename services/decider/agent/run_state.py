@@ -62,6 +62,9 @@ class RunState:
         self.finished: tools.FinishArgs | None = None
         self.reminded = False  # told once that its answer came before the recommended calls
         self.repeated: str | None = None  # a call the model made again after its result: the end of the run
+        # per conversation, the record's ready answers to what its question names (record.py): shown to the model,
+        # and the reply when the model's words lose their numbers
+        self.record_answers: dict[str, list[str]] = {}
 
     @staticmethod
     def _conversations(messages: list[OperatorMessage]) -> OrderedDict[str, OperatorMessage]:

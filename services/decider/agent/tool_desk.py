@@ -10,6 +10,7 @@ import uuid
 from services.decider.agent import prompt, tools
 from services.decider.agent.context import ToolRequest, call_key, cap_output
 from services.decider.agent.memory import Memory, PlanItem, open_items, remember, replace_plan
+from services.decider.agent.record import reply_from_record
 from services.decider.agent.run_state import TRACE_CALLS_MAX, RunState, ToolLogEntry
 from shared.contract import BenchRequest, OfferQuery, OperatorReply
 
@@ -185,7 +186,7 @@ class ToolDesk(RunState):
 
     async def _send_reply(self, conversation: str, text: str) -> None:
         footer = prompt.numbers_footer(self.inputs)
-        body = f"{text.strip()[: 7900 - len(footer)]}\n{footer}"
+        body = f"{reply_from_record(text, self.record_answers.get(conversation, []))}\n{footer}"
         reply = OperatorReply(
             occurred_at=self.agent.clock.now(),
             source=tools.SOURCE,
@@ -196,12 +197,14 @@ class ToolDesk(RunState):
         await self.ports.reply_to_operator(reply)
         self.replied.add(conversation)
 
-    async def _reply_to_waiting_operators(self, answer: prompt.Answer) -> None:
-        """An operator always gets an answer, even when the model did not call reply_to_operator."""
+    async def _reply_to_waiting_operators(self, answer: prompt.Answer | None) -> None:
+        """An operator always gets an answer, even when the model did not call reply_to_operator. Without the
+        model's answer only a question the record answers is replied to here; the decider answers the rest."""
         for conversation in self.conversations:
-            if conversation in self.replied:
+            if conversation in self.replied or (answer is None and not self.record_answers.get(conversation)):
                 continue
+            text = f"{answer.assessment}\n{answer.decision}" if answer is not None else ""
             try:
-                await self._send_reply(conversation, f"{answer.assessment}\n{answer.decision}")
+                await self._send_reply(conversation, text)
             except Exception as error:
                 log.error("could not reply to operator conversation %s: %r", conversation, error)
