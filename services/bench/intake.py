@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
-from pathlib import Path
 
 import pydantic
 from pydantic import SecretStr
@@ -19,10 +18,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from services.bench import gpu_suite
 from services.bench.metrics import BenchMetrics
 from services.bench.rate_limit import PerKeyRateLimit
 from services.bench.report import SuiteReport
+from services.bench.suite_script import suite_script
 from services.bench.tokens import bearer_label
 from shared.clock import Clock
 
@@ -46,10 +45,6 @@ REFUSALS: dict[ReportOutcome, tuple[int, str]] = {
     ReportOutcome.DUPLICATE: (409, "this machine's report was already taken; a report is accepted once"),
     ReportOutcome.MISMATCH: (403, "instance_id: the named instance's benchmark waits for another machine's report"),
 }
-
-
-def suite_source() -> str:
-    return Path(gpu_suite.__file__).read_text(encoding="utf-8")
 
 
 async def capped_body(request: Request, max_bytes: int) -> bytes | None:
@@ -77,7 +72,7 @@ def intake_app(
     rate_limit: PerKeyRateLimit,
     clock: Clock,
 ) -> Starlette:
-    source = suite_source()
+    source = suite_script()
 
     def refused(outcome: str, status: int, error: str) -> Response:
         metrics.reports.labels(outcome).inc()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ import pytest
 from services.bench import gpu_suite
 from services.bench.gpu_suite import CopyTiming, NumpyCpuBackend, SuiteSizes, run_suite
 from services.bench.report import SuiteReport
+from services.bench.suite_script import SUITE_MODULES, suite_script
 from services.bench.verdict import Thresholds, gpu_result, judge_gpu
 
 SMALL = SuiteSizes(matmul_n=128, check_n=64, memory_bytes=2 << 20, host_copy_bytes=2 << 20, min_time_s=0.02)
@@ -128,3 +131,17 @@ def test_asking_for_cuda_where_it_is_unusable_reports_a_failure_not_a_cpu_pass()
         assert judge_gpu(report, None, Thresholds()).verdict == "fail"
     else:  # a machine with a working GPU: the CUDA path itself ran
         assert report.device == "cuda" and report.gpu_name
+
+
+def test_the_served_script_holds_every_module_and_imports_nothing_of_the_project() -> None:
+    """A rented machine has the one downloaded file: a module left out, or an import of the project, breaks it
+    there only (here the project is installed, so running the script would not tell)."""
+    package_dir = Path(gpu_suite.__file__).parent
+    assert {path.stem for path in package_dir.glob("*.py")} == {"__init__", *SUITE_MODULES}
+    imported: set[str] = set()
+    for node in ast.walk(ast.parse(suite_script())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            imported.add(node.module.split(".")[0])
+    assert imported <= set(sys.stdlib_module_names) | {"numpy", "torch"}
