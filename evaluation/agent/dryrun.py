@@ -12,9 +12,19 @@ from datetime import datetime
 
 from evaluation.agent import situation
 from services.decider.advisor import RunInputs
+from services.decider.directives import check_new, effect
 from services.decider.guardrails import FleetLedger, GuardrailConfig, ledger_from
 from services.decider.step import judge
-from shared.contract import Action, BenchRequest, GuardrailVerdict, OfferList, OfferQuery, OperatorReply
+from shared.contract import (
+    Action,
+    BenchRequest,
+    FleetSnapshot,
+    GuardrailVerdict,
+    OfferList,
+    OfferQuery,
+    OperatorReply,
+)
+from shared.contract.directives import Directive, DirectiveAnswer
 from shared.settings import Settings
 
 
@@ -38,13 +48,18 @@ class DryRunPorts:
     offer_queries: list[OfferQuery] = field(default_factory=list)
     bench_requests: list[BenchRequest] = field(default_factory=list)
     replies: list[OperatorReply] = field(default_factory=list)
+    snapshot: FleetSnapshot | None = None
+    directives: list[Directive] = field(default_factory=list)  # stored, numbered from 1
+    directives_refused: list[Directive] = field(default_factory=list)
 
     @classmethod
     def for_inputs(
         cls, settings: Settings, inputs: RunInputs, *, offers_per_query: int = 8, offer_note: str = ""
     ) -> DryRunPorts:
         ledger = ledger_from(inputs.snapshot, inputs.signal, [], inputs.now, stale=inputs.stale)
-        return cls(guardrail_config(settings), ledger, inputs.now, offers_per_query, offer_note)
+        ports = cls(guardrail_config(settings), ledger, inputs.now, offers_per_query, offer_note)
+        ports.snapshot = inputs.snapshot
+        return ports
 
     @property
     def allowed(self) -> list[Action]:
@@ -64,3 +79,15 @@ class DryRunPorts:
 
     async def reply_to_operator(self, reply: OperatorReply) -> None:
         self.replies.append(reply)
+
+    async def add_directive(self, directive: Directive) -> DirectiveAnswer:
+        """The decider desk's checks and effect text (services/decider/directives.py), stored in memory."""
+        refusal = check_new(directive, self.config)
+        if refusal is not None:
+            self.directives_refused.append(directive)
+            return DirectiveAnswer(occurred_at=self.now, source="decider", ok=False, message=f"refused: {refusal}")
+        stored = directive.model_copy(update={"directive_id": len(self.directives) + 1})
+        self.directives.append(stored)
+        said = effect(stored, self.snapshot, self.config, self.now)
+        message = f"directive #{stored.directive_id} stored: {said}"
+        return DirectiveAnswer(occurred_at=self.now, source="decider", ok=True, message=message, directive=stored)

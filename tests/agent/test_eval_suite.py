@@ -70,13 +70,13 @@ async def test_the_compact_style_offers_the_recommended_tools_and_still_carries_
     assert summary.agreed == 3 and summary.fallbacks == 0
     offered = [request["tools"] for request in received]
     # in the suite's order: served_steady holds; stuck_loading replaces (destroy the failed machine, launch a
-    # replacement and one for demand); the operator is answered
+    # replacement and one for demand); the operator is answered, and may have given an instruction
     assert offered == [
         ["finish"],
         ["launch_instances", "destroy_instance", "finish"],
         ["launch_instances", "destroy_instance", "finish"],
-        ["reply_to_operator", "finish"],
-        ["reply_to_operator", "finish"],
+        ["reply_to_operator", "set_directive", "finish"],
+        ["reply_to_operator", "set_directive", "finish"],
     ]
 
 

@@ -11,8 +11,13 @@ from services.decider.agent import tools
 from tests.agent.builders import NOW
 
 FULL = tools.tool_schemas()
-# every tool there is: the full style's eleven and finish, which only the compact style offers
-SCHEMAS = FULL + [s for s in tools.tool_schemas(compact=True) if s["function"]["name"] == tools.FINISH]
+# every tool there is: the full style's eleven, set_directive (offered when an operator is waiting) and finish,
+# which only the compact style offers
+SCHEMAS = (
+    FULL
+    + [s for s in tools.tool_schemas(["c1"]) if s["function"]["name"] == tools.SET_DIRECTIVE]
+    + [s for s in tools.tool_schemas(compact=True) if s["function"]["name"] == tools.FINISH]
+)
 VALID: dict[str, dict[str, Any]] = {
     "launch_instances": {
         "count": 2,
@@ -30,6 +35,7 @@ VALID: dict[str, dict[str, Any]] = {
     "update_plan": {"items": [{"content": "watch host 5001", "status": "pending", "priority": "high"}]},
     "schedule_next_check": {"delay_s": 600, "reason": "see if the launch arrived"},
     "reply_to_operator": {"text": "Two machines, because arrivals exceed capacity."},
+    "set_directive": {"kind": "cap_instances", "max_instances": 10, "until": "18:00"},
     "finish": {"decision": "done", "reason": "arrivals 410/h over 240/h of capacity"},
 }
 
@@ -175,7 +181,11 @@ def test_the_compact_set_offers_the_recommended_fleet_tools_a_reply_when_due_and
         "finish",
     ]
     assert names(tools.tool_schemas(compact=True, action_tools={"launch_instances"})) == ["launch_instances", "finish"]
-    assert names(tools.tool_schemas(["c1"], compact=True, action_tools=set())) == ["reply_to_operator", "finish"]
+    assert names(tools.tool_schemas(["c1"], compact=True, action_tools=set())) == [
+        "reply_to_operator",
+        "set_directive",
+        "finish",
+    ]
     assert names(tools.tool_schemas(compact=True, action_tools=set())) == ["finish"]
 
 

@@ -24,10 +24,12 @@ class AgentConfig(BaseSettings):
     )
     # compact: a short system prompt, only the fleet tools the policy recommends this run, a reply when one is
     # due and `finish` for the final answer, for small local models (a 0.5B Qwen on CPU) that lose the format and
-    # the rules in the full prompt
-    prompt_style: Literal["full", "compact"] = Field(
+    # the rules in the full prompt. open: the compact prompt with every fleet tool on every run (issue 27: in the
+    # compact style a hold offers no fleet tool, so agreeing with the policy there is partly by construction)
+    prompt_style: Literal["full", "compact", "open"] = Field(
         default="full",
-        description="compact: short prompt, the recommended fleet tools and a finish call, for small local models",
+        description="compact: short prompt, the recommended fleet tools and a finish call, for small local models; "
+        "open: the compact prompt offering every fleet tool on every run",
     )
     # an answer and a few tool calls fit in a few hundred tokens; a 0.5B model once generated 1,300 tokens and
     # counting (a loop), which on a CPU is minutes of nothing

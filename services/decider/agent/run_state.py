@@ -14,6 +14,7 @@ from services.decider.agent.context import Turn
 from services.decider.agent.failures import ModelFailure
 from services.decider.agent.store import LoadedState
 from shared.contract import OperatorMessage
+from shared.contract.directives import Directive
 
 if TYPE_CHECKING:
     from services.decider.agent.agent import OllamaAgent
@@ -43,12 +44,11 @@ class RunState:
         self.memories = list(state.memories)
         self.plan = list(state.plan)
         self.conversations = self._conversations(inputs.operator_messages)
-        self.compact = self.config.prompt_style == "compact"
+        self.compact = self.config.prompt_style in ("compact", "open")
         # the calls that carry out the policy's recommendation (none on stale data: they would only be refused)
         self.recommended = [] if inputs.stale else [prompt.action_call(a) for a in inputs.recommended_actions]
-        self.schemas = tools.tool_schemas(
-            list(self.conversations), compact=self.compact, action_tools={name for name, _ in self.recommended}
-        )
+        offered = tools.ACTION_TOOLS if self.config.prompt_style == "open" else {name for name, _ in self.recommended}
+        self.schemas = tools.tool_schemas(list(self.conversations), compact=self.compact, action_tools=offered)
         self.current: list[Turn] = []
         self.seen_calls: dict[str, str] = {}
         self.tool_calls_made = 0
@@ -65,6 +65,7 @@ class RunState:
         # per conversation, the record's ready answers to what its question names (record.py): shown to the model,
         # and the reply when the model's words lose their numbers
         self.record_answers: dict[str, list[str]] = {}
+        self.directives_asked: list[Directive] = []  # what set_directive handed the desk, stored or refused
 
     @staticmethod
     def _conversations(messages: list[OperatorMessage]) -> OrderedDict[str, OperatorMessage]:

@@ -9,6 +9,7 @@ import uuid
 
 from services.decider.agent import prompt, tools
 from services.decider.agent.context import ToolRequest, call_key, cap_output
+from services.decider.agent.directing import DirectivePorts, directive_from
 from services.decider.agent.memory import Memory, PlanItem, open_items, remember, replace_plan
 from services.decider.agent.record import reply_from_record
 from services.decider.agent.run_state import TRACE_CALLS_MAX, RunState, ToolLogEntry
@@ -126,6 +127,8 @@ class ToolDesk(RunState):
             return await self._reply(args)
         if isinstance(args, tools.FinishArgs):
             return self._finish(args)
+        if isinstance(args, tools.DirectiveArgs):
+            return await self._set_directive(args)
         raise AssertionError(f"no handler for tool {name}")  # ARGUMENT_MODELS and this dispatch must agree
 
     def _finish(self, args: tools.FinishArgs) -> tools.ToolResult:
@@ -183,6 +186,27 @@ class ToolDesk(RunState):
             )
         await self._send_reply(conversation, args.text.strip() or f"Policy: {self.inputs.recommendation}")
         return tools.ok_result("reply_to_operator", f"reply sent to conversation {conversation}", "reply sent")
+
+    async def _set_directive(self, args: tools.DirectiveArgs) -> tools.ToolResult:
+        """The instruction stored through the decider's desk; its answer (the effect in numbers, or why it was
+        refused) is also what the operator's reply says, whatever the model writes."""
+        name = tools.SET_DIRECTIVE
+        if not self.conversations:
+            return tools.error_result(name, "error: no operator message asks for a directive in this run.", "invalid")
+        conversation = next(reversed(self.conversations))
+        message = self.conversations[conversation]
+        now = self.agent.clock.now()
+        directive = directive_from(args, now=now, operator=message.operator, instruction=message.text)
+        if isinstance(directive, str):
+            return tools.error_result(name, f"error: {directive}. Nothing was stored.", "invalid")
+        if not isinstance(self.ports, DirectivePorts):
+            said = "directives cannot be stored from this run; the operator can use `fleetpilot directives add`"
+            return tools.error_result(name, f"error: {said}.", "error")
+        answer = await self.ports.add_directive(directive)
+        self.directives_asked.append(directive)
+        self.record_answers.setdefault(conversation, []).append(answer.message)
+        outcome: tools.ToolOutcome = "ok" if answer.ok else "refused"
+        return tools.ToolResult(answer.message, tools.gist(name, answer.message[:120]), outcome)
 
     async def _send_reply(self, conversation: str, text: str) -> None:
         footer = prompt.numbers_footer(self.inputs)

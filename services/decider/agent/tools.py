@@ -27,8 +27,10 @@ from shared.contract import (
     ResumeInstance,
     StopInstance,
 )
+from shared.contract.directives import DirectiveKind, Lever
 
 SOURCE = "decider"
+SET_DIRECTIVE = "set_directive"
 LAUNCH_COUNT_MAX = 100  # only nonsense is refused here: the guardrails cap the fleet, the budget and launches per hour
 SCHEDULE_MIN_S = 30
 SCHEDULE_MAX_S = 3600
@@ -132,6 +134,21 @@ class ReplyArgs(ToolArgs):
     )
 
 
+class DirectiveArgs(ToolArgs):
+    """An operator's instruction as a directive: the kind, its one value, and when it ends (required, so a small
+    model cannot leave a directive binding forever by forgetting it)."""
+
+    kind: DirectiveKind = Field(description="what the operator asked for")
+    until: str = Field(min_length=4, max_length=40, description='when it ends, UTC: "YYYY-MM-DD HH:MM" or "HH:MM"')
+    gpu_model: str | None = Field(default=None, max_length=64, description="exclude_gpu_model: e.g. RTX 3090")
+    host_id: int | None = Field(default=None, ge=0, description="exclude_host: the vast host id")
+    max_instances: int | None = Field(default=None, ge=0, description="cap_instances: at most this many machines")
+    max_usd_per_h: float | None = Field(default=None, ge=0, description="cap_budget: at most this many $/h")
+    drain_by: str | None = Field(default=None, max_length=40, description="drain_by: the moment, as until")
+    lever: Lever | None = Field(default=None, description="lever: which one")
+    state: Literal["on", "off"] | None = Field(default=None, description="lever: on or off")
+
+
 FinishDecision = Literal["done", "hold"]
 
 
@@ -192,6 +209,12 @@ TOOLS = (
     ),
     Tool("reply_to_operator", ReplyArgs, "Answer the operator's message. Cite the fleet and demand numbers."),
     Tool(
+        SET_DIRECTIVE,
+        DirectiveArgs,
+        "Store the operator's clear instruction as a directive (it can only tighten the limits). "
+        "Not for an unclear or unsafe one: ask or refuse in reply_to_operator instead.",
+    ),
+    Tool(
         "finish",
         FinishArgs,
         "The final answer, once the recommended calls are made (or there were none): ends the run.",
@@ -212,6 +235,7 @@ COMPACT_TOOLS = (
     "park_instance",
     "resume_instance",
     "reply_to_operator",
+    SET_DIRECTIVE,
     FINISH,
 )
 
@@ -229,14 +253,15 @@ def tool_schemas(
     enum. A 0.5B model offered nine tools picks ones it has no use for; offered launch_instances on a fleet that
     keeps up, it launched. The set stays the same for the whole run: the tools are part of the prompt prefix the
     server keeps cached between rounds."""
+    operator_tools = ("reply_to_operator", SET_DIRECTIVE)
     if not compact:
-        wanted = [name for name in TOOL_NAMES if name != FINISH]
+        wanted = [name for name in TOOL_NAMES if name != FINISH and (name != SET_DIRECTIVE or conversation_ids)]
     else:
         fleet_tools = EVERYDAY_ACTION_TOOLS if action_tools is None else frozenset(action_tools)
         wanted = [
             name
             for name in COMPACT_TOOLS
-            if name in fleet_tools or name == FINISH or (name == "reply_to_operator" and conversation_ids)
+            if name in fleet_tools or name == FINISH or (name in operator_tools and conversation_ids)
         ]
     return [_function_schema(tool, conversation_ids) for tool in TOOLS if tool.name in wanted]
 
