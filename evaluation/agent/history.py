@@ -151,3 +151,34 @@ class StaticRecordReader:
 
 def _at(event: Event) -> datetime:
     return event.occurred_at
+
+
+def eval_past(now: datetime) -> StaticRecordReader:
+    """The past the question scenarios ask about (instructions.yaml names its numbers): a launch of 3 at 00:35, one
+    machine destroyed idle at 11:00, machines running since yesterday."""
+    launch_at = now.replace(hour=0, minute=35)
+    destroyed_at = now.replace(hour=11, minute=0)
+    yesterday = now - timedelta(days=1)
+    return StaticRecordReader(
+        decisions=[
+            decision(
+                launch_at,
+                "run-0035",
+                "launch 3: sustained arrivals 410 tasks/h exceed capacity 240 tasks/h for 1.5 h; backlog 2.8 worker-h",
+                [launch(launch_at, 3)],
+            ),
+            decision(
+                destroyed_at,
+                "run-1100",
+                "scale down: 1 producer idle",
+                [removal(destroyed_at, 33032720)],
+                explanation="idle 42 min with 0 tasks queued; 4 other producers remain",
+            ),
+            decision(now - timedelta(minutes=5), "run-1355", "hold: 12 tasks queued, 0.1 worker-h of backlog"),
+        ],
+        transitions=[
+            *life(33032720, yesterday.replace(hour=9, minute=0), destroyed_at, price=0.52),
+            *life(33032721, yesterday.replace(hour=6, minute=0), None, gpu_model="RTX 5090", price=0.43),
+            *life(33032722, launch_at, None, price=0.48),
+        ],
+    )

@@ -23,7 +23,13 @@ class Target(StrEnum):
 @agent_app.command("eval")
 def evaluate(
     target: list[Target] = typer.Option(
-        None, "--target", case_sensitive=False, help="standin (default), local (llama-server model) or host; repeatable"
+        None,
+        "--target",
+        case_sensitive=False,
+        help="local (the llama-server model: the default when installed), standin (a wiring check) or host; repeatable",
+    ),
+    style: list[str] = typer.Option(
+        None, "--style", help="prompt styles measured on the same scenarios: full, compact, open (repeatable)"
     ),
     host: str = typer.Option(None, help="Ollama host for --target host (default: FLEETPILOT_OLLAMA_HOST)"),
     model: str = typer.Option(None, help="model for --target host (default: FLEETPILOT_OLLAMA_MODEL)"),
@@ -39,13 +45,24 @@ def evaluate(
     from evaluation.llm.runtime import LocalModelError, LocalModelPaths, default_root, missing_parts
     from shared.settings import Settings
 
-    kinds: list[TargetKind] = [t.value for t in target] if target else ["standin"]
-    llm_dir = directory or default_root()
+    if any(s not in ("full", "compact", "open") for s in style or []):
+        raise UserMistake(f"--style: one of full, compact, open (got {', '.join(style)})")
     out = writable_file(output, "--output")
     try:
         by_name(scenario)
     except ValueError as error:
         raise UserMistake(f"--scenario: {error}") from None
+    llm_dir = directory or default_root()
+    kinds: list[TargetKind] = [t.value for t in target] if target else []
+    if not kinds:
+        missing = missing_parts(LocalModelPaths(llm_dir))
+        kinds = ["standin"] if missing else ["local"]
+        if missing:
+            typer.echo(
+                f"the local model is not installed ({'; '.join(missing)}): running the stand-in, a WIRING CHECK "
+                "that scores no model (install the model with `make llm`)",
+                err=True,
+            )
     if "local" in kinds and (missing := missing_parts(LocalModelPaths(llm_dir))):
         raise UserMistake(f"--target local: not installed ({'; '.join(missing)}); run `fleetpilot llm serve` once")
     settings = Settings()
@@ -58,6 +75,7 @@ def evaluate(
                 model=model or settings.ollama_model,
                 llm_dir=llm_dir,
                 say=typer.echo,
+                styles=style or None,  # type: ignore[arg-type]
             )
         )
     except LocalModelError as error:
