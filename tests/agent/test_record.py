@@ -52,6 +52,8 @@ def test_a_question_names_what_it_asks_the_record() -> None:
     assert record.queries_in("why are we waiting?", NOW) == [RecordQuery("waiting")]
     assert record.queries_in("cap at 10 machines until 18:00", NOW) == []
     assert record.queries_in("hello there", NOW) == []
+    assert record.queries_in("spend up to $50/h from now on", NOW) == []  # an instruction, not a question
+    assert record.queries_in("tell me the spend yesterday", NOW) == [RecordQuery("cost", day=YESTERDAY)]
     # a price is not an instance id
     assert record.queries_in("what did we spend at $0.52/h?", NOW) == [RecordQuery("cost", day=NOW.date())]
 

@@ -30,6 +30,8 @@ _INSTANCE_ID = re.compile(r"(?<![\d.:$])#?(\d{6,10})(?![\d.:])")  # vast ids hav
 _CLOCK = re.compile(r"\b(?:at|around|about)\s+([01]?\d|2[0-3])[:h]([0-5]\d)(?!\d)", re.I)
 _COST = re.compile(r"\b(cost|costs|costed|spend|spent|spending|charge[ds]?|bill|paid|pay|money|dollars?)\b", re.I)
 _WAIT = re.compile(r"\b(wait|waiting|waited|hold|holding|held|idle|not launch\w*|no launch\w*|why not)\b", re.I)
+# an instruction ("spend up to $50/h") names a cost too: only a question is looked up
+_ASKS = re.compile(r"\?|^\W*(what|why|how|when|which|who|tell|show|explain)\b", re.I)
 _YESTERDAY = re.compile(r"\byesterday\b", re.I)
 _UNBILLED = frozenset({InstanceState.GONE})
 
@@ -75,8 +77,11 @@ class _Life:
 
 
 def queries_in(text: str, now: datetime) -> list[RecordQuery]:
-    """What a question asks the record, in the order it names them (at most QUERIES_MAX)."""
+    """What a question asks the record, in the order it names them (at most QUERIES_MAX); nothing for an
+    instruction."""
     found: list[RecordQuery] = []
+    if not _ASKS.search(text):
+        return found
     clocks = {m.start(): m for m in _CLOCK.finditer(text)}
     for match in _INSTANCE_ID.finditer(text):
         found.append(RecordQuery("instance", instance_id=int(match.group(1))))
