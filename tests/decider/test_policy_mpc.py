@@ -8,7 +8,13 @@ from datetime import UTC, datetime
 
 from services.decider.policy import PolicyConfig
 from services.decider.policy.fleet_view import split_fleet
-from services.decider.policy.mpc import SURGE_REMAINING_AGES, choose_launches, expected_usd, scenarios
+from services.decider.policy.mpc import (
+    SURGE_REMAINING_AGES,
+    capacity_path,
+    choose_launches,
+    expected_usd,
+    scenarios,
+)
 from services.decider.policy.predictive import recommend
 from services.decider.policy.sizing import size
 from shared.contract import DemandState, LaunchReason
@@ -79,7 +85,8 @@ def test_expected_cost_falls_then_rises_with_the_launch_count() -> None:
     demand = signal(NOW, rate_per_h=1200, pending=300, above_capacity_for_s=HOUR_S, producing_workers=4)
     sized = _sized(demand, snapshot(NOW, producing(4, NOW)))
     paths = scenarios(sized, 1200, MPC)
-    totals = [expected_usd(sized, paths, MPC, 0.5, launches) for launches in range(31)]
+    base = capacity_path(sized, MPC)
+    totals = [expected_usd(sized, paths, base, MPC, 0.5, launches) for launches in range(31)]
     best = totals.index(min(totals))
     assert choose_launches(sized, 1200, MPC, 0.5).launches == best  # the search stops at the minimum
     assert 0 < best < 30

@@ -113,14 +113,18 @@ def scenario_delay_usd(s: Sizing, rates: tuple[float, ...], machines: list[float
 
 
 def expected_usd(
-    s: Sizing, paths: list[DemandScenario], config: PolicyConfig, price_usd_per_h: float, launches: int
+    s: Sizing,
+    paths: list[DemandScenario],
+    base: list[float],
+    config: PolicyConfig,
+    price_usd_per_h: float,
+    launches: int,
 ) -> float:
-    """Machine dollars of `launches` new machines over the horizon plus the scenarios' weighted delay dollars."""
-    steps = horizon_steps(s, config)
-    machines = [count + (launches if step * STEP_S >= s.startup_s else 0) for step, count in
-                enumerate(capacity_path(s, config))]  # fmt: skip
+    """Machine dollars of `launches` new machines over the horizon plus the scenarios' weighted delay dollars;
+    `base` is capacity_path(s, config), computed once per decision by the caller."""
+    machines = [count + (launches if step * STEP_S >= s.startup_s else 0) for step, count in enumerate(base)]
     delay = sum(p.weight * scenario_delay_usd(s, p.rates_per_h, machines, config) for p in paths)
-    return launches * price_usd_per_h * steps * STEP_S / 3600 + delay
+    return launches * price_usd_per_h * len(base) * STEP_S / 3600 + delay
 
 
 def choose_launches(
@@ -135,14 +139,13 @@ def choose_launches(
     search stops where it first rises. (A cap at what the busiest scenario's rate needs stopped short of the
     backlog that builds while machines start.)"""
     paths = scenarios(s, short_rate_per_h, config, lost_machines)
-    max_launches = config.max_launches_per_decision
-    hold = expected_usd(s, paths, config, price_usd_per_h, 0)
+    base = capacity_path(s, config)
+    hold = expected_usd(s, paths, base, config, price_usd_per_h, 0)
     best, best_usd = 0, hold
-    for launches in range(1, max_launches + 1):
-        usd = expected_usd(s, paths, config, price_usd_per_h, launches)
+    for launches in range(1, config.max_launches_per_decision + 1):
+        usd = expected_usd(s, paths, base, config, price_usd_per_h, launches)
         if usd >= best_usd:
             break
         best, best_usd = launches, usd
-    machines = capacity_path(s, config)
-    driver = max(paths, key=lambda p: scenario_delay_usd(s, p.rates_per_h, machines, config)).name
+    driver = max(paths, key=lambda p: scenario_delay_usd(s, p.rates_per_h, base, config)).name
     return MpcChoice(best, best_usd, hold, driver, len(paths), price_usd_per_h)
