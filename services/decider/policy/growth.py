@@ -32,7 +32,7 @@ def grow(
     # lost capacity the forecast needs is replaced at once, a paused bid's too: it comes back only when the market
     # lets it, and waiting for that (or for the give-up) left a whole GPU model's bids unserved while the queue
     # grew (train seeds); if it does come back, the surplus is parked or given back like any other
-    replacements = min(max(0, rate_deficit), len(fleet.failed) + len(s.stalled) + len(fleet.outbid))
+    replacements = min(max(0, rate_deficit), lost_machines(s, fleet))
     if mpc is not None and not s.stalled_state:
         growth = max(0, mpc.launches - replacements)
     elif s.planned_from_rate:
@@ -59,6 +59,11 @@ def grow(
             plan, note = _with_bids(growth, priority, reason, gpu_models, s, fleet, snapshot, config)
             launches.append(plan)
     return Growth(launches, resumes, rate_deficit, note)
+
+
+def lost_machines(s: Sizing, fleet: FleetView) -> int:
+    """Capacity the fleet had and lost: failed, stalled and outbid machines (what replacements stand in for)."""
+    return len(fleet.failed) + len(s.stalled) + len(fleet.outbid)
 
 
 def growth_reason(s: Sizing, mpc: bool = False) -> LaunchReason:

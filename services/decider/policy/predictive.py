@@ -14,7 +14,7 @@ from services.decider.policy.base import LaunchPlan, Recommendation, RemovalPlan
 from services.decider.policy.cleanup import cleanup
 from services.decider.policy.config import DEFAULT_CONFIG, PolicyConfig
 from services.decider.policy.fleet_view import FleetView, split_fleet
-from services.decider.policy.growth import grow
+from services.decider.policy.growth import grow, lost_machines
 from services.decider.policy.mpc import MpcChoice, choose_launches
 from services.decider.policy.scale_down import scale_down_plan
 from services.decider.policy.sizing import Sizing, figures, numbers, size
@@ -61,8 +61,7 @@ def mpc_choice(
     prices = sorted(line.price_usd_per_h for line in snapshot.instances if line.price_usd_per_h > 0)
     price = prices[len(prices) // 2] if prices else config.default_price_usd_per_h
     short = min(signal.windows, key=lambda w: w.window_s).arrival_rate_per_h if signal.windows else sizing.rate_now
-    lost = len(fleet.failed) + len(fleet.outbid) + len(sizing.stalled)
-    return choose_launches(sizing, short, config, price, lost)
+    return choose_launches(sizing, short, config, price, lost_machines(sizing, fleet))
 
 
 def _explain(
