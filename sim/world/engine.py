@@ -80,6 +80,7 @@ class Sample:
     failed: int  # offline (billed) or exited
     spend_usd_per_h: float
     cost_usd: float
+    parked: int = 0  # stopped with the disk kept: billed storage only, a resume away from producing
 
 
 @dataclass
@@ -760,6 +761,7 @@ class Engine:
                 failed=counts[MachineState.OFFLINE] + counts[MachineState.EXITED],
                 spend_usd_per_h=self.spend_usd_per_h,
                 cost_usd=self.ledger.cost_usd,
+                parked=counts[MachineState.PARKED],
             )
         )
 

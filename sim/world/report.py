@@ -81,6 +81,8 @@ def plot(evaluation: Evaluation, path: str | Path) -> Path:
         ("loading", [s.loading for s in samples], "tab:orange"),
         ("draining", [s.draining for s in samples], "tab:blue"),
         ("failed/offline", [s.failed for s in samples], "tab:gray"),
+        # parked machines hold no GPU but are billed for their disks and come back in minutes: shown apart
+        ("parked", [s.parked for s in samples], "tab:olive"),
     ]
     fleet_ax.stackplot(hours, *[values for _, values, _ in states], labels=[name for name, _, _ in states],
                        colors=[color for _, _, color in states], step="post")  # fmt: skip

@@ -147,3 +147,38 @@ def test_a_parked_machine_is_given_up_once_its_disk_has_cost_what_a_startup_save
     removals = cleanup(fleet, NOW, CONFIG, stalled_state=False)
     assert [(r.verb, r.instance_id) for r in removals] == [("destroy", 701)]
     assert [line.instance_id for line in fleet.parked] == [702]
+
+
+def test_a_pool_parked_overnight_stands_in_for_fewer_launches_than_one_parked_an_hour_ago() -> None:
+    """Another renter may take a parked machine's GPU: each covers a launch at exp(−rate × hours parked)."""
+    demand = signal(NOW, rate_per_h=3000, pending=500, above_capacity_for_s=HOUR_S, producing_workers=2)
+
+    def launched_beside(parked_for_s: float) -> tuple[int, int]:
+        shown = snapshot(NOW, [*producing(2, NOW), *(parked(800 + i, parked_for_s) for i in range(10))])
+        fleet = split_fleet(shown)
+        sized = size(demand, fleet, NOW, CONFIG, unobserved_launches=0)
+        growth = grow(sized, fleet, shown, CONFIG, now=NOW)
+        return sum(plan.count for plan in growth.launches), sized.target - sized.capacity
+
+    fresh_launches, wanted = launched_beside(HOUR_S)
+    night_launches, _ = launched_beside(16 * HOUR_S)
+    assert wanted > 10
+    assert fresh_launches == wanted - 10  # ten at 0.95 each: all ten expected back
+    # ten at exp(−0.05 × 16) ≈ 0.45 each: 4.5 expected back, so the rest is launched now, not after they fail
+    assert night_launches == wanted - math.floor(10 * math.exp(-CONFIG.parked_gpu_taken_per_h * 16) + 0.5)
+    assert night_launches > fresh_launches
+
+
+def test_a_resume_vast_still_shows_stopped_past_a_restart_is_not_counted_as_on_its_way() -> None:
+    demand = signal(NOW, rate_per_h=600, pending=100, above_capacity_for_s=HOUR_S, producing_workers=2)
+
+    def resuming(instance_id: int, for_s: float, vast_status: str) -> InstanceLine:
+        waking = line(instance_id, InstanceState.RESUMING, NOW, state_for_s=for_s, last_task_ago_s=for_s)
+        return waking.model_copy(update={"vast_status": vast_status})
+
+    just_started = resuming(901, 120, "stopped")
+    restarting = resuming(902, CONFIG.resume_gpu_wait_s + 60, "loading")
+    waiting = resuming(903, CONFIG.resume_gpu_wait_s + 60, "stopped")  # its GPU is likely someone else's
+    fleet = split_fleet(snapshot(NOW, [*producing(2, NOW), just_started, restarting, waiting]))
+    sized = size(demand, fleet, NOW, CONFIG, unobserved_launches=0)
+    assert sized.arriving == 2 and sized.capacity == 4

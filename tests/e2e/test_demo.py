@@ -102,6 +102,28 @@ def test_a_machine_given_back_after_the_trace_ended_is_no_wasted_launch() -> Non
     assert wasted_launches(ledger, state) == 2
 
 
+def test_a_host_the_stand_in_made_fail_is_counted_apart_from_the_launches_fleetpilot_gave_back() -> None:
+    """The stand-in's injected faults (stuck loading, docker exit) never produce whatever the policy decides: its
+    part is to destroy and replace them; the verdict's waste bound is for machines given back unproduced."""
+    from datetime import UTC, datetime
+
+    from services.cli.demo import LiveState, wasted_launches
+
+    evening = datetime(2026, 3, 2, 23, tzinfo=UTC)
+    ledger = {"entries": [
+        {"instance_id": 1, "destroyed_at": "2026-03-02T09:00:00+00:00", "fate": "healthy"},  # given back unproduced
+        {"instance_id": 2, "destroyed_at": "2026-03-02T10:00:00+00:00", "fate": "stuck_loading"},
+        {"instance_id": 3, "destroyed_at": "2026-03-02T11:00:00+00:00", "fate": "exit_error"},
+        {"instance_id": 4, "destroyed_at": "2026-03-02T11:30:00+00:00", "fate": "offline_later"},  # produced first
+    ]}  # fmt: skip
+    state = LiveState(producing_ids={4})
+    assert wasted_launches(ledger, state, evening) == 1
+    assert wasted_launches(ledger, state, evening, host_faults=True) == 2
+    # three host faults of 22 launches pass; three of the policy's own give-backs do not
+    assert check({**SANE, "launches": 22, "wasted_launches": 0, "host_faults": 3}) == []
+    assert check({**SANE, "launches": 22, "wasted_launches": 3}) != []
+
+
 def test_the_fast_demo_judges_waste_on_its_few_launches_more_loosely_but_still_judges_it() -> None:
     assert check({**SANE, "launches": 11, "wasted_launches": 2}, fast=True) == []  # measured on a quiet machine
     assert check({**SANE, "launches": 11, "wasted_launches": 2}) != []  # the full day's bound

@@ -7,7 +7,7 @@ import pytest
 
 from sim.vast.scenario import Scenario
 from sim.world.engine import Engine
-from sim.world.evaluate import POLICY_FACTORIES, default_guardrails
+from sim.world.evaluate import POLICY_FACTORIES, _predictive_with, default_guardrails
 from sim.world.model import Launch, MachineState, Remove, Resume, WorldConfig
 from sim.world.trace import Trace
 from tests.world.conftest import quiet_scenario
@@ -129,8 +129,9 @@ def test_a_predictive_resume_that_finds_its_gpu_taken_is_replaced_within_the_dec
     )
     world = WorldConfig()
     guardrails = default_guardrails(world, scenario, trace)
-    result = Engine(trace, POLICY_FACTORIES["predictive-park"](guardrails), scenario, 0, world, guardrails=guardrails)
-    run_result = result.run()
+    # the policy planning on a waiting resume until fleet fails it, so the give-up leaves the fleet short
+    trusting = _predictive_with("trusting", park=True, resume_gpu_wait_s=10 * 3600.0)(guardrails)
+    run_result = Engine(trace, trusting, scenario, 0, world, guardrails=guardrails).run()
     assert run_result.resumes >= 5 and run_result.resumes_gpu_taken == run_result.resumes
     assert run_result.failed_resumes_given_up == run_result.resumes_gpu_taken  # none left waiting for ever
     # each one given up while the rest of the fleet could not carry the next hour was replaced in that same run
@@ -139,6 +140,14 @@ def test_a_predictive_resume_that_finds_its_gpu_taken_is_replaced_within_the_dec
     # fleet gives a resume up after its wait for the GPU (FLEETPILOT_FLEET_RESUME_WAIT_S), not hours later
     assert 0 < run_result.failed_resume_wait_max_s <= 3600
     assert run_result.tasks_completed == pytest.approx(run_result.tasks_submitted)
+
+    # by default a resume vast still shows stopped after `resume_gpu_wait_s` is planned for as lost, so its
+    # replacement is on the way before fleet gives the resume up: no give-up leaves the fleet short
+    default = Engine(trace, POLICY_FACTORIES["predictive-park"](guardrails), scenario, 0, world, guardrails=guardrails)
+    early = default.run()
+    assert early.resumes_gpu_taken >= 5 and early.failed_resumes_given_up == early.resumes_gpu_taken
+    assert early.failed_resumes_short < run_result.failed_resumes_short
+    assert early.delay_cost_usd < run_result.delay_cost_usd
 
 
 def test_a_waiting_resume_parked_again_is_not_counted_as_given_up() -> None:

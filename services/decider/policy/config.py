@@ -107,6 +107,17 @@ class PolicyConfig:
     park_max_s: float = 24 * 3600.0
     # a resumed machine produces again after vast's restart (minutes) and its worker's registration
     resume_s: float = 900.0
+    # vast keeps a parked machine's disk, not its GPU: another renter may take the GPU while it waits, and the
+    # resume then hangs in "scheduling". A parked machine stands in for a new launch only at its chance of starting
+    # again, exp(−rate × hours parked). vast publishes no rate; 0.05/h (a third of the GPUs gone after a night of
+    # 8 h) is assumed, the vast stand-in's default, not fitted. Counting every parked machine as a sure resume left
+    # the second morning of diurnal.csv unlaunched for while most of the night's parked GPUs were gone: 20 of 41
+    # resumes failed at the ramp, wait p95 26 min and delay $281 against $152 for the on-demand-only policy
+    parked_gpu_taken_per_h: float = 0.05
+    # a start vast still shows stopped this long after our resume is planned for as lost: a free GPU restarts in
+    # minutes (vast: "minutes"; the stand-in's restart is 2 min), and fleet fails it only after its resume_wait_s
+    # (30 min), by which time a replacement launched now would be half an hour nearer
+    resume_gpu_wait_s: float = 600.0
     # interruptible machines (vast's bids, often half the on-demand price, paused while outbid): this share of the
     # machines launched for demand that can wait (the forecast, a sustained rise; never replacements, never an
     # emergency), each bidding min_bid × (1 + bid_markup); the guardrails keep the last producers on-demand.

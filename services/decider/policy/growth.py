@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import datetime
 
 from services.decider.policy.base import LaunchPlan, ResumePlan
 from services.decider.policy.bids import bid_choice
@@ -13,7 +14,7 @@ from services.decider.policy.fleet_view import FleetView
 from services.decider.policy.forecast import ceil_machines, rank_gpu_models
 from services.decider.policy.mpc import MpcChoice
 from services.decider.policy.sizing import Sizing
-from shared.contract import FleetSnapshot, LaunchPriority, LaunchReason
+from shared.contract import FleetSnapshot, InstanceLine, LaunchPriority, LaunchReason
 
 
 @dataclass(frozen=True)
@@ -25,9 +26,15 @@ class Growth:
 
 
 def grow(
-    s: Sizing, fleet: FleetView, snapshot: FleetSnapshot, config: PolicyConfig, mpc: MpcChoice | None = None
+    s: Sizing,
+    fleet: FleetView,
+    snapshot: FleetSnapshot,
+    config: PolicyConfig,
+    mpc: MpcChoice | None = None,
+    now: datetime | None = None,
 ) -> Growth:
-    """`mpc`: the launch count chosen by expected cost (mpc.py); without it, the forecast's target rules."""
+    """`mpc`: the launch count chosen by expected cost (mpc.py); without it, the forecast's target rules.
+    `now`: when the parked machines' chances of resuming are read (default: the snapshot's time)."""
     rate_deficit = s.target - s.capacity if mpc is None else mpc.launches
     # lost capacity the forecast needs is replaced at once, a paused bid's too: it comes back only when the market
     # lets it, and waiting for that (or for the give-up) left a whole GPU model's bids unserved while the queue
@@ -42,7 +49,8 @@ def grow(
         growth = max(0, max(s.surge_machines, 1) - replacements)
     else:
         growth = 0
-    replacements, growth, resumes = _resume_first(s, fleet, config, replacements, growth)
+    when = now or snapshot.occurred_at
+    replacements, growth, resumes = _resume_first(s, fleet, config, replacements, growth, when)
     replacements = min(replacements, config.max_launches_per_decision)
     growth = min(growth, config.max_launches_per_decision - replacements)
     launches: list[LaunchPlan] = []
@@ -81,11 +89,12 @@ def growth_reason(s: Sizing, mpc: bool = False) -> LaunchReason:
 
 
 def _resume_first(
-    s: Sizing, fleet: FleetView, config: PolicyConfig, replacements: int, growth: int
+    s: Sizing, fleet: FleetView, config: PolicyConfig, replacements: int, growth: int, now: datetime
 ) -> tuple[int, int, list[ResumePlan]]:
     """Parked machines come back first: minutes to producing instead of hours, and no new startup to pay. They
     cover what the startup horizon needs before anything new is launched, but each is started only when the
     next `resume_s` needs it (resumed at a new machine's lead time, it would idle at full price for an hour).
+    They cover as many launches as are expected to start again: a GPU parked overnight is often someone else's.
     Returns the replacements and growth still to launch, and the resumes."""
     wanted = replacements + growth
     if not fleet.parked or wanted <= 0:
@@ -94,9 +103,18 @@ def _resume_first(
     needed_soon = ceil_machines(s.rate_now / s.thr + s.pending / (s.thr * s.drain_h), config.round_slack_machines)
     resume_now = min(wanted, max(replacements, needed_soon - s.healthy - landing_soon))
     resumes = resumes_for(fleet, resume_now, LaunchReason.REPLACEMENT if replacements else None)
-    covered = min(wanted, len(fleet.parked))
+    covered = min(wanted, expected_resumable(fleet.parked, now, config))
     from_growth = min(growth, covered)
     return replacements - (covered - from_growth), growth - from_growth, resumes
+
+
+def expected_resumable(parked: list[InstanceLine], now: datetime, config: PolicyConfig) -> int:
+    """How many parked machines are expected to start again, each at exp(−rate × hours parked), rounded."""
+    chances = (
+        math.exp(-config.parked_gpu_taken_per_h * max(0.0, (now - line.state_since).total_seconds()) / 3600)
+        for line in parked
+    )
+    return math.floor(sum(chances) + 0.5)
 
 
 def resumes_for(fleet: FleetView, wanted: int, replacement_reason: LaunchReason | None) -> list[ResumePlan]:

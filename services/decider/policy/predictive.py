@@ -37,7 +37,7 @@ def recommend(
     sizing = size(signal, fleet, now, config, unobserved_launches)
     removals = cleanup(fleet, now, config, sizing.stalled_state)
     mpc = mpc_choice(signal, snapshot, fleet, sizing, config) if config.mpc else None
-    growth = grow(sizing, fleet, snapshot, config, mpc)
+    growth = grow(sizing, fleet, snapshot, config, mpc, now)
     if not growth.launches and not growth.resumes and growth.rate_deficit <= 0 and not sizing.stalled_state:
         removals += scale_down_plan(signal, fleet, sizing, now, config)
     note = growth.note + (mpc.describe() if mpc is not None else "")

@@ -190,12 +190,20 @@ class _Arrivals:
 def _arrivals(
     fleet: FleetView, now: datetime, startup_s: float, config: PolicyConfig, unobserved_launches: int
 ) -> _Arrivals:
-    """The machines on the way (booting, resuming, launched but not yet seen) and when each starts producing."""
-    resuming_offsets = [max(0.0, config.resume_s - (now - line.state_since).total_seconds()) for line in fleet.resuming]
+    """The machines on the way (booting, resuming, launched but not yet seen) and when each starts producing. A
+    resume still waiting for its GPU past `resume_gpu_wait_s` is not counted: fleet fails it only later."""
+    resuming = [line for line in fleet.resuming if not waiting_for_gpu(line, now, config)]
+    resuming_offsets = [max(0.0, config.resume_s - (now - line.state_since).total_seconds()) for line in resuming]
     offsets = (
         sorted(ready_offsets_s(fleet.arriving, now, startup_s) + resuming_offsets) + [startup_s] * unobserved_launches
     )
-    return _Arrivals(offsets=offsets, arriving=len(fleet.arriving) + len(fleet.resuming) + unobserved_launches)
+    return _Arrivals(offsets=offsets, arriving=len(fleet.arriving) + len(resuming) + unobserved_launches)
+
+
+def waiting_for_gpu(line: InstanceLine, now: datetime, config: PolicyConfig) -> bool:
+    """A resume vast still shows stopped well past a restart's minutes: its GPU is likely someone else's."""
+    stopped = (line.vast_status or "stopped").lower() not in ("loading", "running")
+    return stopped and (now - line.state_since).total_seconds() >= config.resume_gpu_wait_s
 
 
 @dataclass(frozen=True)
