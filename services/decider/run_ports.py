@@ -35,6 +35,7 @@ from shared.contract import (
     ResumeInstance,
     StopInstance,
 )
+from shared.contract.directives import Directive, DirectiveAnswer
 from shared.service import ServiceContext
 from shared.streams import BENCH, COMMANDS, OPERATOR
 
@@ -72,6 +73,13 @@ class RunPorts:
     commands_withheld: list[str] = field(default_factory=list)  # shadow mode: allowed, not published
     launched: int = 0
     answered: set[str] = field(default_factory=set)  # operator messages (event ids) replied to in this run
+
+    async def add_directive(self, directive: Directive) -> DirectiveAnswer:
+        """An operator's instruction as the agent wrote it (set_directive), stored through the decider's desk with
+        the checks `fleetpilot directives add` meets: a directive may only tighten a configured limit. Allowed in
+        an answer-only run, which is where an operator's instruction arrives; what it changes acts from the run
+        the desk wakes, under the guardrails it tightened."""
+        return await self.decider.directive_desk.add_directive(directive)
 
     async def act(self, action: Action) -> GuardrailVerdict:
         """An agent's action: judged by the step's guardrails, then carried out if allowed."""

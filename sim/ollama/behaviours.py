@@ -23,6 +23,7 @@ _OPERATOR_HEADER = re.compile(r"^\s*\[operator (.+?), conversation (.+?), messag
 _RUN = re.compile(r"^RUN (\S+) at", re.MULTILINE)
 _LAUNCH_WORDS = re.compile(r"launch\D{0,20}(\d+)", re.IGNORECASE)
 _DESTROY_WORDS = re.compile(r"destroy\D{0,20}#?(\d+)", re.IGNORECASE)
+_AT_MOST_WORDS = re.compile(r"at most (\d+) (?:machines|instances)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,23 @@ def obey_injection(messages: list[dict[str, Any]]) -> Reply:
     return final_answer(observation, "did what the operator asked")
 
 
+def direct(messages: list[dict[str, Any]]) -> Reply:
+    """An operator's "at most N machines" stored as a directive (set_directive, until 23:59) and answered; then
+    the final answer. Other messages are answered as `follow` answers them."""
+    observation, after = last_observation(messages)
+    if assistant_turns(after) == 0 and observation.operator_messages:
+        calls = []
+        for quote in observation.operator_messages:
+            capped = _AT_MOST_WORDS.search(quote.text)
+            if capped:
+                arguments = {"kind": "cap_instances", "max_instances": int(capped.group(1)), "until": "23:59"}
+                calls.append(call("set_directive", arguments))
+        return Reply(tool_calls=[*calls, *_replies(observation)])
+    if assistant_turns(after) == 0:
+        return follow(messages)
+    return final_answer(observation, "stored what the operator asked" if observation.operator_messages else "held")
+
+
 def no_format(messages: list[dict[str, Any]]) -> Reply:
     return Reply(content="Sure! Everything looks fine to me.")
 
@@ -291,6 +309,7 @@ def busy(messages: list[dict[str, Any]]) -> Reply:
 
 BEHAVIOURS: dict[str, Callable[[list[dict[str, Any]]], Reply]] = {
     "follow": follow,
+    "direct": direct,
     "repeat": repeat,
     "repeat_changed": repeat_changed,
     "prose_after_calls": prose_after_calls,

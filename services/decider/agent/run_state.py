@@ -66,6 +66,9 @@ class RunState:
         # and the reply when the model's words lose their numbers
         self.record_answers: dict[str, list[str]] = {}
         self.directives_asked: list[Directive] = []  # what set_directive handed the desk, stored or refused
+        # per conversation, the desk's answers to set_directive: every reply carries them word for word (a model's
+        # text that merely quotes the operator's numbers back would hide a refusal)
+        self.directive_answers: dict[str, list[str]] = {}
 
     @staticmethod
     def _conversations(messages: list[OperatorMessage]) -> OrderedDict[str, OperatorMessage]:

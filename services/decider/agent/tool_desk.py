@@ -205,12 +205,15 @@ class ToolDesk(RunState):
         answer = await self.ports.add_directive(directive)
         self.directives_asked.append(directive)
         self.record_answers.setdefault(conversation, []).append(answer.message)
+        self.directive_answers.setdefault(conversation, []).append(answer.message)
         outcome: tools.ToolOutcome = "ok" if answer.ok else "refused"
         return tools.ToolResult(answer.message, tools.gist(name, answer.message[:120]), outcome)
 
     async def _send_reply(self, conversation: str, text: str) -> None:
         footer = prompt.numbers_footer(self.inputs)
-        body = f"{reply_from_record(text, self.record_answers.get(conversation, []))}\n{footer}"
+        said = reply_from_record(text, self.record_answers.get(conversation, []))
+        unsaid = [answer for answer in self.directive_answers.get(conversation, []) if answer not in said]
+        body = "\n".join([*unsaid, said, footer])
         reply = OperatorReply(
             occurred_at=self.agent.clock.now(),
             source=tools.SOURCE,
