@@ -170,3 +170,19 @@ def test_the_next_step_after_a_tool_result_names_what_is_left_or_finish() -> Non
     )
     done = prompt.next_step([], reply_due=False)
     assert "Do not call it again" in done and done.endswith('Call finish now with decision "done".')
+
+
+def test_the_directives_in_force_are_shown_with_their_number_expiry_and_author() -> None:
+    from dataclasses import replace
+
+    from shared.contract.directives import CapInstances
+
+    cap = CapInstances(
+        directive_id=4, set_by="ana", via="agent", set_at=NOW, expires_at=NOW + timedelta(hours=6), max_instances=3
+    )
+    text = prompt.render_observation(replace(run_inputs(), directives=(cap,)), plan=[], memories=[], limits=LIMITS)
+    assert "OPERATOR DIRECTIVES IN FORCE (1; the guardrails apply them to every action):" in text
+    assert f"  - #4 cap 3 until {NOW + timedelta(hours=6):%Y-%m-%d %H:%M} UTC, set by ana" in text
+    # placed before the recommendation, which the guardrails have already tightened by it
+    assert text.index("OPERATOR DIRECTIVES") < text.index("POLICY RECOMMENDATION")
+    assert "OPERATOR DIRECTIVES" not in prompt.render_observation(run_inputs(), plan=[], memories=[], limits=LIMITS)

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from services.decider.advisor import RunInputs
 from services.decider.agent.memory import Anchor, Memory, PlanItem
+from services.decider.directives import label
 from shared.contract import (
     Action,
     DemandSignal,
@@ -335,6 +336,7 @@ def render_observation(
         lines.append(session_note)
     lines += _demand_block(inputs.signal, inputs.now)
     lines += _fleet_block(inputs.snapshot, limits.max_instance_lines, limits.budget_usd_per_h, limits.max_instances)
+    lines += directives_block(inputs)
     lines.append(f"POLICY RECOMMENDATION: {_one_line(inputs.recommendation, 1500)}")
     if inputs.stale:
         # the policy's actions on stale data would only be refused; listing them invites the model to try
@@ -365,6 +367,20 @@ def render_observation(
         lines += record_lines
     lines.append(closing_line(inputs) if compact else "Decide now. Answer with OBSERVATION, ASSESSMENT and DECISION.")
     return "\n".join(lines)
+
+
+def directives_block(inputs: RunInputs, shown: int = 10) -> list[str]:
+    """The operators' directives in force, so that a question about a cap or a drain is answered from them; the
+    guardrails already apply them to every action, whatever the model does."""
+    if not inputs.directives:
+        return []
+    lines = [f"OPERATOR DIRECTIVES IN FORCE ({len(inputs.directives)}; the guardrails apply them to every action):"]
+    for directive in inputs.directives[-shown:]:
+        lines.append(
+            f"  - #{directive.directive_id} {label(directive)} until {directive.expires_at:%Y-%m-%d %H:%M} UTC,"
+            f" set by {_one_line(directive.set_by, 64)}"
+        )
+    return lines
 
 
 def next_step(pending_calls: list[str], reply_due: bool) -> str:
