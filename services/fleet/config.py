@@ -44,6 +44,11 @@ class FleetSettings(BaseSettings):
     bid_window_s: float = Field(
         default=24 * 3600, gt=0, description="trailing window of interruptible machine-hours and outbid pauses"
     )
+    # The parked pool is sized from how parks ended lately (the decider's parking.py): a week holds a weekly
+    # pattern's gaps (a weekend's), and the book keeps at most 200 ends of each kind whatever the window.
+    park_window_s: float = Field(
+        default=7 * 24 * 3600, gt=0, description="trailing window of park ends: resumed, GPU taken, given back"
+    )
     throughput_window_s: float = Field(default=3600, gt=0, description="window of an instance's tasks/h")
     gone_retention_s: float = Field(default=24 * 3600, gt=0, description="how long a gone instance is remembered")
     ignored_moves_kept: int = Field(default=10, ge=0, description="ignored moves kept per instance")

@@ -16,6 +16,7 @@ from services.fleet.bids import BidBook
 from services.fleet.config import FleetSettings
 from services.fleet.lifecycle import ARRIVING, CountsFrom, first_limit_s, time_limit, trigger_for
 from services.fleet.lines import SnapshotLines
+from services.fleet.park_book import ParkBook
 from services.fleet.record import HistoryEntry, InstanceRecord
 from services.fleet.transitions import Alert, Tick, Transition
 from shared.contract import (
@@ -75,6 +76,9 @@ class FleetCore:
         # set on a restart: silence is never measured from before we were watching again
         self.watching_since_s: float | None = None
         self.bids = BidBook(self.config.bid_window_s)
+        self.parks = ParkBook(self.config.park_window_s)
+        # hours each machine now resuming had been parked: booked as resumed or taken once the start ends
+        self.resuming_parked_s: dict[int, float] = {}
 
     # ---- inputs -------------------------------------------------------------------------------------------
     def observe_instance(self, observed: InstanceObserved, now: datetime) -> list[Transition]:
@@ -248,6 +252,7 @@ class FleetCore:
             producing_instances=self.counts[S.PRODUCING],
             arriving_instances=sum(self.counts[state] for state in ARRIVING),
             bid_outcomes=self.bids.outcomes(now.timestamp()),
+            park_outcomes=self.parks.outcomes(now.timestamp()),
         )
 
     def throughput(self, record: InstanceRecord, now_s: float) -> float | None:
@@ -311,6 +316,7 @@ class FleetCore:
     ) -> Transition:
         """Book-keeping shared by a first sighting and a move: counts, history, deadlines. `planned`: our own
         command removed it, so its going wakes the decider at P1, not as a failure."""
+        self._book_park(record, from_state, to_state, at_s)
         if from_state is not None and from_state != S.GONE:
             self.counts[from_state] -= 1
         if to_state != S.GONE:
@@ -383,6 +389,27 @@ class FleetCore:
         if len(ignored) > self.config.ignored_moves_kept:
             del record.history[ignored[0]]
         self._touch(record)
+
+    def _book_park(
+        self, record: InstanceRecord, from_state: InstanceState | None, to_state: InstanceState, at_s: float
+    ) -> None:
+        """How a park by our own stop ended, before the record moves on: resumed (the start produced again or
+        at least ran), its GPU taken (fleet failed the start for it), or given back while parked. An outbid pause
+        is the market's, not ours, and is booked with the bids."""
+        if from_state == S.PARKED and record.park_reason is not ParkReason.OUTBID:
+            if to_state == S.RESUMING:
+                self.resuming_parked_s[record.instance_id] = at_s - record.state_since_s
+            elif to_state == S.GONE:
+                self.parks.book("given_back", at_s - record.state_since_s, at_s)
+            return
+        if from_state != S.RESUMING or to_state in (S.PARKED, S.RESUMING):
+            return
+        parked_s = self.resuming_parked_s.pop(record.instance_id, None)
+        if parked_s is None:
+            return  # an outbid bid resumed by vast, or a start begun before fleet restarted
+        taken = to_state == S.FAILED and record.failure_reason is FailureReason.GPU_TAKEN
+        if to_state != S.GONE or taken:
+            self.parks.book("taken" if taken else "resumed", parked_s, at_s)
 
     def _book_bid(self, record: InstanceRecord, at_s: float) -> None:
         """Keep the bid book's exposed counts in step with the record: a bid is exposed to the market in every

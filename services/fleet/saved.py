@@ -35,6 +35,8 @@ class SavedMeta(BaseModel):
     silence_alerted: bool
     # per GPU model: (bids exposed, since when, the window's slices [start s, machine-seconds, outbid pauses])
     bids: dict[str, tuple[int, float, list[list[float]]]] = {}
+    # per way a park ended (resumed, taken, given_back): (when, hours parked before)
+    parks: dict[str, list[tuple[float, float]]] = {}
 
 
 def saved_instance(record: InstanceRecord) -> dict[str, Any]:
@@ -62,6 +64,7 @@ def instance_from_positional(values: dict[str, Any]) -> dict[str, Any]:
 def meta_from_positional(meta: dict[str, Any]) -> SavedMeta:
     named = {key: value for key, value in meta.items() if key != "version"}
     named.setdefault("bids", {})  # absent in state saved before bids were booked
+    named.setdefault("parks", {})  # absent in state saved before parks were booked
     return SavedMeta.model_validate(named)
 
 
@@ -83,6 +86,7 @@ def meta_of(core: FleetCore) -> SavedMeta:
         producing_entered_s=core.producing_entered_s,
         silence_alerted=core.silence_alerted,
         bids=core.bids.to_dict(),
+        parks=core.parks.to_dict(),
     )
 
 
@@ -96,6 +100,7 @@ def restored_core(
         core.adopt(restored_instance(values))
     if meta is not None:
         core.bids.restore(meta.bids, now.timestamp())
+        core.parks.restore(meta.parks)
         core.queue_pending = meta.queue_pending
         core.queue_at_s = meta.queue_at_s
         core.queued_since_s = meta.queued_since_s

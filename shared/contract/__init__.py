@@ -54,6 +54,7 @@ from shared.contract.fleet import (
     InstanceObserved,
     InstanceState,
     InstanceTransitioned,
+    ParkOutcomes,
     ParkReason,
     committed_usd_per_h,
 )
@@ -100,6 +101,7 @@ __all__ = [
     "OfferQuery",
     "OperatorMessage",
     "OperatorReply",
+    "ParkOutcomes",
     "ParkReason",
     "ProvisionCommand",
     "ProvisionResult",

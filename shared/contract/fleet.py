@@ -150,6 +150,21 @@ class BidOutcome(ContractModel):
     window_s: float = Field(gt=0)
 
 
+class ParkOutcomes(ContractModel):
+    """How our parked machines (parked by our stop, not outbid) fared over fleet's trailing window: the hours each
+    waited before a resume that produced again, before a resume that found its GPU rented by someone else, or
+    before it was given back unresumed. The decider sizes the parked pool from them."""
+
+    window_s: float = Field(gt=0)
+    resumed_after_h: list[float] = Field(default_factory=list, max_length=1000)
+    taken_after_h: list[float] = Field(default_factory=list, max_length=1000)
+    given_back_after_h: list[float] = Field(default_factory=list, max_length=1000)
+
+    @property
+    def ended(self) -> int:
+        return len(self.resumed_after_h) + len(self.taken_after_h) + len(self.given_back_after_h)
+
+
 class FleetSnapshotRequest(Event):
     """Ask fleet for its view (request/reply on `<prefix>.fleet.snapshot`)."""
 
@@ -163,3 +178,4 @@ class FleetSnapshot(Event):
     producing_instances: int = Field(ge=0)
     arriving_instances: int = Field(ge=0, description="requested, loading, running, registered or benchmarked")
     bid_outcomes: list[BidOutcome] = Field(default_factory=list, description="per GPU model with bids in the window")
+    park_outcomes: ParkOutcomes | None = Field(default=None, description="none: no park ended in the window")

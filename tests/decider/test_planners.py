@@ -6,10 +6,13 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
+import pytest
+
 from services.decider.policy import PolicyConfig
 from services.decider.policy.cleanup import cleanup
 from services.decider.policy.fleet_view import split_fleet
 from services.decider.policy.growth import grow, growth_reason, resumes_for
+from services.decider.policy.parking import gpu_taken_per_h, park_limit_s, parking_pays
 from services.decider.policy.scale_down import arriving_needed, scale_down_plan
 from services.decider.policy.sizing import numbers, size
 from shared.contract import (
@@ -18,6 +21,7 @@ from shared.contract import (
     InstanceLine,
     InstanceState,
     LaunchReason,
+    ParkOutcomes,
     ParkReason,
     RemovalReason,
 )
@@ -182,3 +186,52 @@ def test_a_resume_vast_still_shows_stopped_past_a_restart_is_not_counted_as_on_i
     fleet = split_fleet(snapshot(NOW, [*producing(2, NOW), just_started, restarting, waiting]))
     sized = size(demand, fleet, NOW, CONFIG, unobserved_launches=0)
     assert sized.arriving == 2 and sized.capacity == 4
+
+
+def outcomes(resumed: list[float], taken: tuple[float, ...] = (), given_back: tuple[float, ...] = ()) -> ParkOutcomes:
+    return ParkOutcomes(
+        window_s=7 * 86400, resumed_after_h=resumed, taken_after_h=list(taken), given_back_after_h=list(given_back)
+    )
+
+
+def test_the_parked_pool_is_kept_for_the_gaps_its_history_shows_and_given_back_when_gaps_pass_break_even() -> None:
+    """Azure's hybrid histogram: keep-alive = the 99th percentile of the gaps + 10 %, bounded by the break-even;
+    a pool whose machines wait longer than their break-even before anyone wants them is not kept at all."""
+    line_ = parked(801, 0).model_copy(update={"price_usd_per_h": 0.5, "storage_usd_per_h": 0.01})
+    break_even_s = CONFIG.default_startup_s * 0.5 / 0.01  # 75 h
+    assert park_limit_s(line_, None, CONFIG) == min(CONFIG.park_max_s, break_even_s)  # no history: the fixed limit
+    nightly = outcomes(resumed=[8.0, 9.0, 10.0, 8.5, 9.5, 10.5])  # a night's gap, every night
+    assert park_limit_s(line_, nightly, CONFIG) == pytest.approx(10.5 * 3600 * 1.1)
+    assert parking_pays(line_, nightly, CONFIG)
+    # the gaps grow past the break-even: resumed after days, or never
+    rare = outcomes(resumed=[100.0], given_back=(75.0, 80.0, 90.0, 75.0, 75.0))
+    assert not parking_pays(line_, rare, CONFIG)
+    assert park_limit_s(line_, rare, CONFIG) == 0.0
+    # and the whole decision then drains its surplus to give it back, saying why
+    demand = signal(NOW, rate_per_h=0, pending=0, producing_workers=4)
+    idle = [
+        line(500 + i, InstanceState.PRODUCING, NOW, state_for_s=5 * HOUR_S, last_task_ago_s=HOUR_S).model_copy(
+            update={"storage_usd_per_h": 0.01}
+        )
+        for i in range(4)
+    ]
+    kept = snapshot(NOW, [*idle, line_]).model_copy(update={"park_outcomes": rare})
+    from services.decider.policy.predictive import recommend
+
+    rec = recommend(demand, kept, NOW, CONFIG)
+    assert "parking does not pay now (of 6 parks ended in 7 d, 1 resumed" in rec.explanation
+    assert all(r.reason is not RemovalReason.PARK for r in rec.removals)
+    assert ("destroy", 801) in [(r.verb, r.instance_id) for r in rec.removals]  # the parked one given back
+
+
+def test_the_rate_at_which_parked_gpus_are_taken_is_learned_from_how_resumes_ended() -> None:
+    prior = CONFIG.parked_gpu_taken_per_h
+    assert gpu_taken_per_h(None, CONFIG) == prior
+    # ten resumes after 10 h each, none taken: the rate falls well below the prior
+    safe = gpu_taken_per_h(outcomes(resumed=[10.0] * 10), CONFIG)
+    assert safe < prior / 2
+    # eight of ten taken: it rises above it
+    risky = gpu_taken_per_h(outcomes(resumed=[10.0] * 2, taken=(10.0,) * 8), CONFIG)
+    assert risky > prior
+    # one resume does not make parking look safe
+    assert gpu_taken_per_h(outcomes(resumed=[10.0]), CONFIG) > prior / 2

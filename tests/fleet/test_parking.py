@@ -9,7 +9,7 @@ import pytest
 
 from services.fleet.config import FleetSettings
 from services.fleet.core import FleetCore
-from services.fleet.saved import meta_of, restored_core, restored_instance, take_changes
+from services.fleet.saved import SavedMeta, meta_of, restored_core, restored_instance, take_changes
 from shared.contract import FailureReason, FleetSnapshot, InstanceState, ParkReason, TriggerReason
 from tests.fleet.test_core import ID, T0, observed, producing, queue, task
 
@@ -168,3 +168,38 @@ def test_the_core_returns_each_park_with_the_trigger_fleet_publishes(
     report = observed(S.PARKED, at, vast_actual_status="stopped", park_reason=park_reason)
     [transition] = core.observe_instance(report, at)
     assert (transition.trigger_priority, transition.trigger_reason) == trigger
+
+
+def test_how_each_park_ended_is_booked_and_carried_by_the_snapshot_and_a_restart() -> None:
+    """Resumed (the start produced again), its GPU taken (fleet failed the start), given back while parked: the
+    hours each had waited, over the window; an outbid pause is the market's and is not booked here."""
+    core = FleetCore(FleetSettings(resume_wait_s=1800))
+    assert core.snapshot(T0).park_outcomes is None  # no park ended yet: the decider keeps its priors
+    # 1: parked, resumed 3 h later, produces again
+    parked_at = parked(core, T0, instance_id=1)
+    start = parked_at + timedelta(hours=3)
+    core.observe_instance(observed(S.RESUMING, start, 1, vast_actual_status="stopped"), start)
+    done = start + timedelta(minutes=5)
+    core.observe_instance(observed(S.RUNNING, done - timedelta(minutes=3), 1), done - timedelta(minutes=3))
+    core.observe_task(task("completed", done, 1), done)
+    # 2: parked, resumed 5 h later, its GPU taken: failed at the resume wait
+    parked_at_2 = parked(core, T0, instance_id=2)
+    start_2 = parked_at_2 + timedelta(hours=5)
+    core.observe_instance(observed(S.RESUMING, start_2, 2, vast_actual_status="stopped"), start_2)
+    core.check(start_2 + timedelta(seconds=1800))
+    # 3: parked and given back 8 h later without a resume; 4: outbid and back by itself (not ours)
+    parked_at_3 = parked(core, T0, instance_id=3)
+    gone = parked_at_3 + timedelta(hours=8)
+    core.observe_instance(observed(S.GONE, gone, 3), gone)
+    parked(core, T0, ParkReason.OUTBID, instance_id=4)
+    core.observe_instance(observed(S.RUNNING, gone, 4), gone)
+
+    outcomes = core.snapshot(gone).park_outcomes
+    assert outcomes is not None
+    assert outcomes.resumed_after_h == [pytest.approx(3.0)]
+    assert outcomes.taken_after_h == [pytest.approx(5.0)]
+    assert outcomes.given_back_after_h == [pytest.approx(8.0)]
+    restored = restored_core([], SavedMeta.model_validate_json(meta_of(core).model_dump_json()), gone)
+    assert restored.snapshot(gone).park_outcomes == outcomes
+    # past the window the history is forgotten
+    assert core.snapshot(gone + timedelta(seconds=FleetSettings().park_window_s + 1)).park_outcomes is None

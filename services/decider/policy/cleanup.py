@@ -8,7 +8,8 @@ from datetime import datetime
 from services.decider.policy.base import RemovalPlan
 from services.decider.policy.config import PolicyConfig
 from services.decider.policy.fleet_view import FleetView, silent_for_s
-from shared.contract import FailureReason, InstanceLine, RemovalReason
+from services.decider.policy.parking import park_limit_s, parking_pays
+from shared.contract import FailureReason, ParkOutcomes, RemovalReason
 
 FAILURE_TO_REMOVAL = {
     FailureReason.STUCK_LOADING: RemovalReason.STUCK_LOADING,
@@ -20,13 +21,23 @@ FAILURE_TO_REMOVAL = {
 }
 
 
-def cleanup(fleet: FleetView, now: datetime, config: PolicyConfig, stalled_state: bool) -> list[RemovalPlan]:
+def cleanup(
+    fleet: FleetView,
+    now: datetime,
+    config: PolicyConfig,
+    stalled_state: bool,
+    park_outcomes: ParkOutcomes | None = None,
+) -> list[RemovalPlan]:
     """Every removal that does not depend on the demand's size. Parked machines given up on leave `fleet.parked`
-    (the growth planner must not count them)."""
-    removals = failed_and_drained(fleet, now, config, stalled_state)
+    (the growth planner must not count them). `park_outcomes`: how parks ended lately (parking.py)."""
+    removals = failed_and_drained(fleet, now, config, stalled_state, park_outcomes)
     # parked too long: its GPU is likely someone else's by now, and the disk is billed for nothing; or parked
-    # longer than its break-even, when its disk has cost what a fresh machine's startup would
-    expired = [line for line in fleet.parked if (now - line.state_since).total_seconds() >= park_limit_s(line, config)]
+    # longer than its break-even or than the history's gaps; or parking does not pay at all any more
+    expired = [
+        line
+        for line in fleet.parked
+        if (now - line.state_since).total_seconds() >= park_limit_s(line, park_outcomes, config)
+    ]
     removals += [RemovalPlan("destroy", line.instance_id, RemovalReason.IDLE) for line in expired]
     expired_ids = {line.instance_id for line in expired}
     fleet.parked = [line for line in fleet.parked if line.instance_id not in expired_ids]
@@ -35,17 +46,13 @@ def cleanup(fleet: FleetView, now: datetime, config: PolicyConfig, stalled_state
     return removals
 
 
-def park_limit_s(line: InstanceLine, config: PolicyConfig) -> float:
-    """How long a parked machine is kept: `park_max_s`, or less when its disk costs more than a launch saves. A
-    resume spares a new machine's startup billed at its price; waiting costs the disk's storage every hour, so
-    past startup × price ÷ storage the wait has cost more than it can save."""
-    if not line.storage_usd_per_h or line.price_usd_per_h <= 0:
-        return config.park_max_s
-    break_even_s = config.default_startup_s * line.price_usd_per_h / line.storage_usd_per_h
-    return min(config.park_max_s, break_even_s)
-
-
-def failed_and_drained(fleet: FleetView, now: datetime, config: PolicyConfig, stalled_state: bool) -> list[RemovalPlan]:
+def failed_and_drained(
+    fleet: FleetView,
+    now: datetime,
+    config: PolicyConfig,
+    stalled_state: bool,
+    park_outcomes: ParkOutcomes | None = None,
+) -> list[RemovalPlan]:
     removals = [
         RemovalPlan("destroy", line.instance_id, FAILURE_TO_REMOVAL.get(line.failure_reason, RemovalReason.FAILED))
         if line.failure_reason
@@ -61,7 +68,7 @@ def failed_and_drained(fleet: FleetView, now: datetime, config: PolicyConfig, st
             # parked (vast's stop keeps its disk and image) when parking, else given back
             removals.append(
                 RemovalPlan("stop", line.instance_id, RemovalReason.PARK)
-                if config.park
+                if config.park and parking_pays(line, park_outcomes, config)
                 else RemovalPlan("destroy", line.instance_id, RemovalReason.IDLE)
             )
     return removals

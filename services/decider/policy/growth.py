@@ -13,8 +13,9 @@ from services.decider.policy.config import PolicyConfig
 from services.decider.policy.fleet_view import FleetView
 from services.decider.policy.forecast import ceil_machines, rank_gpu_models
 from services.decider.policy.mpc import MpcChoice
+from services.decider.policy.parking import gpu_taken_per_h, resume_chance
 from services.decider.policy.sizing import Sizing
-from shared.contract import FleetSnapshot, InstanceLine, LaunchPriority, LaunchReason
+from shared.contract import FleetSnapshot, InstanceLine, LaunchPriority, LaunchReason, ParkOutcomes
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def grow(
     else:
         growth = 0
     when = now or snapshot.occurred_at
-    replacements, growth, resumes = _resume_first(s, fleet, config, replacements, growth, when)
+    replacements, growth, resumes = _resume_first(s, fleet, config, replacements, growth, when, snapshot.park_outcomes)
     replacements = min(replacements, config.max_launches_per_decision)
     growth = min(growth, config.max_launches_per_decision - replacements)
     launches: list[LaunchPlan] = []
@@ -89,12 +90,19 @@ def growth_reason(s: Sizing, mpc: bool = False) -> LaunchReason:
 
 
 def _resume_first(
-    s: Sizing, fleet: FleetView, config: PolicyConfig, replacements: int, growth: int, now: datetime
+    s: Sizing,
+    fleet: FleetView,
+    config: PolicyConfig,
+    replacements: int,
+    growth: int,
+    now: datetime,
+    park_outcomes: ParkOutcomes | None,
 ) -> tuple[int, int, list[ResumePlan]]:
     """Parked machines come back first: minutes to producing instead of hours, and no new startup to pay. They
     cover what the startup horizon needs before anything new is launched, but each is started only when the
     next `resume_s` needs it (resumed at a new machine's lead time, it would idle at full price for an hour).
-    They cover as many launches as are expected to start again: a GPU parked overnight is often someone else's.
+    They cover as many launches as are expected to start again: a GPU parked overnight is often someone else's
+    (the rate at which GPUs are taken is learned from how parks ended: parking.py).
     Returns the replacements and growth still to launch, and the resumes."""
     wanted = replacements + growth
     if not fleet.parked or wanted <= 0:
@@ -103,17 +111,14 @@ def _resume_first(
     needed_soon = ceil_machines(s.rate_now / s.thr + s.pending / (s.thr * s.drain_h), config.round_slack_machines)
     resume_now = min(wanted, max(replacements, needed_soon - s.healthy - landing_soon))
     resumes = resumes_for(fleet, resume_now, LaunchReason.REPLACEMENT if replacements else None)
-    covered = min(wanted, expected_resumable(fleet.parked, now, config))
+    covered = min(wanted, expected_resumable(fleet.parked, now, gpu_taken_per_h(park_outcomes, config)))
     from_growth = min(growth, covered)
     return replacements - (covered - from_growth), growth - from_growth, resumes
 
 
-def expected_resumable(parked: list[InstanceLine], now: datetime, config: PolicyConfig) -> int:
+def expected_resumable(parked: list[InstanceLine], now: datetime, taken_per_h: float) -> int:
     """How many parked machines are expected to start again, each at exp(−rate × hours parked), rounded."""
-    chances = (
-        math.exp(-config.parked_gpu_taken_per_h * max(0.0, (now - line.state_since).total_seconds()) / 3600)
-        for line in parked
-    )
+    chances = (resume_chance((now - line.state_since).total_seconds(), taken_per_h) for line in parked)
     return math.floor(sum(chances) + 0.5)
 
 

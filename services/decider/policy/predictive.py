@@ -8,6 +8,7 @@ thresholds are PolicyConfig's (config.py).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from services.decider.policy.base import LaunchPlan, Recommendation, RemovalPlan, ResumePlan
@@ -16,6 +17,7 @@ from services.decider.policy.config import DEFAULT_CONFIG, PolicyConfig
 from services.decider.policy.fleet_view import FleetView, split_fleet
 from services.decider.policy.growth import grow, lost_machines
 from services.decider.policy.mpc import MpcChoice, choose_launches
+from services.decider.policy.parking import describe, parking_pays_for_fleet
 from services.decider.policy.scale_down import scale_down_plan
 from services.decider.policy.sizing import Sizing, figures, numbers, size
 from shared.contract import DemandSignal, FleetSnapshot
@@ -34,13 +36,18 @@ def recommend(
     `unobserved_launches`: machines launched recently that the snapshot does not show yet; counted as arriving.
     """
     fleet = split_fleet(snapshot)
+    parking_note = ""
+    if config.park and not parking_pays_for_fleet(snapshot.instances, snapshot.park_outcomes, config):
+        # the history says parked machines are rarely wanted again in time: surplus is given back, not parked
+        config = replace(config, park=False)
+        parking_note = f"; parking does not pay now ({describe(snapshot.park_outcomes)})"
     sizing = size(signal, fleet, now, config, unobserved_launches)
-    removals = cleanup(fleet, now, config, sizing.stalled_state)
+    removals = cleanup(fleet, now, config, sizing.stalled_state, snapshot.park_outcomes)
     mpc = mpc_choice(signal, snapshot, fleet, sizing, config) if config.mpc else None
     growth = grow(sizing, fleet, snapshot, config, mpc, now)
     if not growth.launches and not growth.resumes and growth.rate_deficit <= 0 and not sizing.stalled_state:
         removals += scale_down_plan(signal, fleet, sizing, now, config)
-    note = growth.note + (mpc.describe() if mpc is not None else "")
+    note = growth.note + (mpc.describe() if mpc is not None else "") + parking_note
     explanation = _explain(
         growth.launches, removals, numbers(sizing, config) + note, sizing.stalled_state, growth.resumes
     )

@@ -1,0 +1,90 @@
+"""The parked pool read from how parks ended lately (FleetSnapshot.park_outcomes, fleet's park book): how likely a
+parked machine is to start again, how long one is worth keeping, and whether parking pays at all.
+
+Azure Functions' hybrid-histogram keep-alive (Shahrad et al., USENIX ATC 2020) keeps an idle worker for the 99th
+percentile of the idle gaps its history shows, plus a margin, and falls back to a fixed keep-alive while the
+history is too short. Here the gap is how long a machine waited parked before a resume wanted it; the bound is the
+machine's break-even (its disk's storage against the startup a resume spares), and a pool whose machines are
+rarely resumed in time, or whose GPUs are usually gone when they are, is not kept at all: drained machines are
+given back instead of parked.
+"""
+
+from __future__ import annotations
+
+import math
+
+from services.decider.policy.config import PolicyConfig
+from shared.contract import InstanceLine, ParkOutcomes
+
+# Azure's keep-alive: the 99th percentile of the gaps with a 10 % margin (the paper's choice, not fitted here)
+KEEP_ALIVE_QUANTILE = 0.99
+KEEP_ALIVE_MARGIN = 0.10
+
+
+def gpu_taken_per_h(outcomes: ParkOutcomes | None, config: PolicyConfig) -> float:
+    """The rate at which another renter takes a parked machine's GPU: resumes that found it taken per hour that
+    the resumed machines had waited, with the assumed prior counted as `parked_gpu_taken_prior_events` events
+    (a handful of resumes moves it; one lucky resume does not make parking look safe)."""
+    prior_events = config.parked_gpu_taken_prior_events
+    prior_h = prior_events / config.parked_gpu_taken_per_h if config.parked_gpu_taken_per_h > 0 else math.inf
+    if outcomes is None:
+        return config.parked_gpu_taken_per_h
+    exposed_h = sum(outcomes.resumed_after_h) + sum(outcomes.taken_after_h)
+    return (len(outcomes.taken_after_h) + prior_events) / (exposed_h + prior_h)
+
+
+def resume_chance(parked_s: float, taken_per_h: float) -> float:
+    return math.exp(-taken_per_h * max(0.0, parked_s) / 3600)
+
+
+def keep_alive_s(outcomes: ParkOutcomes | None, config: PolicyConfig) -> float | None:
+    """The history's keep-alive: the 99th percentile of the hours parked machines waited before a resume, plus
+    10 %; None while fewer than `park_history_min_ends` resumes are known (the fixed limits then hold)."""
+    if outcomes is None:
+        return None
+    gaps = sorted(outcomes.resumed_after_h + outcomes.taken_after_h)
+    if len(gaps) < config.park_history_min_ends:
+        return None
+    at = min(len(gaps) - 1, math.ceil(KEEP_ALIVE_QUANTILE * len(gaps)) - 1)
+    return gaps[at] * 3600 * (1 + KEEP_ALIVE_MARGIN)
+
+
+def parking_pays(line: InstanceLine, outcomes: ParkOutcomes | None, config: PolicyConfig) -> bool:
+    """Whether parking this machine is worth its disk, from how parks ended lately: the startup a resume spares,
+    at the machine's price, times the share of parks that ended in a working resume, against the storage the
+    parks cost while they waited. True while the history is short or the disk's price unknown."""
+    if outcomes is None or outcomes.ended < config.park_history_min_ends or not line.storage_usd_per_h:
+        return True
+    resumed_share = len(outcomes.resumed_after_h) / outcomes.ended
+    saved_usd = resumed_share * config.default_startup_s / 3600 * line.price_usd_per_h
+    waited_h = sum(outcomes.resumed_after_h) + sum(outcomes.taken_after_h) + sum(outcomes.given_back_after_h)
+    stored_usd = waited_h / outcomes.ended * line.storage_usd_per_h
+    return saved_usd > stored_usd
+
+
+def parking_pays_for_fleet(lines: list[InstanceLine], outcomes: ParkOutcomes | None, config: PolicyConfig) -> bool:
+    """Whether parking pays for most of the fleet's machines (a decision parks the surplus, whichever it is)."""
+    judged = [parking_pays(line, outcomes, config) for line in lines if line.storage_usd_per_h]
+    return not judged or sum(judged) * 2 >= len(judged)
+
+
+def describe(outcomes: ParkOutcomes | None) -> str:
+    if outcomes is None:
+        return "no park ended lately"
+    return (
+        f"of {outcomes.ended} parks ended in {outcomes.window_s / 86400:g} d, {len(outcomes.resumed_after_h)} resumed,"
+        f" {len(outcomes.taken_after_h)} found the GPU taken, {len(outcomes.given_back_after_h)} given back unresumed"
+    )
+
+
+def park_limit_s(line: InstanceLine, outcomes: ParkOutcomes | None, config: PolicyConfig) -> float:
+    """How long a parked machine is kept: `park_max_s`; less when its disk costs more than a launch saves (past
+    startup × price ÷ storage the wait has cost what it can save); less again when the history's gaps are
+    shorter (a machine parked beyond them is unlikely to be wanted); none when parking does not pay."""
+    if not parking_pays(line, outcomes, config):
+        return 0.0
+    limit = config.park_max_s
+    if line.storage_usd_per_h and line.price_usd_per_h > 0:
+        limit = min(limit, config.default_startup_s * line.price_usd_per_h / line.storage_usd_per_h)
+    history = keep_alive_s(outcomes, config)
+    return limit if history is None else min(limit, max(history, config.park_min_keep_s))
