@@ -118,7 +118,7 @@ class DemandCore:
                 self.last_completion_s = at_s
             if worker is not None and event.worker_id is not None:
                 self._producer(event.worker_id, at_s)
-                self._busy(worker, at_s, task_type)
+                self._busy(worker, at_s, task_type, event.duration_s)
         else:
             self._count(series, None, bucket, FAILURES, 1)
         return IngestOutcome.APPLIED
@@ -376,13 +376,18 @@ class DemandCore:
             self.recent_producers[worker_id] = at_s
             self.recent_producers.move_to_end(worker_id)
 
-    def _busy(self, worker: WorkerRecord, at_s: float, task_type: str) -> None:
+    def _busy(self, worker: WorkerRecord, at_s: float, task_type: str, duration_s: float | None = None) -> None:
         """Per-worker throughput counts only the time a worker was saturated: a gap between two of its
         completions counts when tasks were waiting at both ends. An underloaded worker completes as fast as
         tasks arrive, and that pace would read as its capacity (capacity would then always equal arrivals).
 
         Completions are kept in time order per worker, so the same events in any arrival order give the same
         busy time: a late one splits the gap it falls into, and that gap's contribution is taken back.
+
+        A worker's first completion has no gap before it; its own run time stands for the time the worker was
+        busy before it. A pipelined worker starts several tasks at once and their completions come seconds
+        apart: counted without that lead, its first batch read as 438-577 tasks/h against its 120 (the busy
+        demo's first morning gave back three machines as surplus the moment they ran).
         """
         timeline = worker.timeline
         keep = self.config.worker_timeline_len
@@ -394,6 +399,8 @@ class DemandCore:
             index -= 1
         before = timeline[index - 1] if index > 0 else None
         after = timeline[index] if index < len(timeline) else None
+        if before is None and (worker.lead is not None or not timeline):
+            self._lead(worker, (entry, duration_s) if duration_s is not None else None)
         if before is not None and after is not None:
             self._gap(before, after, -1)
         if before is not None:
@@ -403,6 +410,20 @@ class DemandCore:
         timeline.insert(index, entry)
         if len(timeline) > keep:
             del timeline[0]
+
+    def _lead(self, worker: WorkerRecord, lead: tuple[TimelineEntry, float] | None) -> None:
+        """The worker's earliest completion counted with its run time as the busy time before it; an earlier
+        completion arriving late takes the lead over (the old one's count is taken back)."""
+        if worker.lead is not None:
+            self._count_lead(worker.lead, -1)
+        if lead is not None:
+            self._count_lead(lead, 1)
+        worker.lead = lead
+
+    def _count_lead(self, lead: tuple[TimelineEntry, float], sign: int) -> None:
+        entry, duration_s = lead
+        at_s, _, _, saturated = entry
+        self._gap((at_s - duration_s, "", None, saturated), entry, sign)
 
     def _gap(self, start: TimelineEntry, end: TimelineEntry, sign: int) -> None:
         """Count (or take back) the busy gap between two completions of one worker, at the later one."""

@@ -83,6 +83,8 @@ class WorkerRecord:
     gpu_model: str | None = None
     instance_id: int | None = None
     last_seen_s: float = 0.0
+    # the worker's first completion and its run time, counted as busy time before it (core._busy); not saved
+    lead: tuple[TimelineEntry, float] | None = None
 
 
 @dataclass

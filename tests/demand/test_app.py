@@ -182,7 +182,8 @@ async def test_stalled_workers_raise_a_p0_trigger_and_the_fleet_snapshot_counts(
         stalled = await eventually(trigger)
     finally:
         await app.stop()
-    assert first.fleet_capacity_tasks_per_h == 3 * 120  # fleet's producing instances, read from LATEST
+    # fleet's producing instances, read from LATEST, at the pace measured per worker
+    assert first.fleet_capacity_tasks_per_h == pytest.approx(3 * (first.per_worker_throughput_tasks_per_h or 120))
     assert first.state != DemandState.IDLE
     assert signal.state == DemandState.WORKERS_STALLED
     assert signal.pending_tasks == 59

@@ -348,3 +348,23 @@ def fleet_snapshot(at: datetime, producing: int) -> FleetSnapshot:
         producing_instances=producing,
         arriving_instances=0,
     )
+
+
+def test_a_pipelined_worker_s_first_batch_reads_at_its_pace_not_at_the_seconds_between_its_completions() -> None:
+    """A worker that starts 8 four-minute tasks at once completes them seconds apart: without the run time before
+    its first completion, that batch read as thousands of tasks/h (the busy demo's first morning read 438-577/h
+    against 120 and gave back three machines the moment they ran)."""
+    core = DemandCore()
+    for i in range(400):  # a standing queue: the worker stays saturated
+        core.ingest(TaskEvent(occurred_at=T0, source="jobs", kind="submitted", task_id=f"t{i}"), T0)
+    done = T0
+    for batch in range(2):
+        for slot in range(8):
+            done = T0 + timedelta(seconds=240 * (batch + 1) + slot)
+            event = TaskEvent(occurred_at=done, source="jobs", kind="completed", task_id=f"t{batch * 8 + slot}",
+                              worker_id="w1", duration_s=240.0)  # fmt: skip
+            core.ingest(event, done)
+        if batch == 0:
+            first_batch = core.evaluate(done).signal.per_worker_throughput_tasks_per_h
+    assert first_batch == pytest.approx(8 * 3600 / (240 + 7), rel=0.01)  # 117/h: 8 tasks in 247 s, not 7 in 7 s
+    assert core.evaluate(done).signal.per_worker_throughput_tasks_per_h == pytest.approx(120, rel=0.05)
