@@ -121,11 +121,9 @@ class PolicyConfig:
     # ... that assumed rate is learned from how parks ended (fleet's park book): the prior counts as this many
     # observed events, so a handful of resumes moves it and one lucky resume does not make parking look safe
     parked_gpu_taken_prior_events: float = 2.0
-    # the parked pool from its history (parking.py): at least this many ended parks before the history's
-    # keep-alive or its verdict on whether parking pays is used, and never a keep-alive shorter than this (a
-    # night's gap is the pattern parking is for, and a short history may not hold one yet)
+    # the parked pool from its history (parking.py): at least this many ended parks before its verdict on
+    # whether parking pays is used
     park_history_min_ends: int = 5
-    park_min_keep_s: float = 3600.0
     # interruptible machines (vast's bids, often half the on-demand price, paused while outbid): this share of the
     # machines launched for demand that can wait (the forecast, a sustained rise; never replacements, never an
     # emergency), each bidding min_bid × (1 + bid_markup); the guardrails keep the last producers on-demand.
