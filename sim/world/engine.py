@@ -81,6 +81,7 @@ class Sample:
     spend_usd_per_h: float
     cost_usd: float
     parked: int = 0  # stopped with the disk kept: billed storage only, a resume away from producing
+    resuming: int = 0  # started again: minutes from producing, or waiting for a GPU someone else took
 
 
 @dataclass
@@ -762,6 +763,7 @@ class Engine:
                 spend_usd_per_h=self.spend_usd_per_h,
                 cost_usd=self.ledger.cost_usd,
                 parked=counts[MachineState.PARKED],
+                resuming=counts[MachineState.RESUMING],
             )
         )
 

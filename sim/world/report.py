@@ -79,6 +79,7 @@ def plot(evaluation: Evaluation, path: str | Path) -> Path:
     states = [
         ("producing", [s.producing for s in samples], "tab:green"),
         ("loading", [s.loading for s in samples], "tab:orange"),
+        ("resuming", [s.resuming for s in samples], "tab:pink"),
         ("draining", [s.draining for s in samples], "tab:blue"),
         ("failed/offline", [s.failed for s in samples], "tab:gray"),
         # parked machines hold no GPU but are billed for their disks and come back in minutes: shown apart
