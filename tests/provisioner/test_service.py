@@ -301,6 +301,23 @@ async def test_emergency_launches_may_pay_more_but_normal_ones_may_not(
     assert [e.offer_id for e in simulator.world.ledger(sim_clock.now()).entries] == [400]
 
 
+async def test_fewer_acceptable_offers_than_asked_rents_those_there_are_and_says_how_many_were_short(
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
+) -> None:
+    two = [
+        OfferSpec(offer_id=500, gpu_model="RTX 4090", price_usd_per_h=0.4),
+        OfferSpec(offer_id=501, gpu_model="RTX 4090", price_usd_per_h=0.45),
+    ]
+    simulator, url = await start_vast(market_scenario(offers=two))
+    async with running_provisioner(settings, sim_clock, url):
+        await send(js, settings, "launch", launch("launch-five", 5))
+        result = await bus.result_for("launch-five")
+    assert result.outcome == "failed" and result.refusal_rule is RefusalRule.NO_OFFER
+    assert "launched 2 of 5: 2 acceptable offers for 5 instances" in result.detail
+    assert len(result.instance_ids) == 2
+    assert sorted(e.offer_id for e in simulator.world.ledger(sim_clock.now()).entries) == [500, 501]
+
+
 async def test_stop_and_destroy_act_on_ours_only_and_teach_the_host_history(
     settings: Settings,
     nc: NatsClient,
