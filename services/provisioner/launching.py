@@ -98,8 +98,8 @@ class Launching(Reconciling):
         # fewer acceptable offers than asked: rent those there are, as an autoscaler fills what the market holds
         # (refused whole, a busy morning's launch of 21 rented nothing for its 15 offers, and the queue grew for
         # an hour); the budget and the instance cap still refuse a launch whole
-        asked = len(missing)
-        if 0 < len(ranked) < asked:
+        wanted = len(missing)
+        if 0 < len(ranked) < wanted:
             missing = missing[: len(ranked)]
         plan = budget.plan_launch(self.limits, self.commitment(), ranked, len(missing))
         if isinstance(plan, Refusal):
@@ -125,8 +125,8 @@ class Launching(Reconciling):
                 return self._result(command, "launch", "failed", RefusalRule.NO_OFFER, detail, done_ids + created)
             created.append(instance.instance_id)
             commitment = commitment.plus(self.limits.reserved_usd_per_h(instance.price_usd_per_h))
-        if len(missing) < asked:
-            detail = f"launched {len(created)} of {asked}: {len(ranked)} acceptable offers for {asked} instances"
+        if len(missing) < wanted:
+            detail = f"launched {len(created)} of {wanted}: {len(ranked)} acceptable offers for {wanted} instances"
             return self._result(command, "launch", "failed", RefusalRule.NO_OFFER, detail, sorted(done_ids + created))
         return self._result(command, "launch", "done", None, f"launched {len(created)}", sorted(done_ids + created))
 
