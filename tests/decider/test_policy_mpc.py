@@ -141,3 +141,23 @@ def test_capacity_lost_while_arrivals_hold_is_replaced_not_taken_for_a_surge() -
     assert rec.replacements and rec.replacements[0].count == 2, rec.explanation
     sized = _sized(demand, snapshot(NOW, [*producing(2, NOW), *failed]))
     assert choose(sized, 480, MPC, 0.5, lost_machines=0).launches < 2  # without the lost ones: read as a surge
+
+
+def test_machines_on_the_way_are_kept_by_the_same_expected_cost_that_launched_them() -> None:
+    """What the choice launched, the next run's scale-down does not give back while the demand it was launched
+    for still stands; a surplus beyond it is given back, the last to land first."""
+    from services.decider.policy.mpc import on_the_way_kept
+    from tests.decider.factories import loading
+
+    demand = signal(NOW, rate_per_h=1200, pending=300, above_capacity_for_s=HOUR_S, producing_workers=4)
+    first = recommend(demand, snapshot(NOW, producing(4, NOW)), NOW, MPC)
+    launched = first.launch_count
+    assert launched > 0
+    # the next run, a minute on: the same demand, those machines loading
+    on_the_way = snapshot(NOW, [*producing(4, NOW), *loading(launched, NOW, created_ago_s=60)])
+    assert on_the_way_kept(_sized(demand, on_the_way), 1200, MPC, 0.5) == launched
+    again = recommend(demand, on_the_way, NOW, MPC)
+    assert not [r for r in again.removals if r.verb == "destroy"]
+    # three times what the demand needs is on the way: the surplus goes
+    surplus = snapshot(NOW, [*producing(4, NOW), *loading(3 * launched, NOW, created_ago_s=60)])
+    assert launched <= on_the_way_kept(_sized(demand, surplus), 1200, MPC, 0.5) < 3 * launched

@@ -127,6 +127,37 @@ def expected_usd(
     return launches * price_usd_per_h * len(base) * STEP_S / 3600 + delay
 
 
+def on_the_way_kept(
+    s: Sizing,
+    short_rate_per_h: float,
+    config: PolicyConfig,
+    price_usd_per_h: float,
+    lost_machines: int = 0,
+) -> int:
+    """How many machines on the way the expected cost keeps: the last to land is given back while its price over
+    the horizon weighs more than the delay the scenarios charge without it. The launch choice's trade run
+    backwards, so that the two cannot contradict each other (the busy demo launched two machines by expected cost
+    and the scale-down rule gave them back twelve minutes later)."""
+    paths = scenarios(s, short_rate_per_h, config, lost_machines)
+    offsets = sorted(s.offsets)
+    steps = horizon_steps(s, config)
+    horizon_h = steps * STEP_S / 3600
+
+    def usd(kept: int) -> float:
+        landing = offsets[:kept]
+        machines = [float(s.healthy + bisect.bisect_right(landing, step * STEP_S)) for step in range(steps)]
+        delay = sum(p.weight * scenario_delay_usd(s, p.rates_per_h, machines, config) for p in paths)
+        return kept * price_usd_per_h * horizon_h + delay
+
+    best, best_usd = len(offsets), usd(len(offsets))
+    for kept in range(len(offsets) - 1, -1, -1):  # convex in the count, as for launches
+        cost = usd(kept)
+        if cost >= best_usd:
+            break
+        best, best_usd = kept, cost
+    return best
+
+
 def choose_launches(
     s: Sizing,
     short_rate_per_h: float,

@@ -16,7 +16,7 @@ from services.decider.policy.cleanup import cleanup
 from services.decider.policy.config import DEFAULT_CONFIG, PolicyConfig
 from services.decider.policy.fleet_view import FleetView, split_fleet
 from services.decider.policy.growth import grow, lost_machines
-from services.decider.policy.mpc import MpcChoice, choose_launches
+from services.decider.policy.mpc import MpcChoice, choose_launches, on_the_way_kept
 from services.decider.policy.parking import describe, parking_pays_for_fleet
 from services.decider.policy.scale_down import scale_down_plan
 from services.decider.policy.sizing import Sizing, figures, numbers, size
@@ -46,7 +46,8 @@ def recommend(
     mpc = mpc_choice(signal, snapshot, fleet, sizing, config) if config.mpc else None
     growth = grow(sizing, fleet, snapshot, config, mpc, now)
     if not growth.launches and not growth.resumes and growth.rate_deficit <= 0 and not sizing.stalled_state:
-        removals += scale_down_plan(signal, fleet, sizing, now, config)
+        kept = on_the_way_worth_keeping(signal, snapshot, fleet, sizing, config) if config.mpc else 0
+        removals += scale_down_plan(signal, fleet, sizing, now, config, kept)
     note = growth.note + (mpc.describe() if mpc is not None else "") + parking_note
     explanation = _explain(
         growth.launches, removals, numbers(sizing, config) + note, sizing.stalled_state, growth.resumes
@@ -65,10 +66,24 @@ def mpc_choice(
 ) -> MpcChoice:
     """The expected-cost launch choice at the fleet's median price, from the shortest window's rate; the machines
     just lost (failed, outbid, stalled) count as having served the arrivals before."""
+    return choose_launches(sizing, *_mpc_inputs(signal, snapshot, sizing, config), lost_machines(sizing, fleet))
+
+
+def on_the_way_worth_keeping(
+    signal: DemandSignal, snapshot: FleetSnapshot, fleet: FleetView, sizing: Sizing, config: PolicyConfig
+) -> int:
+    """The machines on the way that the same expected cost keeps (a scale-down never gives those back)."""
+    return on_the_way_kept(sizing, *_mpc_inputs(signal, snapshot, sizing, config), lost_machines(sizing, fleet))
+
+
+def _mpc_inputs(
+    signal: DemandSignal, snapshot: FleetSnapshot, sizing: Sizing, config: PolicyConfig
+) -> tuple[float, PolicyConfig, float]:
+    """The shortest window's rate, the config and the fleet's median price (the default before any is priced)."""
     prices = sorted(line.price_usd_per_h for line in snapshot.instances if line.price_usd_per_h > 0)
     price = prices[len(prices) // 2] if prices else config.default_price_usd_per_h
     short = min(signal.windows, key=lambda w: w.window_s).arrival_rate_per_h if signal.windows else sizing.rate_now
-    return choose_launches(sizing, short, config, price, lost_machines(sizing, fleet))
+    return short, config, price
 
 
 def _explain(

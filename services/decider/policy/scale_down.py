@@ -18,8 +18,15 @@ BILLED_ARRIVING_STATES = frozenset({InstanceState.RUNNING, InstanceState.REGISTE
 
 
 def scale_down_plan(
-    signal: DemandSignal, fleet: FleetView, s: Sizing, now: datetime, config: PolicyConfig
+    signal: DemandSignal,
+    fleet: FleetView,
+    s: Sizing,
+    now: datetime,
+    config: PolicyConfig,
+    on_the_way_kept: int = 0,
 ) -> list[RemovalPlan]:
+    """`on_the_way_kept`: machines on the way the expected-cost choice keeps (mpc.on_the_way_kept), never given
+    back here."""
     margin = config.falling_margin_fraction if s.declining else config.scale_down_margin_fraction
     return scale_down(
         fleet,
@@ -31,7 +38,7 @@ def scale_down_plan(
         margin_fraction=margin,
         queue_empty=s.pending <= len(fleet.producing) * s.thr * config.empty_queue_s / 3600,
         producers_needed=math.ceil(s.rate_keep * (1 + config.busy_drain_headroom_fraction) / s.thr),
-        arriving_needed=arriving_needed(signal, s, config),
+        arriving_needed=max(arriving_needed(signal, s, config), on_the_way_kept),
         idle_after_s=idle_after_s(signal, config),
     )
 
