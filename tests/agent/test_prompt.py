@@ -160,7 +160,9 @@ def test_the_compact_observation_ends_with_the_next_step() -> None:
     assert prompt.closing_line(launch).endswith("After the results, call finish.")
     assert prompt.closing_line(stale).startswith("Nothing to call")
     assert prompt.closing_line(hold) == 'Nothing to call: change nothing and call finish with decision "hold".'
-    assert prompt.closing_line(asked).startswith("Next: call reply_to_operator")
+    assert prompt.closing_line(asked).startswith(
+        "Next: if the operator set a clear limit, call set_directive with it; call reply_to_operator"
+    )
 
 
 def test_the_next_step_after_a_tool_result_names_what_is_left_or_finish() -> None:
