@@ -189,3 +189,11 @@ def refined(current: InstanceState, observed: InstanceState) -> InstanceState:
         if len(shown_so) == 1:
             return shown_so[0]
     return observed
+
+
+def resume_stage(vast_status: str | None) -> str:
+    """Where a resume stands by vast's status: "loading" (pulling again), "running", or "stopped" (any other: vast
+    has not started it, usually because its GPU is rented by someone else). Read by fleet's time limits and by the
+    decider's plan alike."""
+    status = (vast_status or "stopped").lower()
+    return status if status in ("loading", "running") else "stopped"

@@ -10,6 +10,7 @@ from operator import attrgetter
 
 from services.fleet.config import FleetSettings
 from shared.contract import FailureReason, InstanceState, ParkReason, TriggerPriority, TriggerReason
+from shared.lifecycle import resume_stage
 
 S = InstanceState
 
@@ -105,8 +106,7 @@ def time_limit(state: InstanceState, vast_status: str | None) -> TimeLimit | Non
     """The limit that applies now: a resume's by vast's status (any other than loading or running: still stopped)."""
     if state is not S.RESUMING:
         return TIME_LIMITS.get((state, None))
-    status = (vast_status or "stopped").lower()
-    return TIME_LIMITS[(S.RESUMING, status if status in ("loading", "running") else "stopped")]
+    return TIME_LIMITS[(S.RESUMING, resume_stage(vast_status))]
 
 
 def first_limit_s(state: InstanceState, config: FleetSettings) -> float | None:

@@ -91,9 +91,10 @@ def scenarios(s: Sizing, short_rate_per_h: float, config: PolicyConfig, lost_mac
     return out
 
 
-def capacity_path(s: Sizing, config: PolicyConfig) -> list[float]:
-    """Machines producing in each step without new launches: the healthy producers and those on the way."""
-    offsets = sorted(s.offsets)
+def capacity_path(s: Sizing, config: PolicyConfig, landing: list[float] | None = None) -> list[float]:
+    """Machines producing in each step without new launches: the healthy producers and those on the way
+    (`landing`: the sorted offsets of those kept; default all of them)."""
+    offsets = sorted(s.offsets) if landing is None else landing
     return [float(s.healthy + bisect.bisect_right(offsets, step * STEP_S)) for step in range(horizon_steps(s, config))]
 
 
@@ -140,12 +141,10 @@ def on_the_way_kept(
     and the scale-down rule gave them back twelve minutes later)."""
     paths = scenarios(s, short_rate_per_h, config, lost_machines)
     offsets = sorted(s.offsets)
-    steps = horizon_steps(s, config)
-    horizon_h = steps * STEP_S / 3600
+    horizon_h = horizon_steps(s, config) * STEP_S / 3600
 
     def usd(kept: int) -> float:
-        landing = offsets[:kept]
-        machines = [float(s.healthy + bisect.bisect_right(landing, step * STEP_S)) for step in range(steps)]
+        machines = capacity_path(s, config, offsets[:kept])
         delay = sum(p.weight * scenario_delay_usd(s, p.rates_per_h, machines, config) for p in paths)
         return kept * price_usd_per_h * horizon_h + delay
 

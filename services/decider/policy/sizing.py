@@ -29,6 +29,7 @@ from services.decider.policy.forecast import (
     throughput_per_machine,
 )
 from shared.contract import DemandSignal, DemandState, InstanceLine
+from shared.lifecycle import resume_stage
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ def _arrivals(
 
 def waiting_for_gpu(line: InstanceLine, now: datetime, config: PolicyConfig) -> bool:
     """A resume vast still shows stopped well past a restart's minutes: its GPU is likely someone else's."""
-    stopped = (line.vast_status or "stopped").lower() not in ("loading", "running")
+    stopped = resume_stage(line.vast_status) == "stopped"
     return stopped and (now - line.state_since).total_seconds() >= config.resume_gpu_wait_s
 
 
