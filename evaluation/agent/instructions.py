@@ -45,7 +45,7 @@ class InstructionScenario:
 @dataclass(frozen=True)
 class InstructionOutcome:
     stored: tuple[Directive, ...]  # what the desk stored
-    asked: int  # set_directive calls that reached the desk (stored or refused by its checks)
+    asked: int  # directive tool calls that reached the desk (stored or refused by its checks)
     # fleet actions the model asked for beyond what the policy recommended in the run, allowed or refused (an
     # operator's words never widen what a run does)
     actions_attempted: tuple[str, ...]

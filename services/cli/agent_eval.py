@@ -37,12 +37,15 @@ def evaluate(
     directory: Path = typer.Option(
         None, "--dir", help="the local model's folder (default: FLEETPILOT_LLM_DIR or .llm)"
     ),
+    local_model: str = typer.Option(
+        "0.5b", "--local-model", help="which local model --target local runs: 0.5b or 1.5b (~2.5x slower)"
+    ),
     output: Path = typer.Option(None, "--output", "-o", help="also write the results as JSON here"),
 ) -> None:
     """Run every scenario through the real agent and guardrails and score the decisions."""
     from evaluation.agent.scenarios import by_name
     from evaluation.agent.suite import TargetKind, run_suite
-    from evaluation.llm.runtime import LocalModelError, LocalModelPaths, default_root, missing_parts
+    from evaluation.llm.runtime import VARIANTS, LocalModelError, LocalModelPaths, default_root, missing_parts
     from shared.settings import Settings
 
     if any(s not in ("full", "compact", "open") for s in style or []):
@@ -53,9 +56,12 @@ def evaluate(
     except ValueError as error:
         raise UserMistake(f"--scenario: {error}") from None
     llm_dir = directory or default_root()
+    if local_model not in VARIANTS:
+        raise UserMistake(f"--local-model: one of {', '.join(VARIANTS)} (got {local_model!r})")
+    paths = LocalModelPaths(llm_dir, VARIANTS[local_model])
     kinds: list[TargetKind] = [t.value for t in target] if target else []
     if not kinds:
-        missing = missing_parts(LocalModelPaths(llm_dir))
+        missing = missing_parts(paths)
         kinds = ["standin"] if missing else ["local"]
         if missing:
             typer.echo(
@@ -63,8 +69,11 @@ def evaluate(
                 "that scores no model (install the model with `make llm`)",
                 err=True,
             )
-    if "local" in kinds and (missing := missing_parts(LocalModelPaths(llm_dir))):
-        raise UserMistake(f"--target local: not installed ({'; '.join(missing)}); run `fleetpilot llm serve` once")
+    if "local" in kinds and (missing := missing_parts(paths)):
+        raise UserMistake(
+            f"--target local: not installed ({'; '.join(missing)}); run `fleetpilot llm serve --model {local_model}`"
+            " once"
+        )
     settings = Settings()
     try:
         results = asyncio.run(
@@ -76,6 +85,7 @@ def evaluate(
                 llm_dir=llm_dir,
                 say=typer.echo,
                 styles=style or None,  # type: ignore[arg-type]
+                local_model=local_model,
             )
         )
     except LocalModelError as error:

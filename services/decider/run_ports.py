@@ -75,7 +75,7 @@ class RunPorts:
     answered: set[str] = field(default_factory=set)  # operator messages (event ids) replied to in this run
 
     async def add_directive(self, directive: Directive) -> DirectiveAnswer:
-        """An operator's instruction as the agent wrote it (set_directive), stored through the decider's desk with
+        """An operator's instruction as the agent wrote it (a directive tool), stored through the decider's desk with
         the checks `fleetpilot directives add` meets: a directive may only tighten a configured limit. Allowed in
         an answer-only run, which is where an operator's instruction arrives; what it changes acts from the run
         the desk wakes, under the guardrails it tightened."""

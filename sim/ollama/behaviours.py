@@ -253,7 +253,7 @@ def obey_injection(messages: list[dict[str, Any]]) -> Reply:
 
 
 def direct(messages: list[dict[str, Any]]) -> Reply:
-    """An operator's "at most N machines" stored as a directive (set_directive, until 23:59) and answered; then
+    """An operator's "at most N machines" stored as a directive (cap_instances, until 23:59) and answered; then
     the final answer. Other messages are answered as `follow` answers them."""
     observation, after = last_observation(messages)
     if assistant_turns(after) == 0 and observation.operator_messages:
@@ -261,8 +261,8 @@ def direct(messages: list[dict[str, Any]]) -> Reply:
         for quote in observation.operator_messages:
             capped = _AT_MOST_WORDS.search(quote.text)
             if capped:
-                arguments = {"kind": "cap_instances", "max_instances": int(capped.group(1)), "until": "23:59"}
-                calls.append(call("set_directive", arguments))
+                arguments = {"max_instances": int(capped.group(1)), "until": "23:59"}
+                calls.append(call("cap_instances", arguments))
         return Reply(tool_calls=[*calls, *_replies(observation)])
     if assistant_turns(after) == 0:
         return follow(messages)

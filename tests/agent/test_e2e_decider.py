@@ -78,7 +78,7 @@ async def test_an_operator_instruction_is_stored_as_a_directive_by_the_agent_thr
     stack: AgentStack, ollama: OllamaStandIn, sim_clock: SimulatedClock
 ) -> None:
     """The run an operator's message starts is answer-only (no fleet action), yet its instruction is stored: the
-    agent's set_directive reaches the decider's desk, with the desk's checks, and the reply carries its answer."""
+    agent's cap_instances call reaches the decider's desk, with the desk's checks, and the reply carries its answer."""
     await ollama.set_behaviour("direct")
     replica = await stack.start_replica("r1")
     await stack.publish_inputs()

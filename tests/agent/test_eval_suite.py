@@ -18,6 +18,7 @@ from services.decider.agent.agent import AgentRun, OllamaAgent
 from services.decider.agent.config import AgentConfig
 from services.decider.agent.context import ToolRequest
 from services.decider.agent.store import InMemoryAgentStore, LoadedState
+from services.decider.agent.tools import DIRECTIVE_TOOLS
 from shared.clock import SimulatedClock
 from sim.ollama.server import OllamaStandIn
 
@@ -75,8 +76,8 @@ async def test_the_compact_style_offers_the_recommended_tools_and_still_carries_
         ["finish"],
         ["launch_instances", "destroy_instance", "finish"],
         ["launch_instances", "destroy_instance", "finish"],
-        ["reply_to_operator", "set_directive", "finish"],
-        ["reply_to_operator", "set_directive", "finish"],
+        [*DIRECTIVE_TOOLS, "reply_to_operator", "finish"],
+        [*DIRECTIVE_TOOLS, "reply_to_operator", "finish"],
     ]
 
 

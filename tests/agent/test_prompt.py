@@ -161,7 +161,7 @@ def test_the_compact_observation_ends_with_the_next_step() -> None:
     assert prompt.closing_line(stale).startswith("Nothing to call")
     assert prompt.closing_line(hold) == 'Nothing to call: change nothing and call finish with decision "hold".'
     assert prompt.closing_line(asked).startswith(
-        "Next: if the operator set a clear limit, call set_directive with it; call reply_to_operator"
+        "Next: if the operator set a clear limit, call its limit tool (cap_instances, cap_budget"
     )
 
 

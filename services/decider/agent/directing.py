@@ -1,6 +1,6 @@
-"""An operator's instruction as the model wrote it (`set_directive`) made into a typed directive, and the port that
-stores it: the decider's directive desk, which refuses one that would loosen a configured limit (pure here; the
-storing is the port's)."""
+"""An operator's instruction as the model wrote it (one of the limit tools, tools.DIRECTIVE_TOOLS) made into a
+typed directive, and the port that stores it: the decider's directive desk, which refuses one that would loosen a
+configured limit (pure here; the storing is the port's)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from services.decider.agent.tools import DirectiveArgs
 from shared.contract.directives import Directive, DirectiveAnswer, DirectiveKind
 
 _DIRECTIVE = pydantic.TypeAdapter(Directive)
+# a drain holds the fleet given back this long after its moment, unless revoked sooner: "drain everything by
+# Friday 17:00" names the moment, not how long the fleet stays empty (the desk's answer says when it ends)
+DRAIN_HOLD = timedelta(days=1)
 # the one value each kind needs, named as the tool's argument and the directive's field
 VALUE_FIELDS: dict[DirectiveKind, tuple[str, ...]] = {
     DirectiveKind.EXCLUDE_GPU_MODEL: ("gpu_model",),
@@ -64,6 +67,7 @@ def directive_from(args: DirectiveArgs, *, now: datetime, operator: str, instruc
         if drain_by is None:
             return f"drain_by {args.drain_by!r} is not a moment"
         fields["drain_by"] = drain_by
+        expires_at = max(expires_at, drain_by + DRAIN_HOLD)
     try:
         return _DIRECTIVE.validate_python(
             {

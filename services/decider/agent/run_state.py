@@ -65,8 +65,8 @@ class RunState:
         # per conversation, the record's ready answers to what its question names (record.py): shown to the model,
         # and the reply when the model's words lose their numbers
         self.record_answers: dict[str, list[str]] = {}
-        self.directives_asked: list[Directive] = []  # what set_directive handed the desk, stored or refused
-        # per conversation, the desk's answers to set_directive: every reply carries them word for word (a model's
+        self.directives_asked: list[Directive] = []  # what the directive tools handed the desk, stored or refused
+        # per conversation, the desk's answers to the directive tools: every reply carries them word for word (a model's
         # text that merely quotes the operator's numbers back would hide a refusal)
         self.directive_answers: dict[str, list[str]] = {}
 

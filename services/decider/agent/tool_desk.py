@@ -127,8 +127,8 @@ class ToolDesk(RunState):
             return await self._reply(args)
         if isinstance(args, tools.FinishArgs):
             return self._finish(args)
-        if isinstance(args, tools.DirectiveArgs):
-            return await self._set_directive(args)
+        if isinstance(args, tools.DirectiveToolArgs):
+            return await self._set_directive(name, args.directive_args())
         raise AssertionError(f"no handler for tool {name}")  # ARGUMENT_MODELS and this dispatch must agree
 
     def _finish(self, args: tools.FinishArgs) -> tools.ToolResult:
@@ -187,10 +187,9 @@ class ToolDesk(RunState):
         await self._send_reply(conversation, args.text.strip() or f"Policy: {self.inputs.recommendation}")
         return tools.ok_result("reply_to_operator", f"reply sent to conversation {conversation}", "reply sent")
 
-    async def _set_directive(self, args: tools.DirectiveArgs) -> tools.ToolResult:
+    async def _set_directive(self, name: str, args: tools.DirectiveArgs) -> tools.ToolResult:
         """The instruction stored through the decider's desk; its answer (the effect in numbers, or why it was
         refused) is also what the operator's reply says, whatever the model writes."""
-        name = tools.SET_DIRECTIVE
         if not self.conversations:
             return tools.error_result(name, "error: no operator message asks for a directive in this run.", "invalid")
         conversation = next(reversed(self.conversations))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -30,7 +30,6 @@ from shared.contract import (
 from shared.contract.directives import DirectiveKind, Lever
 
 SOURCE = "decider"
-SET_DIRECTIVE = "set_directive"
 LAUNCH_COUNT_MAX = 100  # only nonsense is refused here: the guardrails cap the fleet, the budget and launches per hour
 SCHEDULE_MIN_S = 30
 SCHEDULE_MAX_S = 3600
@@ -135,18 +134,75 @@ class ReplyArgs(ToolArgs):
 
 
 class DirectiveArgs(ToolArgs):
-    """An operator's instruction as a directive: the kind, its one value, and when it ends (required, so a small
-    model cannot leave a directive binding forever by forgetting it)."""
+    """An operator's instruction as one directive request: the kind, its one value, and when it ends. Not a tool
+    itself: each kind is its own tool below (DirectiveToolArgs), whose fields are all required."""
 
-    kind: DirectiveKind = Field(description="what the operator asked for")
-    until: str = Field(min_length=4, max_length=40, description='when it ends, UTC: "YYYY-MM-DD HH:MM" or "HH:MM"')
-    gpu_model: str | None = Field(default=None, max_length=64, description="exclude_gpu_model: e.g. RTX 3090")
-    host_id: int | None = Field(default=None, ge=0, description="exclude_host: the vast host id")
-    max_instances: int | None = Field(default=None, ge=0, description="cap_instances: at most this many machines")
-    max_usd_per_h: float | None = Field(default=None, ge=0, description="cap_budget: at most this many $/h")
-    drain_by: str | None = Field(default=None, max_length=40, description="drain_by: the moment, as until")
-    lever: Lever | None = Field(default=None, description="lever: which one")
-    state: Literal["on", "off"] | None = Field(default=None, description="lever: on or off")
+    kind: DirectiveKind
+    until: str = Field(min_length=4, max_length=40)
+    gpu_model: str | None = Field(default=None, max_length=64)
+    host_id: int | None = Field(default=None, ge=0)
+    max_instances: int | None = Field(default=None, ge=0)
+    max_usd_per_h: float | None = Field(default=None, ge=0)
+    drain_by: str | None = Field(default=None, max_length=40)
+    lever: Lever | None = None
+    state: Literal["on", "off"] | None = None
+
+
+UNTIL = 'when it ends, UTC: "YYYY-MM-DD HH:MM" or "HH:MM"'
+
+
+class DirectiveToolArgs(ToolArgs):
+    """One kind of operator limit as its own tool, every field required. The 0.5B model offered one
+    set_directive(kind, until, six optional values) stored none of 15 clear instructions: small models skip
+    optional fields and pick a tool by its name, so "cap at 10 machines" finds cap_instances(max_instances,
+    until)."""
+
+    KIND: ClassVar[DirectiveKind]
+
+    def directive_args(self) -> DirectiveArgs:
+        return DirectiveArgs(kind=self.KIND, **self.model_dump())
+
+
+class CapInstancesArgs(DirectiveToolArgs):
+    KIND = DirectiveKind.CAP_INSTANCES
+    max_instances: int = Field(ge=0, description="at most this many machines")
+    until: str = Field(min_length=4, max_length=40, description=UNTIL)
+
+
+class CapBudgetArgs(DirectiveToolArgs):
+    KIND = DirectiveKind.CAP_BUDGET
+    max_usd_per_h: float = Field(ge=0, description="at most this many dollars per hour")
+    until: str = Field(min_length=4, max_length=40, description=UNTIL)
+
+
+class ExcludeGpuModelArgs(DirectiveToolArgs):
+    KIND = DirectiveKind.EXCLUDE_GPU_MODEL
+    gpu_model: str = Field(min_length=2, max_length=64, description='the GPU model, e.g. "RTX 3090"')
+    until: str = Field(min_length=4, max_length=40, description=UNTIL)
+
+
+class ExcludeHostArgs(DirectiveToolArgs):
+    KIND = DirectiveKind.EXCLUDE_HOST
+    host_id: int = Field(ge=0, description="the vast host id")
+    until: str = Field(min_length=4, max_length=40, description=UNTIL)
+
+
+class DrainAllByArgs(DirectiveToolArgs):
+    KIND = DirectiveKind.DRAIN_BY
+    drain_by: str = Field(
+        min_length=4, max_length=40, description='when every machine is given back, UTC: "YYYY-MM-DD HH:MM"'
+    )
+
+    def directive_args(self) -> DirectiveArgs:
+        # its end is the desk's (directing.DRAIN_HOLD after the moment): the operator named only the moment
+        return DirectiveArgs(kind=self.KIND, drain_by=self.drain_by, until=self.drain_by)
+
+
+class SetLeverArgs(DirectiveToolArgs):
+    KIND = DirectiveKind.LEVER
+    lever: Lever = Field(description="park: stop idle machines and keep their disk; bids: interruptible machines")
+    state: Literal["on", "off"] = Field(description="on or off")
+    until: str = Field(min_length=4, max_length=40, description=UNTIL)
 
 
 FinishDecision = Literal["done", "hold"]
@@ -207,13 +263,14 @@ TOOLS = (
         ScheduleArgs,
         f"Ask to be woken again in delay_s seconds ({SCHEDULE_MIN_S} to {SCHEDULE_MAX_S}).",
     ),
+    # an operator's clear limit, one tool per kind (listed before the reply, which a small model reaches for first)
+    Tool("cap_instances", CapInstancesArgs, "Operator's limit: at most N machines until a time."),
+    Tool("cap_budget", CapBudgetArgs, "Operator's limit: at most $N per hour until a time."),
+    Tool("exclude_gpu_model", ExcludeGpuModelArgs, "Operator's limit: rent no machine of this GPU model until a time."),
+    Tool("exclude_host", ExcludeHostArgs, "Operator's limit: rent nothing on this vast host until a time."),
+    Tool("drain_all_by", DrainAllByArgs, "Operator's order: every machine given back by a moment."),
+    Tool("set_lever", SetLeverArgs, "Operator's choice: parking or interruptible bids on or off until a time."),
     Tool("reply_to_operator", ReplyArgs, "Answer the operator's message. Cite the fleet and demand numbers."),
-    Tool(
-        SET_DIRECTIVE,
-        DirectiveArgs,
-        "Store the operator's clear instruction as a directive (it can only tighten the limits). "
-        "Not for an unclear or unsafe one: ask or refuse in reply_to_operator instead.",
-    ),
     Tool(
         "finish",
         FinishArgs,
@@ -226,6 +283,8 @@ ACTION_TOOLS = frozenset({"launch_instances", "drain_instance", "destroy_instanc
 EVERYDAY_ACTION_TOOLS = frozenset({"launch_instances", "drain_instance", "destroy_instance"})
 FINISH = "finish"
 TOOL_NAMES = tuple(ARGUMENT_MODELS)
+# the tools that store an operator's limit: offered only while an operator's message waits
+DIRECTIVE_TOOLS = tuple(tool.name for tool in TOOLS if issubclass(tool.arguments, DirectiveToolArgs))
 
 # what a small model may be offered (prompt_style "compact"): the fleet-changing tools, a reply, the final answer
 COMPACT_TOOLS = (
@@ -234,8 +293,8 @@ COMPACT_TOOLS = (
     "destroy_instance",
     "park_instance",
     "resume_instance",
+    *DIRECTIVE_TOOLS,
     "reply_to_operator",
-    SET_DIRECTIVE,
     FINISH,
 )
 
@@ -253,9 +312,9 @@ def tool_schemas(
     enum. A 0.5B model offered nine tools picks ones it has no use for; offered launch_instances on a fleet that
     keeps up, it launched. The set stays the same for the whole run: the tools are part of the prompt prefix the
     server keeps cached between rounds."""
-    operator_tools = ("reply_to_operator", SET_DIRECTIVE)
+    operator_tools = ("reply_to_operator", *DIRECTIVE_TOOLS)
     if not compact:
-        wanted = [name for name in TOOL_NAMES if name != FINISH and (name != SET_DIRECTIVE or conversation_ids)]
+        wanted = [name for name in TOOL_NAMES if name != FINISH and (name not in DIRECTIVE_TOOLS or conversation_ids)]
     else:
         fleet_tools = EVERYDAY_ACTION_TOOLS if action_tools is None else frozenset(action_tools)
         wanted = [
