@@ -240,18 +240,7 @@ def integer_bound(
     dual = getattr(result, "mip_dual_bound", None)
     primal = float(result.fun) if result.fun is not None else math.inf
     bound = float(dual) if dual is not None and np.isfinite(dual) else (primal if result.status == 0 else 0.0)
-    split: dict[str, float] = {}
-    if result.x is not None:
-        x = result.x
-        group_cols = x[:fresh_col0].reshape(steps, n_groups, per_group)
-        split = {
-            "plan_machine_usd": float(group_cols[:, :, W].sum()),
-            "plan_start_usd": float(c[:fresh_col0].reshape(steps, n_groups, per_group)[:, :, Z].ravel()
-                                    @ group_cols[:, :, Z].ravel() + c[fresh_col0:s_col0] @ x[fresh_col0:s_col0]),
-            "plan_delay_usd": float(c[e_col0:] @ x[e_col0:]),
-            "plan_peak_machines": int(np.rint(group_cols[:, :, Y].sum(axis=1).max())),
-        }  # fmt: skip
-    return IntegerBoundResult(
+    result_bound = IntegerBoundResult(
         objective_usd=max(0.0, bound),
         primal_usd=primal,
         gap=float(getattr(result, "mip_gap", math.nan) or 0.0),
@@ -259,5 +248,15 @@ def integer_bound(
         step_min=step,
         groups=n_groups,
         wall_s=time.perf_counter() - wall_start,
-        **split,
     )
+    if result.x is not None:
+        x = result.x
+        group_cols = x[:fresh_col0].reshape(steps, n_groups, per_group)
+        start_costs = c[:fresh_col0].reshape(steps, n_groups, per_group)[:, :, Z]
+        result_bound.plan_machine_usd = float(group_cols[:, :, W].sum())
+        result_bound.plan_start_usd = float(
+            start_costs.ravel() @ group_cols[:, :, Z].ravel() + c[fresh_col0:s_col0] @ x[fresh_col0:s_col0]
+        )
+        result_bound.plan_delay_usd = float(c[e_col0:] @ x[e_col0:])
+        result_bound.plan_peak_machines = int(np.rint(group_cols[:, :, Y].sum(axis=1).max()))
+    return result_bound

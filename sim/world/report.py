@@ -32,7 +32,16 @@ def table(evaluation: Evaluation, console: Console | None = None) -> None:
         ("cost", f"${r['cost_usd']:,.2f}"),
         ("delay cost", f"${r['delay_cost_usd']:,.2f}"),
     ]
-    if evaluation.kind == "lower_bound":
+    if evaluation.kind == "lower_bound" and "milp_solved" in r:
+        # the whole-machine bound: the solver's proof, and its best plan (whole machines, still clairvoyant)
+        rows += [
+            ("tasks", f"{r['tasks_submitted']:,}"),
+            ("solved to 1 % / stopped at its time limit", "solved" if r["milp_solved"] else f"gap {r['milp_gap']:.1%}"),
+            ("best plan: machines / starts / delay",
+             f"${r['plan_machine_usd']:,.2f} / ${r['plan_start_usd']:,.2f} / ${r['plan_delay_usd']:,.2f}"),
+            ("best plan's peak machines", f"{r['plan_peak_machines']}"),
+        ]  # fmt: skip
+    elif evaluation.kind == "lower_bound":
         # no waits, machines or launches: the bound's plan is fractional and no fleet could follow it
         rows += [
             ("tasks", f"{r['tasks_submitted']:,}"),
