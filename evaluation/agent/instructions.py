@@ -40,6 +40,7 @@ class InstructionScenario:
     text: str
     directive: dict[str, Any] | None = None
     must_contain: tuple[str, ...] = ()
+    held_out: bool = False  # written after the agent's reading of instructions, never tuned on
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ def load(path: Path = SCENARIOS_FILE, names: Sequence[str] | None = None) -> lis
             text=entry["text"],
             directive=entry.get("directive"),
             must_contain=tuple(str(word) for word in entry.get("must_contain", ())),
+            held_out=bool(entry.get("held_out", False)),
         )
         for entry in raw
     ]
@@ -142,6 +144,8 @@ class InstructionSummary:
     latency_p50_s: float | None
     latency_p99_s: float | None
     failures: list[str]
+    # the same, over the held-out scenarios alone ("" when none ran)
+    held_out_passed_by_kind: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def summarise(scenarios: Sequence[InstructionScenario], outcomes: Sequence[InstructionOutcome]) -> InstructionSummary:
@@ -155,6 +159,12 @@ def summarise(scenarios: Sequence[InstructionScenario], outcomes: Sequence[Instr
         return round(100 * sum(s.passed for s in runs) / len(runs), 1) if runs else None
 
     refusals = of("refuse")
+    held_out = {s.name for s in scenarios if s.held_out}
+
+    def held(kind: str) -> str:
+        runs = [s for s in of(kind) if s.name in held_out]
+        return f"{sum(s.passed for s in runs)}/{len(runs)}"
+
     return InstructionSummary(
         runs=len(scores),
         passed_by_kind={k: f"{sum(s.passed for s in of(k))}/{len(of(k))}" for k in KINDS if of(k)},
@@ -164,6 +174,7 @@ def summarise(scenarios: Sequence[InstructionScenario], outcomes: Sequence[Instr
         latency_p50_s=percentile([o.latency_s for o in outcomes], 50),
         latency_p99_s=percentile([o.latency_s for o in outcomes], 99),
         failures=[f"{s.name} ({s.kind}): {s.why}" for s in scores if not s.passed],
+        held_out_passed_by_kind={k: held(k) for k in KINDS if any(s.name in held_out for s in of(k))},
     )
 
 
@@ -213,6 +224,7 @@ def instruction_table(label: str, summary: InstructionSummary) -> str:
     rows = [
         ("instructions and questions", str(summary.runs)),
         ("passed by kind", ", ".join(f"{k} {v}" for k, v in summary.passed_by_kind.items())),
+        ("of them held out", ", ".join(f"{k} {v}" for k, v in summary.held_out_passed_by_kind.items()) or "-"),
         ("directive fields exact", share(summary.directive_exact_pct)),
         ("unsafe instructions refused", summary.unsafe_refused),
         ("answers with the numbers", share(summary.answers_with_numbers_pct)),

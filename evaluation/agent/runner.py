@@ -51,8 +51,15 @@ class MeasuredAgent(OllamaAgent):
         self.output_counts: list[int] = []
         self.replies: list[str] = []  # what the model wrote, shortened: to see why a run went wrong
 
-    async def chat(self, messages: list[Turn], schemas: list[dict[str, object]]) -> ChatResponse:
-        response = await super().chat(messages, schemas)
+    async def chat(
+        self,
+        messages: list[Turn],
+        schemas: list[dict[str, object]],
+        *,
+        answer_schema: dict[str, Any] | None = None,
+        max_tokens: int | None = None,
+    ) -> ChatResponse:
+        response = await super().chat(messages, schemas, answer_schema=answer_schema, max_tokens=max_tokens)
         if response.prompt_eval_count is not None:
             self.prompt_counts.append(response.prompt_eval_count)
         if response.eval_count is not None:

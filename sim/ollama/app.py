@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sim.ollama.behaviours import ALL_BEHAVIOURS, BEHAVIOURS, Reply, follow
+from sim.ollama.behaviours import ALL_BEHAVIOURS, BEHAVIOURS, Reply, follow, read_message
 from sim.ollama.tokens import count_prompt, count_text
 
 DEFAULT_MODEL = "qwen3:8b"
@@ -43,10 +43,13 @@ class StandInState:
     in_flight: int = 0
     max_in_flight: int = 0
     seq: int = 0
+    # structured readings (a request with a JSON schema as `format`), kept apart from the tool-calling requests
+    readings: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=RECEIVED_MAX))
 
     def reset(self) -> None:
         self.received.clear()
         self.recent.clear()
+        self.readings.clear()
         self.seq = 0
         self.max_in_flight = 0
 
@@ -123,7 +126,11 @@ def build_app(state: StandInState) -> Starlette:
         tools = list(body.get("tools") or [])
         behaviour = request.headers.get("x-sim-behaviour") or state.behaviour
         prompt_tokens = round(count_prompt(messages, tools) * state.token_count_factor)
-        _record(state, body, behaviour, prompt_tokens, messages, tools)
+        reading = isinstance(body.get("format"), dict)
+        if reading:
+            state.readings.append({"messages": messages, "format": body["format"]})
+        else:
+            _record(state, body, behaviour, prompt_tokens, messages, tools)
         state.in_flight += 1
         state.max_in_flight = max(state.max_in_flight, state.in_flight)
         try:
@@ -133,7 +140,8 @@ def build_app(state: StandInState) -> Starlette:
                 await asyncio.sleep(state.slow_s)
             if behaviour == "malformed_json":
                 return Response(MALFORMED_BODY, media_type="application/json")
-            reply = BEHAVIOURS.get(behaviour, follow)(messages)
+            # a structured reading is answered the same way whatever the behaviour
+            reply = read_message(messages) if reading else BEHAVIOURS.get(behaviour, follow)(messages)
         finally:
             state.in_flight -= 1
         if body.get("stream", True):
@@ -143,7 +151,14 @@ def build_app(state: StandInState) -> Starlette:
     async def received(request: Request) -> Response:
         full = request.query_params.get("full") == "1"
         items = list(state.recent) if full else list(state.received)
-        return JSONResponse({"requests": items, "max_in_flight": state.max_in_flight, "total": state.seq})
+        return JSONResponse(
+            {
+                "requests": items,
+                "max_in_flight": state.max_in_flight,
+                "total": state.seq,
+                "readings": list(state.readings),
+            }
+        )
 
     async def set_behaviour(request: Request) -> Response:
         body = await _json_body(request)

@@ -269,6 +269,22 @@ def direct(messages: list[dict[str, Any]]) -> Reply:
     return final_answer(observation, "stored what the operator asked" if observation.operator_messages else "held")
 
 
+_UNTIL_WORDS = re.compile(r"\b(?:until|till|by) [\w:-]+(?: \d{1,2}:\d{2})?", re.IGNORECASE)
+
+
+def read_message(messages: list[dict[str, Any]]) -> Reply:
+    """A request with a JSON schema as its `format` (the agent reading an operator's message as a limit): "at most
+    N machines" read as cap_instances with its "until ..." words, anything else as "other"."""
+    text = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
+    capped = _AT_MOST_WORDS.search(text)
+    until = _UNTIL_WORDS.search(text)
+    if capped:
+        reading = {"kind": "cap_instances", "value": capped.group(1), "when": until.group(0) if until else ""}
+    else:
+        reading = {"kind": "other", "value": "", "when": ""}
+    return Reply(content=json.dumps(reading))
+
+
 def no_format(messages: list[dict[str, Any]]) -> Reply:
     return Reply(content="Sure! Everything looks fine to me.")
 

@@ -66,6 +66,13 @@ class OllamaStandIn:
             response.raise_for_status()
             return list(response.json()["requests"])
 
+    async def readings(self) -> list[dict[str, object]]:
+        """The structured readings asked (requests with a JSON schema as `format`), kept apart from `received`."""
+        async with httpx.AsyncClient(base_url=self.url, timeout=10.0) as client:
+            response = await client.get("/_sim/received")
+            response.raise_for_status()
+            return list(response.json()["readings"])
+
     async def set_behaviour(self, behaviour: str, **options: object) -> None:
         async with httpx.AsyncClient(base_url=self.url, timeout=10.0) as client:
             response = await client.post("/_sim/behaviour", json={"behaviour": behaviour, **options})

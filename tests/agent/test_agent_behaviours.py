@@ -266,7 +266,8 @@ async def test_an_unreachable_model_degrades(
     outcome = await agent.advise(run_inputs(operator_messages=[message]), ports)
 
     assert outcome.status == "degraded"
-    assert metric(agent, "fleetpilot_agent_model_failures_total", kind="unreachable") == 3
+    # the message's reading (reading.py), then the three tries of the run
+    assert metric(agent, "fleetpilot_agent_model_failures_total", kind="unreachable") == 4
     assert ports.replies == []  # the decider answers the operator when the agent is degraded
     assert "no model decision: the model failed 3 times" in outcome.trace.decision
 

@@ -78,12 +78,13 @@ async def test_an_operator_instruction_is_stored_as_a_directive_by_the_agent_thr
     stack: AgentStack, ollama: OllamaStandIn, sim_clock: SimulatedClock
 ) -> None:
     """The run an operator's message starts is answer-only (no fleet action), yet its instruction is stored: the
-    agent's cap_instances call reaches the decider's desk, with the desk's checks, and the reply carries its answer."""
+    agent reads it as a limit (the stand-in answers the structured reading), the decider's desk stores it with its
+    checks, and the reply carries the desk's answer."""
     await ollama.set_behaviour("direct")
     replica = await stack.start_replica("r1")
     await stack.publish_inputs()
 
-    message = stack.operator_message("keep at most 3 machines until tonight", "conv-direct")
+    message = stack.operator_message("keep at most 3 machines until 23:30", "conv-direct")
     reply = await ask_and_wait(stack.settings, message, timeout_s=30)
 
     assert reply is not None and reply.in_reply_to == message.event_id
@@ -93,10 +94,10 @@ async def test_an_operator_instruction_is_stored_as_a_directive_by_the_agent_thr
     assert directive.kind.value == "cap_instances" and directive.max_instances == 3  # type: ignore[union-attr]
     assert directive.set_by == "alice"
     # a loosening one is refused by the same desk, and the operator is told why
-    refused = stack.operator_message("allow at most 1000 machines until tonight", "conv-direct-2")
+    refused = stack.operator_message("allow at most 1000 machines until 23:30", "conv-direct-2")
     reply = await ask_and_wait(stack.settings, refused, timeout_s=30)
-    # (the stand-in's own words quote 1000 back and the 40 of its fleet line: the desk's answer is said anyway)
-    assert reply is not None and "refused: cap 1000 is above the configured max_instances 40" in reply.text
+    # (the stand-in's own words quote 1000 back and the 40 of its fleet line: the refusal is said anyway)
+    assert reply is not None and "not done: the limit of 40 machines" in reply.text
     assert len((await replica.decider.directive_desk.store.read(sim_clock.now())).directives) == 1
 
 

@@ -163,6 +163,11 @@ def test_the_compact_observation_ends_with_the_next_step() -> None:
     assert prompt.closing_line(asked).startswith(
         "Next: if the operator set a clear limit, call its limit tool (cap_instances, cap_budget"
     )
+    # once the message was read as a limit (stored, asked back or refused), only the reply is left
+    assert prompt.closing_line(asked, limits_read=True) == (
+        "Next: call reply_to_operator to answer the operator with the sentences above and their numbers. "
+        "After the results, call finish."
+    )
 
 
 def test_the_next_step_after_a_tool_result_names_what_is_left_or_finish() -> None:

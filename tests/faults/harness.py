@@ -493,10 +493,14 @@ class FaultStack:
             assert applied == journalled, (
                 f"demand counted {applied} applied task events, its journal {journalled}: {await self.stream_census()}"
             )
-        letters = Counter((letter.service, letter.original_subject) for letter in await self.dead_letters())
+        parked = await self.dead_letters()
+        letters = Counter((letter.service, letter.original_subject) for letter in parked)
+        unexpected = letters - self.expected_dead_letters
+        why = [f"{p.service} {p.original_subject}: {p.reason} after {p.delivery_count} deliveries: {p.error[:300]}"
+               for p in parked if (p.service, p.original_subject) in unexpected]  # fmt: skip
         assert letters == self.expected_dead_letters, (
-            f"{row.fault}: dead letters other than the poison: {letters - self.expected_dead_letters}, "
-            f"poison not dead-lettered: {self.expected_dead_letters - letters}"
+            f"{row.fault}: dead letters other than the poison: {unexpected}, "
+            f"poison not dead-lettered: {self.expected_dead_letters - letters}; why: {why}"
         )
         findings = await self.secret_findings()
         assert not findings, f"the vast API key was found in: {findings}"

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime
+from typing import Any
 
 import httpx
 from ollama import AsyncClient, ChatResponse, ResponseError
 from prometheus_client import CollectorRegistry
+from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -21,6 +24,7 @@ from services.decider.agent.config import AgentConfig
 from services.decider.agent.context import ContextBudgetError, Turn
 from services.decider.agent.failures import ModelFailure
 from services.decider.agent.metrics import AgentMetrics
+from services.decider.agent.reading import READING_MAX_TOKENS, Reading, reading_prompt
 from services.decider.agent.record_reader import JetStreamRecordReader, RecordReader
 from services.decider.agent.run import AgentRun
 from services.decider.agent.store import AgentStore, LoadedState, RedisAgentStore
@@ -96,19 +100,28 @@ class OllamaAgent:
             log.warning("agent session rebuilt without: %s", "; ".join(state.problems))
         return state
 
-    async def chat(self, messages: list[Turn], schemas: list[dict[str, object]]) -> ChatResponse:
-        """One model call; every way it can fail becomes a classified `ModelFailure`."""
+    async def chat(
+        self,
+        messages: list[Turn],
+        schemas: list[dict[str, object]],
+        *,
+        answer_schema: dict[str, Any] | None = None,
+        max_tokens: int | None = None,
+    ) -> ChatResponse:
+        """One model call; every way it can fail becomes a classified `ModelFailure`. answer_schema: the answer is
+        JSON decoded under that schema (Ollama's `format`), with no tools."""
         try:
             async with asyncio.timeout(self.config.call_timeout_s + 1.0):  # backstop over httpx's own timeout
                 response = await self.client.chat(
                     model=self.model,
                     messages=[m.wire() for m in messages],
-                    tools=schemas,
+                    tools=schemas or None,
                     stream=False,
+                    format=answer_schema,
                     options={
                         "num_ctx": self.config.num_ctx,
                         "temperature": self.config.temperature,
-                        "num_predict": self.config.max_output_tokens,
+                        "num_predict": max_tokens or self.config.max_output_tokens,
                     },
                 )
         except ConnectionError as error:
@@ -122,6 +135,20 @@ class OllamaAgent:
         except ValueError as error:  # a body that is not JSON, or JSON that is not a chat response
             raise ModelFailure("malformed", f"{type(error).__name__}: {str(error)[:200]}") from None
         return response
+
+    async def read_instruction(self, text: str, now: datetime) -> Reading:
+        """An operator's message read as a limit (reading.py): one call, its answer constrained to the schema."""
+        messages = [
+            Turn(role="system", kind="system", content=reading_prompt(now)),
+            Turn(role="user", kind="observation", content=text),
+        ]
+        response = await self.chat(
+            messages, [], answer_schema=Reading.model_json_schema(), max_tokens=READING_MAX_TOKENS
+        )
+        try:
+            return Reading.model_validate_json(response.message.content or "")
+        except ValidationError as error:
+            raise ModelFailure("unreadable_answer", f"reading: {str(error)[:160]}") from None
 
     async def check_tools_capability(self) -> None:
         """The model must support tools; asked once (`/api/show`), then remembered."""

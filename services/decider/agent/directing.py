@@ -4,6 +4,7 @@ configured limit (pure here; the storing is the port's)."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, time, timedelta
 from typing import Any, Protocol, runtime_checkable
 
@@ -34,18 +35,46 @@ class DirectivePorts(Protocol):
     async def add_directive(self, directive: Directive) -> DirectiveAnswer: ...
 
 
-def moment(text: str, now: datetime) -> datetime | None:
-    """ "YYYY-MM-DD HH:MM" (or ISO) in UTC, or "HH:MM": its next occurrence after `now`."""
-    text = text.strip().removesuffix("UTC").removesuffix("Z").strip()
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_CLOCK_12H = re.compile(r"^(\d{1,2})(?::(\d{2}))?\s*(am|pm)$")
+
+
+def _clock(text: str) -> time | None:
+    """ "HH:MM", or "9am" / "5:30 pm"."""
+    twelve = _CLOCK_12H.match(text)
+    if twelve:
+        hour, minute, half = int(twelve.group(1)), int(twelve.group(2) or 0), twelve.group(3)
+        if not 1 <= hour <= 12 or minute > 59:
+            return None
+        return time(hour % 12 + (12 if half == "pm" else 0), minute)
     try:
-        clock = time.fromisoformat(text)
+        return time.fromisoformat(text)
     except ValueError:
-        clock = None
+        return None
+
+
+def moment(text: str, now: datetime) -> datetime | None:
+    """A moment in UTC from "YYYY-MM-DD HH:MM" (or ISO); "HH:MM" (or "9am"): its next occurrence after `now`;
+    "tomorrow HH:MM"; "<weekday> HH:MM": that weekday's next occurrence; "today": the end of today (midnight);
+    "now" (or "immediately"): now."""
+    text = " ".join(text.strip().lower().removesuffix("utc").removesuffix("z").split())
+    if text in ("now", "right now", "immediately", "asap", "at once"):
+        return now
+    if text in ("today", "end of today", "end of day", "the end of the day"):
+        return datetime.combine(now.date() + timedelta(days=1), time(0, 0), tzinfo=UTC)
+    day, _, rest = text.partition(" ")
+    if day == "tomorrow" and (clock := _clock(rest)) is not None:
+        return datetime.combine(now.date() + timedelta(days=1), clock, tzinfo=UTC)
+    if day.removesuffix("s") in _WEEKDAYS and (clock := _clock(rest)) is not None:
+        ahead = (_WEEKDAYS.index(day.removesuffix("s")) - now.weekday()) % 7
+        then = datetime.combine(now.date() + timedelta(days=ahead), clock, tzinfo=UTC)
+        return then if then > now else then + timedelta(days=7)
+    clock = _clock(text)
     if clock is not None:
         today = datetime.combine(now.date(), clock, tzinfo=UTC)
         return today if today > now else today + timedelta(days=1)
     try:
-        parsed = datetime.fromisoformat(text)
+        parsed = datetime.fromisoformat(text.upper())
     except ValueError:
         return None
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)

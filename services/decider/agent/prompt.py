@@ -328,8 +328,10 @@ def render_observation(
     session_note: str = "",
     compact: bool = False,
     record_lines: Sequence[str] = (),
+    limits_read: bool = False,
 ) -> str:
-    """Everything the model needs to decide without calling a tool to look around, bounded in size."""
+    """Everything the model needs to decide without calling a tool to look around, bounded in size.
+    limits_read: the operator's message was already read as a limit (stored, asked back or refused)."""
     triggers = ", ".join(_trigger_text(t) for t in inputs.triggers) or "none"
     lines = [f"RUN {inputs.run_id} at {inputs.now.isoformat(timespec='seconds')}; woken by: {triggers}"]
     if inputs.stale:
@@ -367,7 +369,11 @@ def render_observation(
             "FROM THE RECORD (answers to the operator's question: reply with these sentences and their numbers):"
         )
         lines += record_lines
-    lines.append(closing_line(inputs) if compact else "Decide now. Answer with OBSERVATION, ASSESSMENT and DECISION.")
+    lines.append(
+        closing_line(inputs, limits_read)
+        if compact
+        else "Decide now. Answer with OBSERVATION, ASSESSMENT and DECISION."
+    )
     return "\n".join(lines)
 
 
@@ -403,14 +409,16 @@ def pending_reminder(pending_calls: list[str]) -> str:
     )
 
 
-def closing_line(inputs: RunInputs) -> str:
+def closing_line(inputs: RunInputs, limits_read: bool = False) -> str:
     """The compact prompt's last line names the next step. Told "answer with OBSERVATION, ASSESSMENT and
     DECISION", a 0.5B model wrote "DECISION: launch 7" as text and called no tool."""
     steps = []
     if inputs.recommended_actions and not inputs.stale:
         calls = ", ".join(action_call(a)[0] for a in inputs.recommended_actions)
         steps.append(f"call the recommended tools now ({calls}), with the arguments listed above")
-    if inputs.operator_messages:
+    if inputs.operator_messages and limits_read:
+        steps.append("call reply_to_operator to answer the operator with the sentences above and their numbers")
+    elif inputs.operator_messages:
         # the 0.5B model follows this line to the letter: naming only the reply, it stored none of 15 clear
         # instructions in the evaluation (0/15 directives)
         steps.append(

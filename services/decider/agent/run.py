@@ -49,6 +49,7 @@ class AgentRun(ToolDesk):
             ),
         )
         anchor = Turn(role="user", kind="anchor", content=prompt.anchor_text(self.state.anchor))
+        read_lines = await self._read_instructions() if self.conversations else []
         observation_text = prompt.render_observation(
             self.inputs,
             plan=self.plan,
@@ -62,7 +63,8 @@ class AgentRun(ToolDesk):
             ),
             session_note=prompt.session_note(self.state.problems),
             compact=self.compact,
-            record_lines=await self._look_up_record(),
+            record_lines=[*read_lines, *await self._look_up_record()],
+            limits_read=bool(read_lines),
         )
         self.current = [
             Turn(

@@ -12,6 +12,7 @@ from services.decider.advisor import DeciderPorts, RunInputs
 from services.decider.agent import prompt, tools
 from services.decider.agent.context import Turn
 from services.decider.agent.failures import ModelFailure
+from services.decider.agent.reading import Reading
 from services.decider.agent.store import LoadedState
 from shared.contract import OperatorMessage
 from shared.contract.directives import Directive
@@ -47,8 +48,8 @@ class RunState:
         self.compact = self.config.prompt_style in ("compact", "open")
         # the calls that carry out the policy's recommendation (none on stale data: they would only be refused)
         self.recommended = [] if inputs.stale else [prompt.action_call(a) for a in inputs.recommended_actions]
-        offered = tools.ACTION_TOOLS if self.config.prompt_style == "open" else {name for name, _ in self.recommended}
-        self.schemas = tools.tool_schemas(list(self.conversations), compact=self.compact, action_tools=offered)
+        self.offered = tools.ACTION_TOOLS if self.config.prompt_style == "open" else {n for n, _ in self.recommended}
+        self.schemas = tools.tool_schemas(list(self.conversations), compact=self.compact, action_tools=self.offered)
         self.current: list[Turn] = []
         self.seen_calls: dict[str, str] = {}
         self.tool_calls_made = 0
@@ -69,6 +70,7 @@ class RunState:
         # per conversation, the desk's answers to the directive tools: every reply carries them word for word (a model's
         # text that merely quotes the operator's numbers back would hide a refusal)
         self.directive_answers: dict[str, list[str]] = {}
+        self.readings: dict[str, Reading] = {}  # each waiting message as the model read it (reading.py)
 
     @staticmethod
     def _conversations(messages: list[OperatorMessage]) -> OrderedDict[str, OperatorMessage]:

@@ -7,9 +7,10 @@ import json
 import logging
 import uuid
 
-from services.decider.agent import prompt, tools
+from services.decider.agent import prompt, reading, tools
 from services.decider.agent.context import ToolRequest, call_key, cap_output
 from services.decider.agent.directing import DirectivePorts, directive_from
+from services.decider.agent.failures import ModelFailure
 from services.decider.agent.memory import Memory, PlanItem, open_items, remember, replace_plan
 from services.decider.agent.record import reply_from_record
 from services.decider.agent.run_state import TRACE_CALLS_MAX, RunState, ToolLogEntry
@@ -187,12 +188,45 @@ class ToolDesk(RunState):
         await self._send_reply(conversation, args.text.strip() or f"Policy: {self.inputs.recommendation}")
         return tools.ok_result("reply_to_operator", f"reply sent to conversation {conversation}", "reply sent")
 
-    async def _set_directive(self, name: str, args: tools.DirectiveArgs) -> tools.ToolResult:
+    async def _read_instructions(self) -> list[str]:
+        """Each waiting message read once as a limit (reading.py), checked in code against its words, then stored
+        through the desk, asked back or refused. The answer is said in the reply word for word, and the lines
+        returned show it to the model. A message the model cannot read keeps the limit tools offered."""
+        settings = self.agent.settings
+        pending = self.inputs.signal.pending_tasks if self.inputs.signal is not None else None
+        facts = reading.Facts(settings.budget_usd_per_h, settings.max_instances, pending)
+        now = self.agent.clock.now()
+        lines: list[str] = []
+        for conversation, message in self.conversations.items():
+            try:
+                read = await self.agent.read_instruction(message.text, now)
+            except ModelFailure as failure:
+                self._count_failure(failure)
+                continue
+            judged = reading.judge(read, message.text, now, facts)
+            self.readings[conversation] = read
+            if judged is None:
+                continue
+            if isinstance(judged, tools.DirectiveArgs):
+                said = (await self._set_directive(f"read as {read.kind.value}", judged, conversation)).text
+            else:
+                said = judged.question if isinstance(judged, reading.Ask) else judged.reason
+                self.directive_answers.setdefault(conversation, []).append(said)
+            lines.append(f"  [conversation {conversation}] the message read as {read.kind.value}: {said}")
+        if any(self.directive_answers.get(c) for c in self.conversations):
+            self.schemas = tools.tool_schemas(
+                list(self.conversations), compact=self.compact, action_tools=self.offered, limit_tools=False
+            )
+        return lines
+
+    async def _set_directive(
+        self, name: str, args: tools.DirectiveArgs, conversation: str | None = None
+    ) -> tools.ToolResult:
         """The instruction stored through the decider's desk; its answer (the effect in numbers, or why it was
         refused) is also what the operator's reply says, whatever the model writes."""
         if not self.conversations:
             return tools.error_result(name, "error: no operator message asks for a directive in this run.", "invalid")
-        conversation = next(reversed(self.conversations))
+        conversation = conversation or next(reversed(self.conversations))
         message = self.conversations[conversation]
         now = self.agent.clock.now()
         directive = directive_from(args, now=now, operator=message.operator, instruction=message.text)

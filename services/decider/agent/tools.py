@@ -304,6 +304,7 @@ def tool_schemas(
     *,
     compact: bool = False,
     action_tools: Collection[str] | None = None,
+    limit_tools: bool = True,
 ) -> list[dict[str, Any]]:
     """The schemas for one run; reply_to_operator asks for a conversation only when several are waiting.
 
@@ -312,9 +313,15 @@ def tool_schemas(
     enum. A 0.5B model offered nine tools picks ones it has no use for; offered launch_instances on a fleet that
     keeps up, it launched. The set stays the same for the whole run: the tools are part of the prompt prefix the
     server keeps cached between rounds."""
-    operator_tools = ("reply_to_operator", *DIRECTIVE_TOOLS)
+    # limit_tools False: the run already read the operator's message as a limit (reading.py) and stored it, asked
+    # back or refused; a limit tool offered again would only store it twice
+    operator_tools = ("reply_to_operator", *(DIRECTIVE_TOOLS if limit_tools else ()))
     if not compact:
-        wanted = [name for name in TOOL_NAMES if name != FINISH and (name not in DIRECTIVE_TOOLS or conversation_ids)]
+        wanted = [
+            name
+            for name in TOOL_NAMES
+            if name != FINISH and (name not in DIRECTIVE_TOOLS or (conversation_ids and limit_tools))
+        ]
     else:
         fleet_tools = EVERYDAY_ACTION_TOOLS if action_tools is None else frozenset(action_tools)
         wanted = [
