@@ -107,3 +107,7 @@ class DemandSignal(Event):
     last_completion_at: UtcDatetime | None = None
     signal_seq: int = Field(ge=0, description="increases with every signal a demand instance publishes")
     season: SeasonEcho | None = Field(default=None, description="absent until demand has watched a whole season")
+
+    def window_near(self, window_s: float) -> WindowStats | None:
+        """The published window closest to `window_s` long (0: the shortest); None when none is published."""
+        return min(self.windows, key=lambda w: abs(w.window_s - window_s)) if self.windows else None

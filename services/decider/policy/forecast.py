@@ -193,9 +193,7 @@ def slope_standard_error_per_h2(window: WindowStats, bucket_s: float = 60.0) -> 
 
 def _window(signal: DemandSignal, window_s: float) -> WindowStats | None:
     """The published window closest to `window_s` long."""
-    if not signal.windows:
-        return None
-    return min(signal.windows, key=lambda w: abs(w.window_s - window_s))
+    return signal.window_near(window_s)
 
 
 def rising_slope_per_h2(
@@ -215,8 +213,8 @@ def rising_slope_per_h2(
         return 0.0
     if trend.arrival_trend_per_h2 < min_z * slope_standard_error_per_h2(trend):
         return 0.0
-    short = min(signal.windows, key=lambda w: w.window_s)
-    if short.arrival_rate_per_h < trend.arrival_rate_per_h:
+    short = signal.window_near(0)
+    if short is None or short.arrival_rate_per_h < trend.arrival_rate_per_h:
         return 0.0
     # a ramp puts the short window on the trend line; a step (a spike) puts it well above: the line's rise from
     # the trend window's middle to the short window's, plus noise, must cover the short window's excess
@@ -236,18 +234,18 @@ def falling(signal: DemandSignal, trend_window_s: float, min_z: float) -> bool:
     trend = _window(signal, trend_window_s)
     if trend is None or trend.arrival_trend_per_h2 >= 0:
         return False
-    short = min(signal.windows, key=lambda w: w.window_s)
+    short = signal.window_near(0)
     significant = -trend.arrival_trend_per_h2 >= min_z * slope_standard_error_per_h2(trend)
-    return significant and short.arrival_rate_per_h <= trend.arrival_rate_per_h
+    return significant and short is not None and short.arrival_rate_per_h <= trend.arrival_rate_per_h
 
 
 def base_arrival_rate_per_h(signal: DemandSignal, slope_per_h2: float = 0.0) -> float:
     """The rate to plan from: the sustained rate (the lower of 15 and 30 min, so a burst is not taken for
     demand); along a significant rising slope, the shortest window's (sustained lags a ramp by 15 min)."""
-    if slope_per_h2 <= 0 or not signal.windows:
+    short = signal.window_near(0)
+    if slope_per_h2 <= 0 or short is None:
         return signal.sustained_arrival_rate_per_h
-    short = min(signal.windows, key=lambda w: w.window_s).arrival_rate_per_h
-    return max(signal.sustained_arrival_rate_per_h, short)
+    return max(signal.sustained_arrival_rate_per_h, short.arrival_rate_per_h)
 
 
 def arrival_forecast_per_h(
@@ -259,9 +257,10 @@ def arrival_forecast_per_h(
     falling trend is not extrapolated: shrinking is decided by the keep rate, idle time and hysteresis.
     """
     rate = base_arrival_rate_per_h(signal, slope_per_h2)
-    if slope_per_h2 <= 0 or not signal.windows:
+    short = signal.window_near(0)
+    if slope_per_h2 <= 0 or short is None:
         return rate
-    lag_s = min(w.window_s for w in signal.windows) / 2
+    lag_s = short.window_s / 2
     return min(rate + slope_per_h2 * (horizon_mid_s + lag_s) / 3600, rate * cap_factor)
 
 

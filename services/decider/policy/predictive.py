@@ -82,8 +82,8 @@ def _mpc_inputs(
     """The shortest window's rate, the config and the fleet's median price (the default before any is priced)."""
     prices = sorted(line.price_usd_per_h for line in snapshot.instances if line.price_usd_per_h > 0)
     price = prices[len(prices) // 2] if prices else config.default_price_usd_per_h
-    short = min(signal.windows, key=lambda w: w.window_s).arrival_rate_per_h if signal.windows else sizing.rate_now
-    return short, config, price
+    short = signal.window_near(0)
+    return short.arrival_rate_per_h if short is not None else sizing.rate_now, config, price
 
 
 def _explain(

@@ -55,15 +55,14 @@ def arriving_needed(signal: DemandSignal, s: Sizing, config: PolicyConfig) -> in
     between runs as a ramp's slope gate opens and closes, and giving back on it launched and cancelled in
     turns: diurnal 291 → 318 $, 53 wasted launches); else those the kept rate needs beyond the producers,
     and those that land before the queue is down to the tolerance."""
-    if s.sustained or s.foreseen or s.slope_per_h2 > 0 or not signal.windows:
+    short, trend = signal.window_near(0), signal.window_near(config.trend_window_s)
+    if s.sustained or s.foreseen or s.slope_per_h2 > 0 or short is None or trend is None:
         return s.arriving
-    short = min(signal.windows, key=lambda w: w.window_s).arrival_rate_per_h
-    trend = min(signal.windows, key=lambda w: abs(w.window_s - config.trend_window_s)).arrival_rate_per_h
-    if short > trend:
+    if short.arrival_rate_per_h > trend.arrival_rate_per_h:
         return s.arriving
     for_queue = machines_needed_for_backlog(
         backlog_tasks=s.pending,
-        arrival_per_h=max(short, s.rate_now),
+        arrival_per_h=max(short.arrival_rate_per_h, s.rate_now),
         machines_now=s.healthy,
         ready_offsets=s.offsets,
         throughput_per_h=s.thr,
