@@ -239,7 +239,9 @@ def _family_trace(family: str, seed: int, days: int, with_run: bool, scenario: S
         "tasks": trace.total_tasks,
         "peak_machines": round(trace.peak_tasks_per_h / 120.0, 1),
         "results": results,
-        "ratio_to_bound": {p: round(results[p]["objective_usd"] / bound, 4) for p in results if p != CLAIRVOYANT},
+        "ratio_to_bound": {
+            p: round(results[p]["objective_usd"] / bound, 4) for p in results if results[p].get("kind") != "lower_bound"
+        },
         "best_baseline": best,
         "predictive_vs_best_baseline": round(predictive / results[best]["objective_usd"], 4),
         # the fixable gap: predictive ÷ the best fixed-rule autoscaler with hindsight (a reference, not a baseline)
