@@ -58,6 +58,18 @@ def test_the_models_date_arithmetic_is_not_taken_its_copied_words_are() -> None:
     assert isinstance(judged, DirectiveArgs) and judged.drain_by == "2026-03-06 17:00"
 
 
+def test_when_the_model_rewrites_the_end_the_one_time_the_message_writes_is_taken() -> None:
+    """The 0.5B model wrote "until 2026-03-02 20:00" for "until 20:00", and Wednesday's date for Thursday."""
+    text = "keep the fleet at 8 machines max until 20:00"
+    judged = judge(read("cap_instances", "8", "until 2026-03-08 20:00"), text, NOW, FACTS)
+    assert isinstance(judged, DirectiveArgs) and judged.until == "2026-03-02 20:00"
+    drain = judge(read("drain_all_by", "", "by 2026-03-04 18:00"), "wind the fleet down by Thursday 18:00", NOW, FACTS)
+    assert isinstance(drain, DirectiveArgs) and drain.drain_by == "2026-03-05 18:00"
+    # two times written and the model's copy matches neither: which one is meant is asked
+    both = judge(read("cap_instances", "5", "until 19:00"), "at most 5 machines from 10:00 to 12:00", NOW, FACTS)
+    assert isinstance(both, Ask)
+
+
 @pytest.mark.parametrize(
     ("reading", "text"),
     [
@@ -100,6 +112,12 @@ def test_lifting_a_limit_or_emptying_the_fleet_while_work_waits_is_refused_with_
 def test_questions_and_other_messages_set_no_limit() -> None:
     assert judge(read("question"), "why did you launch at 00:35?", NOW, FACTS) is None
     assert judge(read("other"), "thanks!", NOW, FACTS) is None
+    # a question read as a limit by the model is still a question (the 0.5B model read this one as a cap)
+    assert judge(read("cap_instances", "33032720"), "what happened to instance 33032720?", NOW, FACTS) is None
+    assert judge(read("cap_budget", "0"), "how much did we spend yesterday?", NOW, FACTS) is None
+    # a request phrased as a question is judged as a request
+    asked = judge(read("cap_instances", "5", "until 18:00"), "can you keep it to 5 machines until 18:00?", NOW, FACTS)
+    assert isinstance(asked, DirectiveArgs) and asked.max_instances == 5
 
 
 @given(

@@ -111,6 +111,15 @@ _BUDGET_WORDS = re.compile(r"\b(budget|spend\w*|cost|dollars?|money)\b|\$", re.I
 _LIMIT_WORDS = re.compile(r"\b(limit|cap|max\w*|machines?|instances?)\b", re.IGNORECASE)
 # lifting a limit is refused whatever the model read it as: the refusal must not rest on a 0.5B model's judgement
 _LIFT = re.compile(r"\b(ignore|lift|raise|remove|forget|drop|increase|double|override|bypass)\b", re.IGNORECASE)
+# a time as a message writes it: a clock time, after a date, a weekday or "tomorrow" when it has one; or "today"
+_TIME_WRITTEN = re.compile(
+    r"(?:(?:\d{4}-\d{2}-\d{2}|tomorrow|(?:mon|tues|wednes|thurs|fri|satur|sun)day)\s+)?\d{1,2}:\d{2}"
+    r"|\b\d{1,2}\s?(?:am|pm)\b|\btoday\b"
+)
+# a question about the past or the present sets no limit, whatever the model read ("what happened to instance
+# 33032720?" was read as a cap of 33032720 machines); a request phrased as one ("can you cap ...?") is judged
+_QUESTION = re.compile(r"^\s*(why|what|how|when|where|which|who|whose)\b.*\?\s*$", re.IGNORECASE | re.DOTALL)
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _WHEN_PREFIX = re.compile(r"^(until|till|til|by|before|through|to)\s+", re.IGNORECASE)
 _LIMIT_KINDS = {
     ReadingKind.CAP_INSTANCES: DirectiveKind.CAP_INSTANCES,
@@ -137,19 +146,24 @@ def numbers_in(text: str) -> list[float]:
 
 
 def _said_number(value: str, text: str) -> float | None:
-    """The reading's number, if the message says that number."""
+    """The reading's number, if the message says that number outside its dates and times (the 3 of
+    "2026-03-04" is no machine count: hypothesis found it)."""
     found = numbers_in(value)
     if len(found) != 1:
         return None
-    return found[0] if found[0] in numbers_in(text) else None
+    outside_times = _DATE.sub(" ", _TIME_WRITTEN.sub(" ", _flat(text)))
+    return found[0] if found[0] in numbers_in(outside_times) else None
 
 
 def _end(when: str, text: str, now: datetime) -> datetime | None:
-    """The moment the message's own words name (the model copies them; the date arithmetic is ours)."""
+    """The moment the message's own words name: the model's copy of them when the message holds it, else the one
+    time the message writes (the 0.5B model often rewrote "until 20:00" as a date of its own). The date
+    arithmetic is ours either way."""
     words = _flat(when)
-    if not words or words not in _flat(text):
-        return None
-    return moment(_WHEN_PREFIX.sub("", words), now)
+    if words and words in _flat(text):
+        return moment(_WHEN_PREFIX.sub("", words), now)
+    written = {m.group(0) for m in _TIME_WRITTEN.finditer(_flat(text))}
+    return moment(written.pop(), now) if len(written) == 1 else None
 
 
 def _refusal(text: str, facts: Facts, emptying: bool = False) -> Refuse:
@@ -178,7 +192,7 @@ def judge(reading: Reading, text: str, now: datetime, facts: Facts) -> Judged:
     """The directive request the reading makes of `text`, or the question to ask back, or the refusal; None for
     a message that sets no limit (a question, or other)."""
     kind = reading.kind
-    if kind in (ReadingKind.QUESTION, ReadingKind.OTHER):
+    if kind in (ReadingKind.QUESTION, ReadingKind.OTHER) or _QUESTION.match(text):
         return None
     lifts = _LIFT.search(text) and (_BUDGET_WORDS.search(text) or re.search(r"\blimits?\b", text, re.IGNORECASE))
     if kind is ReadingKind.UNSAFE or lifts:
