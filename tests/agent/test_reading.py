@@ -159,3 +159,13 @@ async def test_a_run_reads_the_message_once_stores_the_limit_and_then_offers_no_
     assert offered and not offered & set(DIRECTIVE_TOOLS)
     [reply] = ports.replies
     assert reply.text.startswith("directive #1 stored")
+
+
+async def test_a_question_read_as_such_leaves_no_limit_tool_to_call(
+    make_agent: AgentFactory, ports: DryRunPorts, ollama: OllamaStandIn
+) -> None:
+    await make_agent().advise(run_inputs(operator_messages=[operator_message("what did today cost so far?")]), ports)
+
+    assert len(await ollama.readings()) == 1 and ports.directives == []
+    offered = {tool for request in await ollama.received() for tool in request["tools"]}  # type: ignore[attr-defined]
+    assert offered and not offered & set(DIRECTIVE_TOOLS)

@@ -191,7 +191,7 @@ class ToolDesk(RunState):
     async def _read_instructions(self) -> list[str]:
         """Each waiting message read once as a limit (reading.py), checked in code against its words, then stored
         through the desk, asked back or refused. The answer is said in the reply word for word, and the lines
-        returned show it to the model. A message the model cannot read keeps the limit tools offered."""
+        returned show it to the model. Only a message the model could not read keeps the limit tools offered."""
         settings = self.agent.settings
         pending = self.inputs.signal.pending_tasks if self.inputs.signal is not None else None
         facts = reading.Facts(settings.budget_usd_per_h, settings.max_instances, pending)
@@ -213,7 +213,9 @@ class ToolDesk(RunState):
                 said = judged.question if isinstance(judged, reading.Ask) else judged.reason
                 self.directive_answers.setdefault(conversation, []).append(said)
             lines.append(f"  [conversation {conversation}] the message read as {read.kind.value}: {said}")
-        if any(self.directive_answers.get(c) for c in self.conversations):
+        # every message read (a limit stored, asked back or refused, or a question): no limit tool is left to call
+        # (offered beside a question, the 0.5B model stored "what did today cost so far?" as an exclusion)
+        if all(c in self.readings for c in self.conversations):
             self.schemas = tools.tool_schemas(
                 list(self.conversations), compact=self.compact, action_tools=self.offered, limit_tools=False
             )
