@@ -3,12 +3,9 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
-from nats.errors import NoRespondersError
 from nats.js import JetStreamContext
 from pydantic import BaseModel
 from redis.asyncio import Redis
@@ -27,7 +24,7 @@ from sim.infra import RedisServer
 from tests.decider.factories import producing, signal, snapshot
 from tests.decider.harness import audit_log, collect, publish_inputs, publish_trigger, running_decider
 from tests.decider.test_decider_app import ScriptedAdvisor, short_fleet, trigger
-from tests.helpers import eventually
+from tests.helpers import eventually, request_when_subscribed
 
 
 def now() -> datetime:
@@ -49,19 +46,8 @@ def no_model(gpu_model: str) -> ExcludeGpuModel:
     )
 
 
-async def request(nc: NatsClient, subject: str, data: bytes) -> Msg:
-    """A request to the decider just started: its subscription, made on its own connection, may reach the server
-    after this request (no responders yet, seen on a loaded machine), so that answer is retried for a while."""
-    for _ in range(50):
-        try:
-            return await nc.request(subject, data, timeout=5)
-        except NoRespondersError:
-            await asyncio.sleep(0.2)
-    return await nc.request(subject, data, timeout=5)
-
-
 async def ask(nc: NatsClient, settings: Settings, question: DirectiveRequest, answer: type[BaseModel]) -> BaseModel:
-    reply = await request(nc, settings.subjects.decider_directives, question.model_dump_json().encode())
+    reply = await request_when_subscribed(nc, settings.subjects.decider_directives, question.model_dump_json().encode())
     return answer.model_validate_json(reply.data)
 
 
@@ -173,7 +159,9 @@ async def test_a_malformed_request_gets_one_clear_line_and_is_dead_lettered(
 ) -> None:
     letters = await collect(nc, settings.subjects.dead_letter("decider"), DeadLetter)
     async with running_decider(settings):
-        reply = await request(nc, settings.subjects.decider_directives, b'{"operation": "drop", "operator": "x"}')
+        reply = await request_when_subscribed(
+            nc, settings.subjects.decider_directives, b'{"operation": "drop", "operator": "x"}'
+        )
         answer = DirectiveAnswer.model_validate_json(reply.data)
         assert not answer.ok
         assert answer.message.startswith("malformed directives request: ") and "operation = 'drop'" in answer.message

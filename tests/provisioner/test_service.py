@@ -43,7 +43,7 @@ from sim.infra import NatsServer
 from sim.vast.scenario import Endpoint, Fate, OfferSpec
 from sim.vast.server import ScriptedFault
 from sim.vast.world import CreateRequest
-from tests.helpers import eventually
+from tests.helpers import eventually, request_when_subscribed
 from tests.provisioner.service_harness import (
     NOW,
     OFFER_A,
@@ -86,7 +86,7 @@ def refusals(service: ProvisionerService, rule: str) -> float:
 
 async def ask_offers(nc: NatsClient, settings: Settings, **fields: object) -> OfferList:
     query = OfferQuery(occurred_at=NOW, source="agent", **fields)
-    reply = await nc.request(settings.subjects.provision_offers, query.model_dump_json().encode(), timeout=10)
+    reply = await request_when_subscribed(nc, settings.subjects.provision_offers, query.model_dump_json().encode())
     return OfferList.model_validate_json(reply.data)
 
 
