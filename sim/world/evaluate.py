@@ -266,25 +266,8 @@ def _from_bound(
 ) -> Evaluation:
     """The bound and nothing a run would show: its waits, machines and launches would come from a fractional plan
     that no fleet can follow, so they are left out (`clairvoyant-run` is the achievable run)."""
-    return Evaluation(
-        policy=policy,
-        kind="lower_bound",
-        trace=trace.name,
-        seed=seed,
-        tasks_submitted=trace.total_tasks,
-        tasks_completed=float(trace.total_tasks),
-        cost_usd=bound.cost_usd,
-        delay_cost_usd=bound.delay_cost_usd,
-        wait_p50_s=None,
-        wait_p95_s=None,
-        wait_max_s=None,
-        machine_hours=None,
-        idle_machine_hours=None,
-        launches=None,
-        wasted_launches=None,
-        peak_instances=None,
-        sim_wall_s=bound.wall_s,
-        objective=objective,
+    evaluation = _lower_bound(
+        trace, policy, seed, objective, bound.cost_usd, bound.delay_cost_usd, bound.wall_s,
         extra={
             "work_bound_usd": round(bound.work_bound_usd, 4),
             "lp_objective_usd": round(bound.lp_objective_usd, 4),
@@ -292,23 +275,32 @@ def _from_bound(
             "lp_converged": bound.lp_converged,
             "lp_step_min": bound.lp_step_min,
         },
-        samples=_plan_samples(trace, bound, objective),
-        bound=bound,
-    )
+    )  # fmt: skip
+    evaluation.samples = _plan_samples(trace, bound, objective)
+    evaluation.bound = bound
+    return evaluation
 
 
-def _from_integer_bound(trace: Trace, bound: IntegerBoundResult, seed: int, objective: ObjectiveConfig) -> Evaluation:
-    """HiGHS' dual bound as the objective (the program's cost and delay split is known only for its best plan,
-    which is in `extra`)."""
+def _lower_bound(
+    trace: Trace,
+    policy: str,
+    seed: int,
+    objective: ObjectiveConfig,
+    cost_usd: float,
+    delay_cost_usd: float,
+    wall_s: float,
+    extra: dict[str, Any],
+) -> Evaluation:
+    """A bound's evaluation: its dollars and nothing a run would show (no waits, machines or launches)."""
     return Evaluation(
-        policy=CLAIRVOYANT_WHOLE,
+        policy=policy,
         kind="lower_bound",
         trace=trace.name,
         seed=seed,
         tasks_submitted=trace.total_tasks,
         tasks_completed=float(trace.total_tasks),
-        cost_usd=bound.objective_usd,
-        delay_cost_usd=0.0,
+        cost_usd=cost_usd,
+        delay_cost_usd=delay_cost_usd,
         wait_p50_s=None,
         wait_p95_s=None,
         wait_max_s=None,
@@ -317,8 +309,17 @@ def _from_integer_bound(trace: Trace, bound: IntegerBoundResult, seed: int, obje
         launches=None,
         wasted_launches=None,
         peak_instances=None,
-        sim_wall_s=bound.wall_s,
+        sim_wall_s=wall_s,
         objective=objective,
+        extra=extra,
+    )
+
+
+def _from_integer_bound(trace: Trace, bound: IntegerBoundResult, seed: int, objective: ObjectiveConfig) -> Evaluation:
+    """HiGHS' dual bound as the objective (the program's cost and delay split is known only for its best plan,
+    which is in `extra`)."""
+    return _lower_bound(
+        trace, CLAIRVOYANT_WHOLE, seed, objective, bound.objective_usd, 0.0, bound.wall_s,
         extra={
             "milp_solved": bound.solved,
             "milp_gap": round(bound.gap, 4),
@@ -330,7 +331,7 @@ def _from_integer_bound(trace: Trace, bound: IntegerBoundResult, seed: int, obje
             "plan_delay_usd": round(bound.plan_delay_usd, 4),
             "plan_peak_machines": bound.plan_peak_machines,
         },
-    )
+    )  # fmt: skip
 
 
 def evaluate_clairvoyant_plan(
