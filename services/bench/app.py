@@ -21,6 +21,7 @@ from services.bench.store import BenchStore
 from shared.bus import durable_pull
 from shared.contract import BenchRequest
 from shared.live_mode import exit_for_setting, is_live
+from shared.redis_client import connect_redis
 from shared.service import ServiceContext, asgi_app, stop_tasks
 from shared.settings import Settings
 from shared.streams import BENCH
@@ -34,7 +35,7 @@ def build(
 ) -> AsgiFastStream:
     config = bench_settings or BenchSettings()
     metrics = BenchMetrics(ctx.metrics.registry)
-    redis_client = redis or Redis.from_url(ctx.settings.redis_url)
+    redis_client = redis or connect_redis(ctx.settings.redis_url)
     requests = BenchRequests(ctx, config, BenchStore(redis_client, ctx.subjects.prefix, config.report_ttl_s), metrics)
 
     @ctx.broker.subscriber(

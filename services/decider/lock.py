@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import cast
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from services.decider.guardrails import RATE_WINDOW_S, REMOVAL_IN_FLIGHT_S, SentLaunch, SentRemoval
+from shared.redis_client import connect_redis
 
 # KEYS: lock, fence counter, fence holder. ARGV: owner, ttl ms, process identity.
 # Returns the token (new when another process held the fence last), or 0 when someone holds the lock.
@@ -53,7 +53,7 @@ return 1
 """
 
 COVERED_RETENTION_S = 3600.0  # trigger ids older than the trigger stream's redelivery horizon need no memory
-REDIS_TIMEOUT_S = 2.0
+LOCK_REDIS_TIMEOUT_S = 2.0
 
 
 class LockUnavailable(Exception):
@@ -90,9 +90,7 @@ def _dt(seconds: float | bytes | str) -> datetime:
 
 class RedisSingleFlight:
     def __init__(self, redis_url: str, namespace: str, owner: str, ttl_s: float) -> None:
-        self.redis = aioredis.Redis.from_url(
-            redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S, decode_responses=True
-        )
+        self.redis = connect_redis(redis_url, LOCK_REDIS_TIMEOUT_S, decode_responses=True)
         self.owner = owner
         # the fence follows the process, not the replica name: a restarted replica gets a newer token
         self.process_identity = f"{owner}/{uuid.uuid4().hex}"
@@ -106,6 +104,9 @@ class RedisSingleFlight:
         self.wakeups_key = f"{prefix}:wakeups"
         self.launches_key = f"{prefix}:launches"
         self.removals_key = f"{prefix}:removals"
+        # a lease whose release failed with Redis away: Redis's append-only file brings the lock back with the
+        # rest of its life, so this process releases it first once Redis answers again, not waiting it out
+        self._unreleased: str | None = None
 
     @property
     def _ttl_ms(self) -> int:
@@ -119,6 +120,9 @@ class RedisSingleFlight:
 
     async def acquire(self) -> Lease | None:
         """A lease (its token newer than any other process's), or None while another replica holds the lock."""
+        if self._unreleased is not None:
+            await self._call(_RELEASE, [self.lock_key], [self._unreleased])
+            self._unreleased = None
         token = await self._call(
             _ACQUIRE,
             [self.lock_key, self.fence_key, self.fence_holder_key],
@@ -138,7 +142,11 @@ class RedisSingleFlight:
         return held
 
     async def release(self, lease: Lease) -> None:
-        await self._call(_RELEASE, [self.lock_key], [lease.value])
+        try:
+            await self._call(_RELEASE, [self.lock_key], [lease.value])
+        except LockUnavailable:
+            self._unreleased = lease.value
+            raise
 
     async def holder(self) -> str | None:
         try:

@@ -14,6 +14,7 @@ import json
 from redis.asyncio import Redis
 
 from services.demand.saved import SavedDemand, from_positional
+from shared.redis_client import connect_redis
 from shared.state_version import found_version, marker, restore_plan, say_rebuild
 
 # 2: the version marker is written; the window state and the id memory are what version 1 (no marker) saved.
@@ -24,7 +25,7 @@ MIGRATES_FROM = frozenset({1, 2})
 
 class DemandStore:
     def __init__(self, redis_url: str, namespace: str, seen_capacity: int) -> None:
-        self.redis: Redis = Redis.from_url(redis_url, socket_timeout=5.0, socket_connect_timeout=5.0)
+        self.redis: Redis = connect_redis(redis_url)
         self.state_key = f"fleetpilot:{namespace}:demand:state"
         self.seen_key = f"fleetpilot:{namespace}:demand:seen_event_ids"
         self.version_key = f"fleetpilot:{namespace}:demand:version"

@@ -21,6 +21,7 @@ from services.fleet.saved import (
     restored_instance,
     saved_instance,
 )
+from shared.redis_client import connect_redis
 from shared.state_version import found_version, marker, restore_plan, say_rebuild
 
 # 2: the version marker is written; the records and the bookkeeping are what version 1 (no marker) saved.
@@ -31,7 +32,7 @@ MIGRATES_FROM = frozenset({1, 2})
 
 class FleetStore:
     def __init__(self, redis_url: str, namespace: str) -> None:
-        self.redis: Redis = Redis.from_url(redis_url, socket_timeout=5.0, socket_connect_timeout=5.0)
+        self.redis: Redis = connect_redis(redis_url)
         self.instances_key = f"fleetpilot:{namespace}:fleet:instances"
         self.meta_key = f"fleetpilot:{namespace}:fleet:meta"
         self.version_key = f"fleetpilot:{namespace}:fleet:version"

@@ -12,7 +12,6 @@ from typing import Any
 
 from faststream.asgi import AsgiFastStream
 from faststream.nats.annotations import NatsMessage
-from redis.asyncio import Redis
 
 from services.provisioner.dry_run import DryRunVastClient, refused_in_shadow_mode
 from services.provisioner.metrics import ProvisionerMetrics
@@ -38,6 +37,7 @@ from shared.contract import (
     StopInstance,
     VastAccountObserved,
 )
+from shared.redis_client import connect_redis
 from shared.service import ServiceContext, asgi_app, stop_tasks
 from shared.settings import Settings
 from shared.streams import BENCH, COMMANDS, INSTANCES, LATEST, durable_consumer
@@ -112,7 +112,7 @@ def assemble(
     metrics = ProvisionerMetrics(ctx.metrics.registry)
     metrics.budget.set(ctx.settings.budget_usd_per_h)
     metrics.max_instances.set(ctx.settings.max_instances)
-    redis = Redis.from_url(ctx.settings.redis_url)
+    redis = connect_redis(ctx.settings.redis_url)
     store = ProvisionerStore(redis, f"fleetpilot:{ctx.settings.subject_prefix}:{SERVICE}")
     client_class = DryRunVastClient if dry_run else VastClient
     ctx.health_checks.append(metrics.vast.auth_problem)

@@ -1,7 +1,7 @@
 """Which provisioner replica is the active one: it alone reconciles (lists vast.ai every reconcile interval);
 the others stand by on a Redis lease and take over when it lapses (a crashed holder's expires after
 `lease_ttl_s`, a stopped one's is released at once). Commands need no standby: the work queue gives each to one
-replica, and the fleet lease (operations.py) serialises their changes."""
+replica, and the fleet lease (state.py) serialises their changes."""
 
 from __future__ import annotations
 

@@ -124,3 +124,24 @@ async def test_redis_down_is_an_error_not_a_lock(redis_server: RedisServer) -> N
         assert await single_flight.acquire() is not None
     finally:
         await single_flight.close()
+
+
+async def test_a_lease_whose_release_failed_with_redis_away_is_released_once_redis_is_back(
+    redis_server: RedisServer,
+) -> None:
+    # Redis keeps the lock in its append-only file: without this, the process would wait out its 30 s life
+    lock = RedisSingleFlight(redis_server.url, "fpt", "replica-a", ttl_s=30.0)
+    other = RedisSingleFlight(redis_server.url, "fpt", "replica-b", ttl_s=30.0)
+    try:
+        lease = await lock.acquire()
+        assert lease is not None
+        redis_server.kill()
+        with pytest.raises(LockUnavailable):
+            await lock.release(lease)
+        redis_server.start()
+        assert await other.acquire() is None  # the lock came back with Redis
+        again = await lock.acquire()
+        assert again is not None and again.token == lease.token
+    finally:
+        await lock.close()
+        await other.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -11,12 +12,14 @@ from pathlib import Path
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from services.provisioner.reconcile import KnownInstance, launch_label
 from shared.clock import RealClock, SimulatedClock
 from shared.contract import InstanceState, LaunchInstances, LaunchReason
 from shared.processes import free_port
 from shared.settings import Settings
+from sim.infra import RedisServer
 from sim.vast.scenario import Endpoint
 from sim.vast.server import ScriptedFault
 from tests.helpers import eventually
@@ -101,3 +104,28 @@ async def test_a_restart_between_launch_and_result_leaves_the_instance_known_onc
     known = [KnownInstance.model_validate_json(raw) for raw in stored.values()]
     assert [(k.instance_id, k.label) for k in known] == [(created.instance_id, launch_label("launch-crash", 0))]
     assert API_KEY not in log_path.read_text()
+
+
+async def test_a_redis_restart_while_the_lease_is_held_does_not_lock_the_provisioner_out(
+    settings: Settings,
+    js: JetStreamContext,
+    start_vast: StartVast,
+    redis_server: RedisServer,
+    bus: BusRecorder,
+) -> None:
+    """Redis dies mid-operation: the lease's release fails, and Redis (append-only) brings the lease back with
+    its two-minute life. The fault suite's soak saw commands dead-lettered behind it; the provisioner must know
+    the lease is its own and release it once Redis is back, so the next command runs at once."""
+    _, url = await start_vast(market_scenario())
+    async with running_provisioner(settings, RealClock(), url) as service:
+        with contextlib.suppress(RedisError):
+            async with service.operations._exclusive():
+                redis_server.kill()
+        redis_server.start()
+        command = LaunchInstances(
+            occurred_at=NOW, source="decider", idempotency_key="after-redis", requested_by="policy", count=1,
+            launch_priority="normal", reason=LaunchReason.BACKLOG,
+        )  # fmt: skip
+        await send(js, settings, "launch", command)
+        result = await bus.result_for("after-redis", timeout_s=30)  # the lease would hold it for 120 s
+    assert result.outcome == "done"

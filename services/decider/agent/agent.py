@@ -30,6 +30,7 @@ from services.decider.agent.run import AgentRun
 from services.decider.agent.store import AgentStore, LoadedState, RedisAgentStore
 from shared.clock import Clock
 from shared.contract import AgentTrace
+from shared.redis_client import connect_redis
 from shared.service import ServiceContext
 from shared.settings import Settings
 
@@ -167,7 +168,7 @@ class OllamaAgent:
 
 def create_agent(ctx: ServiceContext, config: AgentConfig | None = None) -> OllamaAgent:
     """The agent as the decider wires it: its registry, its clock, Redis at the configured URL."""
-    redis = Redis.from_url(ctx.settings.redis_url, socket_timeout=5.0, socket_connect_timeout=5.0)
+    redis = connect_redis(ctx.settings.redis_url)
     agent = OllamaAgent(
         settings=ctx.settings,
         clock=ctx.clock,
