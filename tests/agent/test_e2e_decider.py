@@ -80,7 +80,7 @@ async def test_an_operator_instruction_is_stored_as_a_directive_by_the_agent_thr
     """The run an operator's message starts is answer-only (no fleet action), yet its instruction is stored: the
     agent reads it as a limit (the stand-in answers the structured reading), the decider's desk stores it with its
     checks, and the reply carries the desk's answer."""
-    await ollama.set_behaviour("direct")
+    await ollama.set_behaviour("follow")  # its tool calls set no limit: the reading alone stores it
     replica = await stack.start_replica("r1")
     await stack.publish_inputs()
 
@@ -99,6 +99,25 @@ async def test_an_operator_instruction_is_stored_as_a_directive_by_the_agent_thr
     # (the stand-in's own words quote 1000 back and the 40 of its fleet line: the refusal is said anyway)
     assert reply is not None and "not done: the limit of 40 machines" in reply.text
     assert len((await replica.decider.directive_desk.store.read(sim_clock.now())).directives) == 1
+
+
+async def test_a_message_the_model_cannot_read_leaves_the_limit_tools_offered_and_the_call_stores_it(
+    stack: AgentStack, ollama: OllamaStandIn, sim_clock: SimulatedClock
+) -> None:
+    """The fallback: the model answers the structured reading in prose, so the run keeps the limit tools, and its
+    cap_instances call goes through the same desk."""
+    await ollama.set_behaviour("direct")
+    replica = await stack.start_replica("r1")
+    await stack.publish_inputs()
+
+    message = stack.operator_message("keep at most 3 machines until 23:30", "conv-tools")
+    reply = await ask_and_wait(stack.settings, message, timeout_s=30)
+
+    assert reply is not None and "directive #1 stored" in reply.text
+    [directive] = (await replica.decider.directive_desk.store.read(sim_clock.now())).directives
+    assert directive.kind.value == "cap_instances" and directive.max_instances == 3  # type: ignore[union-attr]
+    assert len(await ollama.readings()) == 1  # the reading was asked, and failed
+    assert "cap_instances" in (await ollama.received())[-1]["tools"]
 
 
 async def test_the_fleetpilot_ask_command_prints_the_reply(stack: AgentStack) -> None:
