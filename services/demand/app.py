@@ -14,6 +14,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import uuid
+from typing import Any
 
 import pydantic
 from faststream.asgi import AsgiFastStream
@@ -39,7 +41,7 @@ RECONNECT_WAIT_S = 0.5  # wall time between fetch attempts while the broker is u
 log = logging.getLogger("fleetpilot.demand")
 
 
-async def finish_despite_cancellation(task: asyncio.Future[None]) -> bool:
+async def finish_despite_cancellation(task: asyncio.Future[Any]) -> bool:
     """Wait for `task` to end even when cancelled meanwhile; True if we were. A checkpoint cancelled at shutdown
     while Redis ran its transaction could not tell whether the ids were journalled, journalled them again at the
     final checkpoint, and the fault suite saw events "applied twice" (the wait is bounded by the store's timeout)."""
@@ -65,6 +67,8 @@ class DemandRuntime:
         self.core = DemandCore(config)
         self.unacked: list[Msg] = []  # applied, waiting for the checkpoint that makes them durable
         self.lock = asyncio.Lock()
+        # checkpoints whose answer was lost (token → how many journal ids it carried), until one is answered
+        self.unanswered_checkpoints: dict[str, int] = {}
         self.tasks: list[asyncio.Task[None]] = []
         self.stopping = False
         self.dead_letters = next(m for m in ctx.broker.middlewares if isinstance(m, DeadLetterMiddleware))
@@ -119,15 +123,21 @@ class DemandRuntime:
         async with self.lock:
             to_ack, self.unacked = self.unacked, []
             seen_ids = self.core.seen.take_journal()
-            saving = asyncio.ensure_future(self.store.save(saved_of(self.core), seen_ids))
+            token = uuid.uuid4().hex
+            saving = asyncio.ensure_future(
+                self.store.save(saved_of(self.core), seen_ids, token, self.unanswered_checkpoints)
+            )
             cancelled = await finish_despite_cancellation(saving)
             failure = None if saving.cancelled() else saving.exception()
             if saving.cancelled() or failure is not None:  # the next checkpoint must still ack and journal these
                 self.unacked = to_ack + self.unacked
                 self.core.seen.restore_journal(seen_ids)
+                # Redis may have applied it and died before answering: the next checkpoint asks
+                self.unanswered_checkpoints[token] = len(seen_ids)
                 if cancelled or failure is None:
                     raise asyncio.CancelledError
                 raise failure
+            self.unanswered_checkpoints = {}
             for raw in to_ack:
                 await raw.ack()
             if cancelled:

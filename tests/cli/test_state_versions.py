@@ -114,7 +114,7 @@ async def test_demand_restores_the_positional_versions_and_saves_version_3(
     assert core.fleet is not None and core.fleet.gpu_by_instance == {33032701: "RTX 5090"}
     assert core.last_published is not None and core.last_published.state is DemandState.UNDER_PROVISIONED
     assert core.state is DemandState.UNDER_PROVISIONED and core.waiting_since_s == pytest.approx(1772412556.944308)
-    await store.save(saved_of(core), [])
+    await store.save(saved_of(core), [], "after-migration")
     assert json.loads(await redis.get(store.version_key)) == {"service": "demand", "version": 3}
     again, _ = await store.load()
     assert again == saved_of(core)  # version 3 reads back whole
