@@ -318,9 +318,30 @@ def test_yesterdays_evening_lets_idle_machines_go_that_the_look_back_would_keep(
     rec = recommend(evening, idle, NOW)
     assert rec.figures.season_level_ratio == 0.5 and rec.figures.keep_machines == 10
     assert len(rec.removals) == 10 > len(kept.removals)
-    # today five times busier than that day: it is not that day, and the look-back decides again
+    # today five times busier than that day: its shape at the upper bound (×2, 480/h, flat), so today's own
+    # 1200/h is the floor, as on the evening above; the busier past of the look-back no longer keeps 14
     busy_day = recommend(today.model_copy(update={"season": day_ago(240, [240] * 24)}), idle, NOW)
-    assert busy_day.figures.season_level_ratio is None and busy_day.figures.keep_machines == 14
+    assert busy_day.figures.season_level_ratio == 2.0 and busy_day.figures.keep_machines == 10
+
+
+def test_a_day_far_busier_than_the_last_keeps_its_shape_instead_of_extrapolating_the_ramp() -> None:
+    """Today's last hour at 2.5 × the same hour a day ago, arrivals climbing 1500/h per hour: without the echo the
+    slope is extrapolated to twice today's rate; a day ago's next hours flattened and fell, and that shape, at the
+    upper bound of the ratio, plans today's own rate (growth train seed 102 planned 12,000/h at a 5,800/h peak)."""
+    ramp = signal(
+        NOW,
+        rate_per_h=2500,
+        producing_workers=20,
+        windows=[window(900, 2500, trend_per_h2=1500), window(3600, 2200, trend_per_h2=1500)],
+    )
+    fleet = snapshot(NOW, producing(20, NOW))
+    extrapolated = recommend(ramp, fleet, NOW)
+    assert extrapolated.figures.season_level_ratio is None and extrapolated.figures.arrival_forecast_per_h == 5000
+    echo = day_ago(1000, [1000] * 4 + [900] * 8 + [600] * 12)
+    shaped = recommend(ramp.model_copy(update={"season": echo}), fleet, NOW)
+    assert shaped.figures.season_level_ratio == 2.0 and shaped.figures.arrival_forecast_per_h == 2500
+    assert 0 < shaped.launch_count < extrapolated.launch_count
+    assert "a day ago's shape ×2.00" in shaped.explanation
 
 
 def test_a_queue_that_stopped_today_launches_nothing_for_yesterdays_shape() -> None:
