@@ -105,7 +105,10 @@ class PolicyConfig:
     # 100-101, sim/world/fitted.py) it took the policy from 1.06 to 0.80 of the best baseline per trace (geometric
     # mean), most where demand returns within hours (batch, quiet surges, mixture)
     park: bool = True
-    park_max_s: float = 24 * 3600.0
+    # two days: a flash crowd that came back the next evening found the pool given back after 24 h and waited a
+    # startup for every machine (flash-crowd train seed 101: 1.49 → 1.04 of the best baseline); a GPU parked
+    # that long is free again at exp(−0.05 × 48) ≈ 9%, and growth counts it at that chance (sim/world/fitted.py)
+    park_max_s: float = 48 * 3600.0
     # a resumed machine produces again after vast's restart (minutes) and its worker's registration
     resume_s: float = 900.0
     # vast keeps a parked machine's disk, not its GPU: another renter may take the GPU while it waits, and the
