@@ -95,9 +95,6 @@ class ProvisionerState:
 
     def __post_init__(self) -> None:
         self._acting = asyncio.Lock()
-        # a lease whose release failed (Redis away mid-operation); Redis's append-only file brings it back with
-        # the rest of its life, so it is released before the next try instead of locking this replica out
-        self._unreleased_token: str | None = None
         self.known: dict[int, KnownInstance] = {}
         self.history = HostHistory()
         self.knowledge = ThroughputKnowledge()
@@ -145,9 +142,6 @@ class ProvisionerState:
     async def _exclusive(self, heartbeat: Heartbeat = no_heartbeat) -> AsyncIterator[None]:
         """One fleet-changing operation at a time, here and across replicas; state reloaded from Redis inside."""
         async with self._acting:
-            if self._unreleased_token is not None:
-                await self.store.release_lease(FLEET_LEASE, self._unreleased_token)
-                self._unreleased_token = None
             token = await self.store.try_lease(FLEET_LEASE, self.config.lease_ttl_s)
             while token is None:
                 await heartbeat()  # waiting for another replica is progress too: no redelivery meanwhile
@@ -158,11 +152,7 @@ class ProvisionerState:
                 await self._load()
                 yield
             finally:
-                try:
-                    await self.store.release_lease(FLEET_LEASE, token)
-                except Exception:
-                    self._unreleased_token = token
-                    raise
+                await self.store.release_lease(FLEET_LEASE, token)
 
     async def _keep_alive(self, heartbeat: Heartbeat) -> None:
         """Before each slow step: tell JetStream the command is in progress and keep the lease."""

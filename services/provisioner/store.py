@@ -8,6 +8,7 @@ from __future__ import annotations
 import secrets
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from services.provisioner.budget import DaySpend
 from services.provisioner.host_history import HostHistory
@@ -46,6 +47,10 @@ class ProvisionerStore:
     def __init__(self, redis: Redis, namespace: str) -> None:
         self.redis = redis
         self.namespace = namespace
+        # leases whose release failed with Redis away (name → token): Redis's append-only file brings them back
+        # with the rest of their life, so this replica releases its own before it next tries for one, instead of
+        # waiting it out (the fleet lease's two minutes held commands until they were dead-lettered)
+        self._unreleased: dict[str, str] = {}
 
     def _key(self, *parts: str) -> str:
         return ":".join((self.namespace, *parts))
@@ -119,6 +124,8 @@ class ProvisionerStore:
 
     # ---- a lease across replicas ------------------------------------------------------------------------
     async def try_lease(self, name: str, ttl_s: float) -> str | None:
+        if (stale := self._unreleased.get(name)) is not None:
+            await self.release_lease(name, stale)
         token = secrets.token_hex(8)
         taken = await self.redis.set(self._key("lease", name), token, nx=True, px=int(ttl_s * 1000))
         return token if taken else None
@@ -128,4 +135,10 @@ class ProvisionerStore:
         return bool(renewed)
 
     async def release_lease(self, name: str, token: str) -> None:
-        await self.redis.eval(_RELEASE, 1, self._key("lease", name), token)
+        try:
+            await self.redis.eval(_RELEASE, 1, self._key("lease", name), token)
+        except (RedisError, OSError):
+            self._unreleased[name] = token
+            raise
+        if self._unreleased.get(name) == token:
+            del self._unreleased[name]
