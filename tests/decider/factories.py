@@ -94,10 +94,12 @@ def producing(count: int, now: datetime, *, first_id: int = 100, **kwargs: objec
     return [line(first_id + i, InstanceState.PRODUCING, now, **kwargs) for i in range(count)]  # type: ignore[arg-type]
 
 
-def loading(count: int, now: datetime, *, first_id: int = 500, created_ago_s: float = 600.0) -> list[InstanceLine]:
+def loading(
+    count: int, now: datetime, *, first_id: int = 500, created_ago_s: float = 600.0, gpu_model: str = "RTX 4090"
+) -> list[InstanceLine]:
     return [
         line(first_id + i, InstanceState.LOADING, now, created_ago_s=created_ago_s, state_for_s=created_ago_s,
-             last_task_ago_s=None)
+             last_task_ago_s=None, gpu_model=gpu_model)
         for i in range(count)
     ]  # fmt: skip
 

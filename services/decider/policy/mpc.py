@@ -48,13 +48,15 @@ class MpcChoice:
     driver: str  # the scenario whose delay, with no launch, weighs most
     scenarios: int
     price_usd_per_h: float
+    new_machine_pace_per_h: float  # what a machine launched now is planned to produce
 
     def describe(self) -> str:
         if self.launches == 0:
             return f"; expected cost ${self.hold_usd:.0f} over {self.scenarios} scenarios, no launch pays"
         return (
             f"; launch {self.launches}: expected ${self.expected_usd:.0f} against ${self.hold_usd:.0f} holding"
-            f" over {self.scenarios} scenarios (worst without: {self.driver}) at ${self.price_usd_per_h:.2f}/h each"
+            f" over {self.scenarios} scenarios (worst without: {self.driver}) at ${self.price_usd_per_h:.2f}/h and"
+            f" {self.new_machine_pace_per_h:.0f} tasks/h each"
         )
 
 
@@ -91,11 +93,17 @@ def scenarios(s: Sizing, short_rate_per_h: float, config: PolicyConfig, lost_mac
     return out
 
 
-def capacity_path(s: Sizing, config: PolicyConfig, landing: list[float] | None = None) -> list[float]:
-    """Machines producing in each step without new launches: the healthy producers and those on the way
-    (`landing`: the sorted offsets of those kept; default all of them)."""
-    offsets = sorted(s.offsets) if landing is None else landing
-    return [float(s.healthy + bisect.bisect_right(offsets, step * STEP_S)) for step in range(horizon_steps(s, config))]
+def capacity_path(s: Sizing, config: PolicyConfig, kept: int | None = None) -> list[float]:
+    """Machines producing in each step without new launches, in multiples of `s.thr`: the healthy producers and
+    those on the way, each at its own pace (`kept`: only the first that many to land; default all of them)."""
+    landing = list(zip(s.offsets, s.arriving_weights, strict=True))  # sorted by offset (sizing)
+    landing = landing[: len(landing) if kept is None else kept]
+    cumulative = [0.0]
+    for _, weight in landing:
+        cumulative.append(cumulative[-1] + weight)
+    offsets = [offset for offset, _ in landing]
+    steps = range(horizon_steps(s, config))
+    return [s.healthy + cumulative[bisect.bisect_right(offsets, step * STEP_S)] for step in steps]
 
 
 def scenario_delay_usd(s: Sizing, rates: tuple[float, ...], machines: list[float], config: PolicyConfig) -> float:
@@ -123,7 +131,8 @@ def expected_usd(
 ) -> float:
     """Machine dollars of `launches` new machines over the horizon plus the scenarios' weighted delay dollars;
     `base` is capacity_path(s, config), computed once per decision by the caller."""
-    machines = [count + (launches if step * STEP_S >= s.startup_s else 0) for step, count in enumerate(base)]
+    added = launches * s.new_machine_weight
+    machines = [count + (added if step * STEP_S >= s.startup_s else 0) for step, count in enumerate(base)]
     delay = sum(p.weight * scenario_delay_usd(s, p.rates_per_h, machines, config) for p in paths)
     return launches * price_usd_per_h * len(base) * STEP_S / 3600 + delay
 
@@ -140,11 +149,11 @@ def on_the_way_kept(
     backwards, so that the two cannot contradict each other (the busy demo launched two machines by expected cost
     and the scale-down rule gave them back twelve minutes later)."""
     paths = scenarios(s, short_rate_per_h, config, lost_machines)
-    offsets = sorted(s.offsets)
+    offsets = s.offsets
     horizon_h = horizon_steps(s, config) * STEP_S / 3600
 
     def usd(kept: int) -> float:
-        machines = capacity_path(s, config, offsets[:kept])
+        machines = capacity_path(s, config, kept)
         delay = sum(p.weight * scenario_delay_usd(s, p.rates_per_h, machines, config) for p in paths)
         return kept * price_usd_per_h * horizon_h + delay
 
@@ -178,4 +187,4 @@ def choose_launches(
             break
         best, best_usd = launches, usd
     driver = max(paths, key=lambda p: scenario_delay_usd(s, p.rates_per_h, base, config)).name
-    return MpcChoice(best, best_usd, hold, driver, len(paths), price_usd_per_h)
+    return MpcChoice(best, best_usd, hold, driver, len(paths), price_usd_per_h, s.thr * s.new_machine_weight)

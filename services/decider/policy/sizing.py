@@ -23,6 +23,7 @@ from services.decider.policy.forecast import (
     falling,
     keep_arrival_rate_per_h,
     learned_startup_s,
+    model_reference,
     ready_offsets_s,
     rising_slope_per_h2,
     seasonal_forecast,
@@ -46,8 +47,13 @@ class Sizing:
     season: SeasonalForecast | None
     rate_up: float  # the planning rate: what new machines must serve
     rate_keep: float  # the rate the fleet keeps serving
-    offsets: list[float]  # seconds until each machine on the way produces
+    offsets: list[float]  # seconds until each machine on the way produces, sorted
     arriving: int
+    # each machine on the way (in `offsets` order) as a multiple of `thr`: its GPU model's pace
+    arriving_weights: list[float]
+    # a machine launched now, as a multiple of `thr`: the pace of the machines rented lately (the market ranks
+    # the next rent as it ranked those), 1 when none is on the way
+    new_machine_weight: float
     capacity: int  # healthy producers and machines on the way
     drain_h: float
     surge_s: float  # a surge's age (at least surge_min_s): it is expected to last as long again
@@ -116,6 +122,8 @@ def size(
         rate_keep=rates.rate_keep,
         offsets=arrivals.offsets,
         arriving=arrivals.arriving,
+        arriving_weights=arrivals.weights,
+        new_machine_weight=arrivals.new_machine_weight,
         capacity=capacity,
         drain_h=drain_h,
         surge_s=backlog.surge_s,
@@ -186,19 +194,58 @@ def _rates(signal: DemandSignal, now: datetime, startup_s: float, config: Policy
 class _Arrivals:
     offsets: list[float]
     arriving: int
+    weights: list[float]
+    new_machine_weight: float
 
 
 def _arrivals(
-    fleet: FleetView, now: datetime, startup_s: float, config: PolicyConfig, unobserved_launches: int
+    fleet: FleetView,
+    now: datetime,
+    startup_s: float,
+    config: PolicyConfig,
+    unobserved_launches: int,
 ) -> _Arrivals:
-    """The machines on the way (booting, resuming, launched but not yet seen) and when each starts producing. A
-    resume still waiting for its GPU past `resume_gpu_wait_s` is not counted: fleet fails it only later."""
+    """The machines on the way (booting, resuming, launched but not yet seen), when each starts producing and at
+    what share of `thr`. A resume still waiting for its GPU past `resume_gpu_wait_s` is not counted: fleet fails
+    it only later.
+
+    A machine on the way produces at its GPU model's pace, not at the producers' average: a morning's first launch
+    planned at the fleet's 151 tasks/h (RTX 5090s) rented RTX 3090s at ~55/h, and the shortfall showed only when
+    they produced, two hours later (growth test seed 200). A launch now is expected at the pace of those rented
+    lately, since the provisioner ranks the next offers as it ranked theirs (at most
+    `new_machine_max_pace_ratio` of the producers'). The catalog gives the ratio of the paces; the producers'
+    measured pace (`thr`) gives the level."""
     resuming = [line for line in fleet.resuming if not waiting_for_gpu(line, now, config)]
-    resuming_offsets = [max(0.0, config.resume_s - (now - line.state_since).total_seconds()) for line in resuming]
-    offsets = (
-        sorted(ready_offsets_s(fleet.arriving, now, startup_s) + resuming_offsets) + [startup_s] * unobserved_launches
+    landing = [(offset, line) for offset, line in zip(ready_offsets_s(fleet.arriving, now, startup_s, sort=False),
+                                                      fleet.arriving, strict=True)]  # fmt: skip
+    landing += [(max(0.0, config.resume_s - (now - line.state_since).total_seconds()), line) for line in resuming]
+    reference_per_h = producers_reference_per_h(fleet.producing, config.default_throughput_tasks_per_h)
+    rented = [machine_weight(line, reference_per_h) for line in fleet.arriving]
+    new_weight = min(config.new_machine_max_pace_ratio, sum(rented) / len(rented)) if rented else 1.0
+    weighted = sorted(
+        [(offset, machine_weight(line, reference_per_h)) for offset, line in landing]
+        + [(startup_s, new_weight)] * unobserved_launches
     )
-    return _Arrivals(offsets=offsets, arriving=len(fleet.arriving) + len(resuming) + unobserved_launches)
+    return _Arrivals(
+        offsets=[offset for offset, _ in weighted],
+        arriving=len(fleet.arriving) + len(resuming) + unobserved_launches,
+        weights=[weight for _, weight in weighted],
+        new_machine_weight=new_weight,
+    )
+
+
+def machine_weight(line: InstanceLine, reference_per_h: float) -> float:
+    """One machine's pace as a multiple of the producers': the catalog's ratio of its GPUs to theirs
+    (`reference_per_h`, the producers' mean reference). Demand's own per-model figure is no help here: a model's
+    first completions count their run time as busy time, so a model just arriving reads ~15 tasks/h."""
+    pace = model_reference(line)
+    return pace / reference_per_h if pace and reference_per_h > 0 else 1.0
+
+
+def producers_reference_per_h(producing: list[InstanceLine], default_per_h: float) -> float:
+    """The catalog pace of the producers on average (what `thr` measures), the default without any known one."""
+    paces = [pace for line in producing if (pace := model_reference(line))]
+    return sum(paces) / len(paces) if paces else default_per_h
 
 
 def waiting_for_gpu(line: InstanceLine, now: datetime, config: PolicyConfig) -> bool:
@@ -284,7 +331,10 @@ def numbers(s: Sizing, config: PolicyConfig) -> str:
         f" + {config.planning_window_s / 3600:.1f}h window"
         + (f" (+{s.backlog_at_horizon:.0f} tasks backlog then, {s.drain_machines:.1f} machines to drain in"
            f" {s.drain_h:.1f}h)" if s.backlog_at_horizon >= 1 else "")
-        + f"; have {s.healthy} producing + {s.arriving} arriving, {s.pending} pending"
+        + f"; have {s.healthy} producing + {s.arriving} arriving"
+        + (f" (worth {sum(s.arriving_weights):.1f} at their models' pace)"
+           if abs(sum(s.arriving_weights) - len(s.arriving_weights)) >= 0.5 else "")
+        + f", {s.pending} pending"
         + (f"; a surge {s.surge_s / 60:.0f} min old, expected to last as long again, leaves {s.surge_left:.0f} tasks"
            f" after {(s.startup_s + config.surge_drain_target_s) / 3600:.1f}h: {s.surge_machines} machines clear"
            " them" if not s.planned_from_rate and (s.undrainable or s.nobody_serving) else "")
