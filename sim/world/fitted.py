@@ -115,18 +115,6 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         " best baseline against 0.722 (weekly 0.909 → 1.137); not kept",
     ),
     FittedConstant(
-        name="PolicyConfig.new_machine_max_pace_ratio",
-        value=1.0,
-        families=EVERY_FAMILY,
-        seeds=(100, 101, 102, 103, 104),
-        note="the rule it caps: machines on the way count at their GPU model's catalog pace against the producers'"
-        " and a launch is planned at the pace of those rented lately. Predictive ÷ the best baseline per trace,"
-        " geometric mean over seeds then families, train seeds 100-104 (45 traces): before the rule 0.7070 (9"
-        " traces worse than the best baseline; growth 1.016), the rule uncapped 0.7063 (10; growth 0.942, decline"
-        " 0.873 → 0.930), capped at 1.0 0.7051 (9; growth 0.939). Also tried and not kept: a second demand"
-        " scenario in which a first day's ramp (a slope, no echo) stops where it is, at chance 0.5: 0.7095 (8)",
-    ),
-    FittedConstant(
         name="PolicyConfig.park",
         value=True,
         families=EVERY_FAMILY,

@@ -163,10 +163,6 @@ class PolicyConfig:
     # the forecast level's spread: the low and high scenarios are the forecast × exp(∓ this); 0 plans on the
     # forecast's level alone (fitted: see sim/world/fitted.py)
     level_spread_fraction: float = 0.0
-    # a machine launched now is planned at the pace of the machines rented lately (their GPU models' catalog
-    # pace against the producers'), at most this multiple of the producers' pace: planned too slow it costs a
-    # machine's hours, planned too fast the queue's wait (fitted: see sim/world/fitted.py)
-    new_machine_max_pace_ratio: float = 1.0
 
 
 DEFAULT_CONFIG = PolicyConfig()

@@ -48,15 +48,13 @@ class MpcChoice:
     driver: str  # the scenario whose delay, with no launch, weighs most
     scenarios: int
     price_usd_per_h: float
-    new_machine_pace_per_h: float  # what a machine launched now is planned to produce
 
     def describe(self) -> str:
         if self.launches == 0:
             return f"; expected cost ${self.hold_usd:.0f} over {self.scenarios} scenarios, no launch pays"
         return (
             f"; launch {self.launches}: expected ${self.expected_usd:.0f} against ${self.hold_usd:.0f} holding"
-            f" over {self.scenarios} scenarios (worst without: {self.driver}) at ${self.price_usd_per_h:.2f}/h and"
-            f" {self.new_machine_pace_per_h:.0f} tasks/h each"
+            f" over {self.scenarios} scenarios (worst without: {self.driver}) at ${self.price_usd_per_h:.2f}/h each"
         )
 
 
@@ -131,8 +129,7 @@ def expected_usd(
 ) -> float:
     """Machine dollars of `launches` new machines over the horizon plus the scenarios' weighted delay dollars;
     `base` is capacity_path(s, config), computed once per decision by the caller."""
-    added = launches * s.new_machine_weight
-    machines = [count + (added if step * STEP_S >= s.startup_s else 0) for step, count in enumerate(base)]
+    machines = [count + (launches if step * STEP_S >= s.startup_s else 0) for step, count in enumerate(base)]
     delay = sum(p.weight * scenario_delay_usd(s, p.rates_per_h, machines, config) for p in paths)
     return launches * price_usd_per_h * len(base) * STEP_S / 3600 + delay
 
@@ -187,4 +184,4 @@ def choose_launches(
             break
         best, best_usd = launches, usd
     driver = max(paths, key=lambda p: scenario_delay_usd(s, p.rates_per_h, base, config)).name
-    return MpcChoice(best, best_usd, hold, driver, len(paths), price_usd_per_h, s.thr * s.new_machine_weight)
+    return MpcChoice(best, best_usd, hold, driver, len(paths), price_usd_per_h)

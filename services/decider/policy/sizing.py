@@ -51,9 +51,6 @@ class Sizing:
     arriving: int
     # each machine on the way (in `offsets` order) as a multiple of `thr`: its GPU model's pace
     arriving_weights: list[float]
-    # a machine launched now, as a multiple of `thr`: the pace of the machines rented lately (the market ranks
-    # the next rent as it ranked those), 1 when none is on the way
-    new_machine_weight: float
     capacity: int  # healthy producers and machines on the way
     drain_h: float
     surge_s: float  # a surge's age (at least surge_min_s): it is expected to last as long again
@@ -123,7 +120,6 @@ def size(
         offsets=arrivals.offsets,
         arriving=arrivals.arriving,
         arriving_weights=arrivals.weights,
-        new_machine_weight=arrivals.new_machine_weight,
         capacity=capacity,
         drain_h=drain_h,
         surge_s=backlog.surge_s,
@@ -195,7 +191,6 @@ class _Arrivals:
     offsets: list[float]
     arriving: int
     weights: list[float]
-    new_machine_weight: float
 
 
 def _arrivals(
@@ -211,26 +206,23 @@ def _arrivals(
 
     A machine on the way produces at its GPU model's pace, not at the producers' average: a morning's first launch
     planned at the fleet's 151 tasks/h (RTX 5090s) rented RTX 3090s at ~55/h, and the shortfall showed only when
-    they produced, two hours later (growth test seed 200). A launch now is expected at the pace of those rented
-    lately, since the provisioner ranks the next offers as it ranked theirs (at most
-    `new_machine_max_pace_ratio` of the producers'). The catalog gives the ratio of the paces; the producers'
-    measured pace (`thr`) gives the level."""
+    they produced, two hours later (growth test seed 200). Counted at their own pace the next run launches what they
+    lack. The catalog gives the ratio of the paces; the producers' measured pace (`thr`) gives the level. A launch
+    is still planned at the producers' pace: what the market rents next is not known until it is rented (planned
+    at the pace of the last rents, the demo launched 20 for slow machines, got fast ones and gave 8 back)."""
     resuming = [line for line in fleet.resuming if not waiting_for_gpu(line, now, config)]
     landing = [(offset, line) for offset, line in zip(ready_offsets_s(fleet.arriving, now, startup_s, sort=False),
                                                       fleet.arriving, strict=True)]  # fmt: skip
     landing += [(max(0.0, config.resume_s - (now - line.state_since).total_seconds()), line) for line in resuming]
     reference_per_h = producers_reference_per_h(fleet.producing, config.default_throughput_tasks_per_h)
-    rented = [machine_weight(line, reference_per_h) for line in fleet.arriving]
-    new_weight = min(config.new_machine_max_pace_ratio, sum(rented) / len(rented)) if rented else 1.0
     weighted = sorted(
         [(offset, machine_weight(line, reference_per_h)) for offset, line in landing]
-        + [(startup_s, new_weight)] * unobserved_launches
+        + [(startup_s, 1.0)] * unobserved_launches
     )
     return _Arrivals(
         offsets=[offset for offset, _ in weighted],
         arriving=len(fleet.arriving) + len(resuming) + unobserved_launches,
         weights=[weight for _, weight in weighted],
-        new_machine_weight=new_weight,
     )
 
 
