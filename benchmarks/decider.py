@@ -71,11 +71,11 @@ def demand_signal(now: datetime, *, pending: int, rate_per_h: float) -> DemandSi
     )  # fmt: skip
 
 
-def fleet_snapshot(now: datetime, machines: int, *, failed: int = 0) -> FleetSnapshot:
+def fleet_snapshot(now: datetime, machines: int, *, failed: int = 0, first_id: int = 0) -> FleetSnapshot:
     states = [InstanceState.PRODUCING] * 8 + [InstanceState.LOADING, InstanceState.DRAINING]
     lines = [
         InstanceLine(
-            instance_id=i, state=InstanceState.FAILED if i < failed else states[i % len(states)],
+            instance_id=first_id + i, state=InstanceState.FAILED if i < failed else states[i % len(states)],
             gpu_model="RTX 4090" if i % 2 else "RTX 5090",
             price_usd_per_h=0.4 + (i % 7) * 0.02, created_at=now - timedelta(hours=3),
             state_since=now - timedelta(hours=1, minutes=i % 50), last_task_at=now - timedelta(seconds=i % 3000),
@@ -151,7 +151,8 @@ async def measure_service(nats_url: str, redis_url: str, log_path: Path) -> dict
     js = nc.jetstream()
     await ensure_streams(js, subjects)
     now = datetime.now(UTC)
-    # a machine that failed: every run destroys it (the provisioner is not running, so it stays in the snapshot)
+    # a machine that failed: each run destroys one (the provisioner is not running, so it stays in the snapshot;
+    # the loop below publishes a new one before each trigger)
     snapshot = fleet_snapshot(now, 4, failed=1)
     for subject, event in (
         (subjects.demand_signal, demand_signal(now, pending=8, rate_per_h=300)),
@@ -180,6 +181,10 @@ async def measure_service(nats_url: str, redis_url: str, log_path: Path) -> dict
     try:
         await wait_for_decider(js, subjects, commands, audited)
         for i in range(WARMUP + TRIGGERS_MEASURED):
+            # a new failed machine each time: one whose destroy is in flight is not ordered destroyed again
+            fresh = fleet_snapshot(datetime.now(UTC), 4, failed=1, first_id=1000 * (i + 1))
+            await js.publish(subjects.fleet_snapshot_published, fresh.model_dump_json().encode(),
+                             headers=event_headers(fresh), stream=LATEST.name(subjects))  # fmt: skip
             trigger = Trigger(occurred_at=datetime.now(UTC), source="bench", priority="p0",
                               reason=TriggerReason.INSTANCE_RUNNING)  # fmt: skip
             body = trigger.model_dump_json().encode()
