@@ -66,7 +66,7 @@ def throughput_per_machine(signal: DemandSignal, producing: Sequence[InstanceLin
             return statistics.fmean(known)
     if signal.per_worker_throughput_tasks_per_h:
         return signal.per_worker_throughput_tasks_per_h
-    catalog = [pace for line in producing if (pace := model_reference(line))]
+    catalog = catalog_paces(producing)
     prior = statistics.median(catalog) if catalog else default_per_h
     measured = [line.throughput_tasks_per_h for line in producing if line.throughput_tasks_per_h]
     if measured:
@@ -81,18 +81,20 @@ def _model_pace(by_model: dict[str, float], gpu_model: str | None) -> float | No
     return next((pace for name, pace in by_model.items() if gpu_models.normalised(name) == key), None)
 
 
-def ready_offsets_s(
-    arriving: Iterable[InstanceLine], now: datetime, startup_s: float, *, sort: bool = True
-) -> list[float]:
-    """Seconds from now until each arriving machine is expected to produce (now, if it is already late)."""
-    offsets = [max(0.0, (line.created_at - now).total_seconds() + startup_s) for line in arriving]
-    return sorted(offsets) if sort else offsets
+def ready_offset_s(line: InstanceLine, now: datetime, startup_s: float) -> float:
+    """Seconds from now until an arriving machine is expected to produce (now, if it is already late)."""
+    return max(0.0, (line.created_at - now).total_seconds() + startup_s)
 
 
 def model_reference(line: InstanceLine) -> float | None:
     """The catalog's tasks/h for `line`'s GPUs (shared.gpu_models); None for a model it does not know."""
     model = gpu_models.find(line.gpu_model)
     return model.reference_tasks_per_h * line.num_gpus if model is not None else None
+
+
+def catalog_paces(lines: Iterable[InstanceLine]) -> list[float]:
+    """`model_reference` of each machine whose GPU model the catalog knows."""
+    return [pace for line in lines if (pace := model_reference(line))]
 
 
 def backlog_after(

@@ -95,7 +95,7 @@ def capacity_path(s: Sizing, config: PolicyConfig, kept: int | None = None) -> l
     """Machines producing in each step without new launches, in multiples of `s.thr`: the healthy producers and
     those on the way, each at its own pace (`kept`: only the first that many to land; default all of them)."""
     landing = list(zip(s.offsets, s.arriving_weights, strict=True))  # sorted by offset (sizing)
-    landing = landing[: len(landing) if kept is None else kept]
+    landing = landing[:kept]
     cumulative = [0.0]
     for _, weight in landing:
         cumulative.append(cumulative[-1] + weight)
@@ -146,7 +146,7 @@ def on_the_way_kept(
     backwards, so that the two cannot contradict each other (the busy demo launched two machines by expected cost
     and the scale-down rule gave them back twelve minutes later)."""
     paths = scenarios(s, short_rate_per_h, config, lost_machines)
-    offsets = s.offsets
+    on_the_way = len(s.offsets)
     horizon_h = horizon_steps(s, config) * STEP_S / 3600
 
     def usd(kept: int) -> float:
@@ -154,8 +154,8 @@ def on_the_way_kept(
         delay = sum(p.weight * scenario_delay_usd(s, p.rates_per_h, machines, config) for p in paths)
         return kept * price_usd_per_h * horizon_h + delay
 
-    best, best_usd = len(offsets), usd(len(offsets))
-    for kept in range(len(offsets) - 1, -1, -1):  # convex in the count, as for launches
+    best, best_usd = on_the_way, usd(on_the_way)
+    for kept in range(on_the_way - 1, -1, -1):  # convex in the count, as for launches
         cost = usd(kept)
         if cost >= best_usd:
             break

@@ -19,12 +19,13 @@ from services.decider.policy.forecast import (
     arrival_forecast_per_h,
     backlog_after,
     base_arrival_rate_per_h,
+    catalog_paces,
     ceil_machines,
     falling,
     keep_arrival_rate_per_h,
     learned_startup_s,
     model_reference,
-    ready_offsets_s,
+    ready_offset_s,
     rising_slope_per_h2,
     seasonal_forecast,
     throughput_per_machine,
@@ -194,11 +195,7 @@ class _Arrivals:
 
 
 def _arrivals(
-    fleet: FleetView,
-    now: datetime,
-    startup_s: float,
-    config: PolicyConfig,
-    unobserved_launches: int,
+    fleet: FleetView, now: datetime, startup_s: float, config: PolicyConfig, unobserved_launches: int
 ) -> _Arrivals:
     """The machines on the way (booting, resuming, launched but not yet seen), when each starts producing and at
     what share of `thr`. A resume still waiting for its GPU past `resume_gpu_wait_s` is not counted: fleet fails
@@ -211,8 +208,7 @@ def _arrivals(
     is still planned at the producers' pace: what the market rents next is not known until it is rented (planned
     at the pace of the last rents, the demo launched 20 for slow machines, got fast ones and gave 8 back)."""
     resuming = [line for line in fleet.resuming if not waiting_for_gpu(line, now, config)]
-    landing = [(offset, line) for offset, line in zip(ready_offsets_s(fleet.arriving, now, startup_s, sort=False),
-                                                      fleet.arriving, strict=True)]  # fmt: skip
+    landing = [(ready_offset_s(line, now, startup_s), line) for line in fleet.arriving]
     landing += [(max(0.0, config.resume_s - (now - line.state_since).total_seconds()), line) for line in resuming]
     reference_per_h = producers_reference_per_h(fleet.producing, config.default_throughput_tasks_per_h)
     weighted = sorted(
@@ -236,7 +232,7 @@ def machine_weight(line: InstanceLine, reference_per_h: float) -> float:
 
 def producers_reference_per_h(producing: list[InstanceLine], default_per_h: float) -> float:
     """The catalog pace of the producers on average (what `thr` measures), the default without any known one."""
-    paces = [pace for line in producing if (pace := model_reference(line))]
+    paces = catalog_paces(producing)
     return sum(paces) / len(paces) if paces else default_per_h
 
 
