@@ -1,5 +1,5 @@
 """Launch: offers ranked, the budget and the day's cap checked per rent, each machine created with its label,
-bid and benchmark token, and adopted by label after an ambiguous create."""
+bid and benchmark token, and adopted by label after an ambiguous create and a settle wait."""
 
 from __future__ import annotations
 
@@ -39,6 +39,9 @@ from shared.contract import (
     RefusalRule,
     bid_usd_per_h,
 )
+
+# a settle wait is cut into steps this long, each telling JetStream and the fleet lease that the launch goes on
+SETTLE_HEARTBEAT_S = 10.0
 
 
 class Launching(Reconciling):
@@ -171,8 +174,11 @@ class Launching(Reconciling):
                 continue
             except AmbiguousCreate as error:
                 ambiguous += 1
-                log.warning("create for %s is ambiguous (%s); looking for its label before retrying", label, error)
-                await self._keep_alive(heartbeat)
+                log.warning(
+                    "create for %s is ambiguous (%s); looking for its label in %gs before retrying",
+                    label, error, self.config.ambiguous_settle_s,
+                )  # fmt: skip
+                await self._settle(heartbeat)
                 found = await self._find_by_label(label)
                 if found is not None:
                     if choice in candidates:
@@ -205,6 +211,18 @@ class Launching(Reconciling):
             self.metrics.instances_launched.labels("created").inc()
             return instance
         return None
+
+    async def _settle(self, heartbeat: Heartbeat) -> None:
+        """Wait out a create that may still be acting at vast.ai (a timeout is the client giving up, not vast; a
+        proxy's 5xx can precede the origin's answer), the command kept alive meanwhile: a look-up made at once
+        missed such an instance, and the slot was rented twice."""
+        remaining = self.config.ambiguous_settle_s
+        while remaining > 0:
+            await self._keep_alive(heartbeat)
+            step = min(remaining, SETTLE_HEARTBEAT_S)
+            await self.clock.sleep(step)
+            remaining -= step
+        await self._keep_alive(heartbeat)
 
     def _day_refusal(self, rents: list[RankedOffer], commitment: Commitment | None = None) -> Refusal | None:
         """Would these rents, on top of `commitment` (the fleet's now by default), pass today's cap?"""

@@ -129,6 +129,11 @@ class ProvisionerMetrics:
             ["how"],
             registry=registry,
         )
+        self.second_rents_destroyed = Counter(
+            "fleetpilot_provisioner_second_rents_destroyed_total",
+            "Instances destroyed because their launch slot already had one (a create that acted unseen)",
+            registry=registry,
+        )
         self.refused_moves = Counter(
             "fleetpilot_provisioner_refused_moves_total",
             "State moves vast's list or our own command showed that the lifecycle table refuses (gone back to"

@@ -302,6 +302,25 @@ def reconcile(
     return result
 
 
+def second_rents_of_a_slot(
+    known: Mapping[int, KnownInstance], deployment_id: str
+) -> list[tuple[KnownInstance, KnownInstance]]:
+    """(second, first): live instances of this deployment whose launch slot another live instance already holds.
+    A slot is one rent, so any second is an accident (a create that acted after its look-up missed it) billing for
+    nothing. Kept per slot: the one our own launch recorded (not adopted), then the lowest id."""
+    slots: dict[tuple[str, int], list[KnownInstance]] = {}
+    for instance in known.values():
+        parsed = parse_label(instance.label)
+        if instance.state is InstanceState.GONE or parsed is None or parsed.deployment_id != deployment_id:
+            continue
+        slots.setdefault((parsed.idempotency_key, parsed.slot), []).append(instance)
+    seconds: list[tuple[KnownInstance, KnownInstance]] = []
+    for holders in slots.values():
+        first, *others = sorted(holders, key=lambda i: (i.adopted, i.instance_id))
+        seconds.extend((other, first) for other in others)
+    return sorted(seconds, key=lambda pair: pair[0].instance_id)
+
+
 def _as_listed(current: KnownInstance, row: VastInstance, now: datetime) -> tuple[KnownInstance, InstanceState]:
     """A known instance as vast lists it now, and the state vast's row showed: vast's price and host are the truth
     (a null field leaves what was known), its state moves as the lifecycle allows."""

@@ -1,5 +1,6 @@
 """Reconciliation: vast.ai's instance list against what is known, startups learned, the account's view
-published, destroyed instances vast still lists destroyed again, long-gone ones forgotten."""
+published, destroyed instances vast still lists destroyed again, a launch slot's second rent destroyed, long-gone
+ones forgotten."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from services.provisioner.errors import FleetUnknown
 from services.provisioner.reconcile import (
     KnownInstance,
     reconcile,
+    second_rents_of_a_slot,
 )
 from services.provisioner.state import (
     GONE_KEPT_S,
@@ -102,6 +104,7 @@ class Reconciling(ProvisionerState):
         self._unpublished.update(instance.instance_id for instance in outcome.to_publish)
         for instance in [*outcome.to_publish, *self._still_unpublished(outcome.to_publish)]:
             await self._publish_instance(instance)
+        await self._destroy_second_rents()
         new_foreign = {row.id for row in outcome.foreign} - self._foreign_ids
         for row in outcome.foreign:
             if row.id in new_foreign:  # once per instance, not at every list
@@ -193,6 +196,23 @@ class Reconciling(ProvisionerState):
                 pass
             except VastError as error:
                 log.warning("destroying %s again failed: %s", instance.instance_id, error)
+
+    async def _destroy_second_rents(self) -> None:
+        """A launch slot rented twice (a create that acted after its label look-up had missed it) bills for a
+        machine nobody asked for: the second is destroyed at once, whatever made it; a failure is logged and
+        tried at the next list."""
+        for extra, first in second_rents_of_a_slot(self.known, self.settings.deployment_id):
+            because = f"a second instance for launch slot {extra.label}: destroyed, the slot keeps {first.instance_id}"
+            log.error("instance %s is %s", extra.instance_id, because)
+            try:
+                await self.client.destroy_instance(extra.instance_id)
+            except InstanceNotFound:
+                pass
+            except VastError as error:
+                log.warning("destroying %s, a second rent of its slot, failed: %s", extra.instance_id, error)
+                continue
+            self.metrics.second_rents_destroyed.inc()
+            await self._mark_gone(extra, because)
 
     async def _forget_long_gone(self) -> None:
         now = self.clock.now()

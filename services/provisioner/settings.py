@@ -103,6 +103,12 @@ class ProvisionerSettings(BaseSettings):
         default=4, ge=1, description="per instance: creates of unknown outcome, each followed by a label look-up"
     )
     max_offer_fallbacks: int = Field(default=6, ge=1, description="offers tried per instance when they are gone")
+    ambiguous_settle_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="after a create of unknown outcome, wait this long before looking for its label: a request "
+        "that timed out may still be acting at vast.ai, and renting the slot again would rent it twice",
+    )
 
     # the vast.ai client
     request_timeout_s: float = Field(default=30.0, gt=0, description="a vast.ai call without an answer this long fails")

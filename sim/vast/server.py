@@ -48,12 +48,13 @@ class ScriptedFault(BaseModel):
     """A fault for the next `count` requests to an endpoint (tests script them through `POST /_sim/faults`).
 
     kinds: `rate_limit` answers 429; `error` answers `status` without acting; `error_after` acts, then answers
-    `status` (the client cannot tell whether it happened); `slow` acts, then answers after `delay_wall_s`;
+    `status` (the client cannot tell whether it happened); `slow` acts, then answers after `delay_wall_s`; `late`
+    acts and answers only after `delay_wall_s` (a request still acting when the client gave up on it);
     `take_offers` answers normally, then other customers rent `offer_ids` (an offer gone between search and rent).
     """
 
     endpoint: Endpoint
-    kind: Literal["rate_limit", "error", "error_after", "slow", "take_offers"]
+    kind: Literal["rate_limit", "error", "error_after", "slow", "late", "take_offers"]
     status: int = Field(default=503, ge=400, le=599)
     delay_wall_s: float = Field(default=2.0, ge=0)
     offer_ids: list[int] = Field(default_factory=list)
@@ -71,6 +72,7 @@ class VastSimulator:
         self.clock = clock
         self.calls: list[ApiCall] = []
         self.faults: list[ScriptedFault] = []
+        self._acting_late: set[asyncio.Future[Response]] = set()  # `late` acts outliving their request
         self.reset(scenario, start=start)
         self.app = Starlette(routes=self._routes())
 
@@ -82,6 +84,11 @@ class VastSimulator:
         self.faults.clear()
         self._closed_until: dict[Endpoint, datetime] = {}
         self._fault_rng = random.Random(f"{scenario.seed}:faults")
+
+    @property
+    def late_acts_pending(self) -> int:
+        """`late` faults whose act has not happened yet (whether or not their client still waits)."""
+        return len(self._acting_late)
 
     def calls_to(self, endpoint: Endpoint) -> list[ApiCall]:
         return [call for call in self.calls if call.endpoint == endpoint]
@@ -121,8 +128,13 @@ class VastSimulator:
             return self._server_error(fault.status), "injected_error"
         if fault is None and self.api.server_error_rate and self._fault_rng.random() < self.api.server_error_rate:
             return self._server_error(self._fault_rng.choice(self.api.server_error_statuses)), "injected_error"
-        response = await self._act(handler, request)
+        if fault is not None and fault.kind == "late":
+            response = await self._act_late(fault.delay_wall_s, handler, request)
+        else:
+            response = await self._act(handler, request)
         outcome = "ok" if response.status_code < 400 else "error"
+        if fault is not None and fault.kind == "late":
+            outcome = "injected_slow"
         if fault is not None and fault.kind == "error_after":
             return self._server_error(fault.status), "injected_error"
         if fault is not None and fault.kind == "take_offers":
@@ -138,6 +150,20 @@ class VastSimulator:
             await asyncio.sleep(delay_wall_s)
             outcome = "injected_slow"
         return response, outcome
+
+    async def _act_late(self, delay_wall_s: float, handler: Handler, request: Request) -> Response:
+        """Act after `delay_wall_s` (wall time, as for `slow`: the client's timeout is wall time), even when the
+        client hung up meanwhile: a server goes on with a request whose caller stopped waiting."""
+        await request.body()  # read now: the act needs it after the connection may be gone
+
+        async def later() -> Response:
+            await asyncio.sleep(delay_wall_s)
+            return await self._act(handler, request)
+
+        acting = asyncio.ensure_future(later())
+        self._acting_late.add(acting)
+        acting.add_done_callback(self._acting_late.discard)
+        return await asyncio.shield(acting)
 
     async def _act(self, handler: Handler, request: Request) -> Response:
         try:

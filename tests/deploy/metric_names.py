@@ -61,6 +61,7 @@ ALERT_METRICS: list[str] = [
     "fleetpilot_decider_lock_backend_up",  # gauge: 0 while the decider cannot reach Redis
     "fleetpilot_decider_alerts_total",  # counter {kind}: e.g. command_publish_failed (FP_COMMANDS full)
     "fleetpilot_provisioner_commands_expired_total",  # counter {verb}: taken after their expires_at
+    "fleetpilot_provisioner_second_rents_destroyed_total",  # counter: a launch slot's second instance destroyed
 ]
 
 HISTOGRAMS: frozenset[str] = frozenset(

@@ -37,6 +37,7 @@ QUIET = ProvisionerSettings(
     min_disk_gb=20.0,
     disk_gb=20.0,
     lease_poll_s=0.05,
+    ambiguous_settle_s=0.0,  # the tests' simulated clock moves only when told; the settle has its own test
     bench_url="http://bench.test:8000",
     report_token="report-token-for-tests",
 )

@@ -13,6 +13,7 @@ from services.provisioner.reconcile import (
     launch_label,
     observed_state,
     parse_label,
+    second_rents_of_a_slot,
     vast_status_label,
 )
 from services.provisioner.vast_models import VastInstance
@@ -122,6 +123,25 @@ def test_unknown_labelled_instances_are_adopted_and_foreign_ones_only_reported()
     assert outcome.adopted[0].adopted and outcome.adopted[0].idempotency_key == "k1"
     assert [r.id for r in outcome.foreign] == [2]
     assert set(outcome.known) == {1}
+
+
+def test_a_slot_rented_twice_keeps_the_rent_its_launch_recorded_and_gives_up_the_other() -> None:
+    recorded = known(7, launch_label("k1", 0))  # our create's answer (not adopted)
+    late = row(3, launch_label("k1", 0))  # the same slot, listed later: a create that acted after its look-up
+    outcome = reconcile({7: recorded}, [late, row(7, launch_label("k1", 0)), row(8, launch_label("k1", 1))], NOW,
+                        gone_after_missing_lists=2)  # fmt: skip
+    assert [(i.instance_id, kept.instance_id) for i, kept in second_rents_of_a_slot(outcome.known, "default")] == [
+        (3, 7)
+    ]
+    # both adopted (a resumed launch found them): the lower id stays; another deployment's slot is not ours to judge
+    both = {i: known(i, launch_label("k2", 0)).model_copy(update={"adopted": True}) for i in (12, 11)}
+    theirs = {i: known(i, launch_label("k2", 0, "staging")) for i in (21, 22)}
+    assert [(i.instance_id, kept.instance_id) for i, kept in second_rents_of_a_slot({**both, **theirs}, "default")] == [
+        (12, 11)
+    ]
+    # a gone first rent leaves the slot to the other; different slots of one launch are no duplicate
+    gone = {1: known(1, launch_label("k3", 0), InstanceState.GONE), 2: known(2, launch_label("k3", 0))}
+    assert second_rents_of_a_slot({**gone, 3: known(3, launch_label("k3", 1))}, "default") == []
 
 
 def test_changes_are_published_once_and_failures_become_incidents_once() -> None:

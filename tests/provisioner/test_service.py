@@ -203,6 +203,48 @@ async def test_a_timeout_after_the_create_yields_exactly_one_instance_found_by_l
     assert observed.adopted and observed.state is InstanceState.REQUESTED
 
 
+async def test_a_create_still_acting_when_the_client_gave_up_is_found_after_the_settle_not_rented_twice(
+    settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
+) -> None:
+    # the create acts (and answers) only after 1 s; the client gives up at 0.3 s. A look-up at once finds nothing,
+    # the next create waits out a 429 meanwhile, finds the offer taken (by our own late create) and rents the
+    # next best: the slot rented twice (vast.ai has no idempotency key)
+    simulator, url = await start_vast(market_scenario())
+    simulator.faults.append(ScriptedFault(endpoint=Endpoint.CREATE, kind="late", delay_wall_s=1.0))
+    simulator.faults.append(ScriptedFault(endpoint=Endpoint.CREATE, kind="rate_limit", retry_after_s=1.5))
+    config = QUIET.model_copy(update={"request_timeout_s": 0.3, "ambiguous_settle_s": 3.0})
+    async with running_provisioner(settings, RealClock(), url, config) as service:
+        await send(js, settings, "launch", launch("launch-late", 1))
+        result = await bus.result_for("launch-late", timeout_s=30)
+        second_rents = service.context.metrics.registry.get_sample_value(
+            "fleetpilot_provisioner_second_rents_destroyed_total"
+        )
+        await eventually(lambda: simulator.late_acts_pending == 0)  # the late create has acted by now
+    [entry] = simulator.world.ledger(sim_clock.now()).entries
+    assert entry.label == launch_label("launch-late", 0)
+    assert result.outcome == "done" and result.instance_ids == [entry.instance_id]
+    assert len(simulator.calls_to(Endpoint.CREATE)) == 1 and second_rents == 0
+
+
+async def test_a_launch_slot_listed_twice_loses_its_second_rent_at_once(
+    settings: Settings, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
+) -> None:
+    simulator, url = await start_vast(market_scenario())
+    label = launch_label("cmd-9", 0)
+    first = simulator.world.create(OFFER_A, CreateRequest(image="x", disk=20, label=label), NOW)
+    second = simulator.world.create(OFFER_B, CreateRequest(image="x", disk=20, label=label), NOW)
+    other_slot = simulator.world.create(OFFER_C, CreateRequest(image="x", disk=20, label=launch_label("cmd-9", 1)), NOW)
+    async with running_provisioner(settings, sim_clock, url) as service:
+        gone = await eventually(
+            lambda: [o for o in bus.observed_of(second.instance_id) if o.state is InstanceState.GONE]
+        )
+        registry = service.context.metrics.registry
+        assert registry.get_sample_value("fleetpilot_provisioner_second_rents_destroyed_total") == 1
+    assert "second instance for launch slot" in (gone[0].gone_because or "")
+    live = {e.instance_id for e in simulator.world.ledger(sim_clock.now()).entries if e.destroyed_at is None}
+    assert live == {first.instance_id, other_slot.instance_id}
+
+
 async def test_a_create_answered_503_is_checked_by_label_then_retried_once(
     settings: Settings, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock, bus: BusRecorder
 ) -> None:
