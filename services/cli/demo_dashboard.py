@@ -40,6 +40,7 @@ class PanelQuery:
     ref_id: str
     expr: str
     legend: str = ""
+    unit: str = ""  # the panel's Grafana unit (fieldConfig.defaults.unit)
 
     @property
     def where(self) -> str:
@@ -54,7 +55,10 @@ def panel_queries(directory: Path = DASHBOARDS_DIR) -> list[PanelQuery]:
             for inner in [panel, *panel.get("panels", [])]:
                 for target in inner.get("targets", []):
                     legend = target.get("legendFormat", "")
-                    found.append(PanelQuery(path.name, inner["title"], target["refId"], target["expr"], legend))
+                    unit = inner.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
+                    found.append(
+                        PanelQuery(path.name, inner["title"], target["refId"], target["expr"], legend, unit)
+                    )
     return found
 
 
@@ -189,6 +193,10 @@ PICTURE_PANELS: tuple[tuple[str, str], ...] = (
 )
 
 
+# Grafana's units as the picture's y axes say them (Grafana prints them on its own axes; "short" is a plain number)
+UNIT_WORDS = {"h": "hours", "reqps": "per simulated second", "currencyUSD": "$/h"}
+
+
 def series_label(answer: PanelAnswer, series: Series) -> str:
     legend = answer.query.legend
     if legend:
@@ -244,6 +252,9 @@ def draw(
     )
     for axis, key in zip(axes.flat, PICTURE_PANELS, strict=True):
         axis.set_title(key[1], fontsize=10)
+        units = {UNIT_WORDS[a.query.unit] for a in by_panel.get(key, []) if a.query.unit in UNIT_WORDS}
+        if len(units) == 1:
+            axis.set_ylabel(units.pop(), fontsize=8)
         for answer in by_panel.get(key, []):
             per_wall_s = "rate(" in answer.query.expr
             for series in answer.series:

@@ -292,6 +292,15 @@ def test_grafana_range_variables_are_replaced_as_grafana_computes_them(
     assert grafana_expr(expr, 3600.0, step_s, scrape_s) == expected
 
 
+def test_the_picture_names_each_drawn_panels_unit_as_grafana_would() -> None:
+    from services.cli.demo_dashboard import PICTURE_PANELS, UNIT_WORDS
+
+    units = {(q.dashboard, q.panel): q.unit for q in panel_queries()}
+    assert units[("fleet-overview.json", "Backlog")] == "h"  # worker-hours, not tasks
+    assert units[("fleet-overview.json", "vast.ai API calls by endpoint and outcome")] == "reqps"
+    assert all(units[key] in (*UNIT_WORDS, "short") for key in PICTURE_PANELS)
+
+
 def test_an_answer_of_only_nan_is_no_data() -> None:
     query = PanelQuery("d.json", "p", "A", "histogram_quantile(0.95, x)")
     assert PanelAnswer(query, [Series({}, [1.0, 2.0], [float("nan"), float("nan")])]).points == 0
