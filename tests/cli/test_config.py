@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.cli.config import SETTINGS_CLASSES, load_class, reference_rows
+from services.cli.config import SETTINGS_CLASSES, load_class, markdown_reference, reference_rows
 from tests.cli.conftest import RunCli
 from tests.cli.test_mistakes import assert_one_clear_line
 
@@ -110,3 +110,11 @@ def test_the_stack_env_file_lets_config_show_what_the_stack_enforces(run_cli: Ru
     # the stand-in's hosts report CUDA 12.4: the stack lowers the provisioner's floor, and config must say so
     assert rows["FLEETPILOT_PROVISIONER_MIN_CUDA"] == "12.4  (env)"
     assert rows["FLEETPILOT_BUDGET_USD_PER_H"] == f"{StackPlan.fast().budget_usd_per_h}  (env)"
+
+
+def test_the_readmes_configuration_reference_is_what_fleetpilot_config_prints() -> None:
+    # the README's table is pasted from `fleetpilot config`; a setting added or reworded since shows up here
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    printed = [line for line in markdown_reference().splitlines() if line.startswith("| `FLEETPILOT_")]
+    pasted = [line for line in readme.splitlines() if line.startswith("| `FLEETPILOT_")]
+    assert pasted == printed
