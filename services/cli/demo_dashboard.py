@@ -56,9 +56,7 @@ def panel_queries(directory: Path = DASHBOARDS_DIR) -> list[PanelQuery]:
                 for target in inner.get("targets", []):
                     legend = target.get("legendFormat", "")
                     unit = inner.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
-                    found.append(
-                        PanelQuery(path.name, inner["title"], target["refId"], target["expr"], legend, unit)
-                    )
+                    found.append(PanelQuery(path.name, inner["title"], target["refId"], target["expr"], legend, unit))
     return found
 
 
