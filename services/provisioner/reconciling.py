@@ -33,6 +33,7 @@ from shared.contract import (
     ForeignInstance,
     InstanceState,
     ProvisionResult,
+    RemovalReason,
     VastAccountObserved,
 )
 from shared.contract.account import FOREIGN_INSTANCES_KEPT
@@ -212,7 +213,8 @@ class Reconciling(ProvisionerState):
                 log.warning("destroying %s, a second rent of its slot, failed: %s", extra.instance_id, error)
                 continue
             self.metrics.second_rents_destroyed.inc()
-            await self._mark_gone(extra, because)
+            # our own removal of a machine nobody asked for: planned (no P0 for fleet), not a failure
+            await self._mark_gone(extra, because, RemovalReason.OVER_PROVISIONED)
 
     async def _forget_long_gone(self) -> None:
         now = self.clock.now()

@@ -241,6 +241,7 @@ async def test_a_launch_slot_listed_twice_loses_its_second_rent_at_once(
         registry = service.context.metrics.registry
         assert registry.get_sample_value("fleetpilot_provisioner_second_rents_destroyed_total") == 1
     assert "second instance for launch slot" in (gone[0].gone_because or "")
+    assert gone[0].removal_reason is RemovalReason.OVER_PROVISIONED  # ours, planned: no P0 for fleet
     live = {e.instance_id for e in simulator.world.ledger(sim_clock.now()).entries if e.destroyed_at is None}
     assert live == {first.instance_id, other_slot.instance_id}
 
