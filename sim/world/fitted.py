@@ -123,7 +123,9 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         " against a slow ramp's fallback: a rising slope the hour cannot tell from noise counted when the 6 h"
         " window shows it significant, at no more than the hour's own. Every family, train seeds 100-104, each"
         " trace ÷ its best runnable baseline: 0.7040 against 0.7013 with the hour alone, 6 traces worse against"
-        " 8; growth 0.983 → 0.958 but growth seed 102 1.18 → 2.02, flash-crowd 0.895 → 0.939; not kept",
+        " 8; growth 0.983 → 0.958 but growth seed 102 1.18 → 2.02, flash-crowd 0.895 → 0.939; not kept. The same"
+        " on the first morning only (no echo of a day ago yet): 0.7034, 6 worse, growth 102 1.90, so the loss is the"
+        " first morning's own overshoot; not kept either",
     ),
     FittedConstant(
         name="PolicyConfig.park",
