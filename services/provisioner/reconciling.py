@@ -191,12 +191,7 @@ class Reconciling(ProvisionerState):
                 "instance %s is gone (%s) but vast still lists it after %d lists: destroying it again",
                 instance.instance_id, instance.gone_because, instance.listed_after_gone,
             )  # fmt: skip
-            try:
-                await self.client.destroy_instance(instance.instance_id)
-            except InstanceNotFound:
-                pass
-            except VastError as error:
-                log.warning("destroying %s again failed: %s", instance.instance_id, error)
+            await self._destroyed_unbidden(instance.instance_id, "again")
 
     async def _destroy_second_rents(self) -> None:
         """A launch slot rented twice (a create that acted after its label look-up had missed it) bills for a
@@ -205,16 +200,23 @@ class Reconciling(ProvisionerState):
         for extra, first in second_rents_of_a_slot(self.known, self.settings.deployment_id):
             because = f"a second instance for launch slot {extra.label}: destroyed, the slot keeps {first.instance_id}"
             log.error("instance %s is %s", extra.instance_id, because)
-            try:
-                await self.client.destroy_instance(extra.instance_id)
-            except InstanceNotFound:
-                pass
-            except VastError as error:
-                log.warning("destroying %s, a second rent of its slot, failed: %s", extra.instance_id, error)
+            if not await self._destroyed_unbidden(extra.instance_id, "a second rent of its slot"):
                 continue
             self.metrics.second_rents_destroyed.inc()
             # our own removal of a machine nobody asked for: planned (no P0 for fleet), not a failure
             await self._mark_gone(extra, because, RemovalReason.OVER_PROVISIONED)
+
+    async def _destroyed_unbidden(self, instance_id: int, what: str) -> bool:
+        """A destroy reconciliation sends on its own, with no command to answer: True when vast has the instance no
+        more (destroyed now, or already gone); a failure is logged and the next list tries again."""
+        try:
+            await self.client.destroy_instance(instance_id)
+        except InstanceNotFound:
+            pass
+        except VastError as error:
+            log.warning("destroying %s (%s) failed: %s", instance_id, what, error)
+            return False
+        return True
 
     async def _forget_long_gone(self) -> None:
         now = self.clock.now()

@@ -129,12 +129,9 @@ class VastSimulator:
         if fault is None and self.api.server_error_rate and self._fault_rng.random() < self.api.server_error_rate:
             return self._server_error(self._fault_rng.choice(self.api.server_error_statuses)), "injected_error"
         if fault is not None and fault.kind == "late":
-            response = await self._act_late(fault.delay_wall_s, handler, request)
-        else:
-            response = await self._act(handler, request)
+            return await self._act_late(fault.delay_wall_s, handler, request), "injected_slow"
+        response = await self._act(handler, request)
         outcome = "ok" if response.status_code < 400 else "error"
-        if fault is not None and fault.kind == "late":
-            outcome = "injected_slow"
         if fault is not None and fault.kind == "error_after":
             return self._server_error(fault.status), "injected_error"
         if fault is not None and fault.kind == "take_offers":
