@@ -344,6 +344,31 @@ def test_a_day_far_busier_than_the_last_keeps_its_shape_instead_of_extrapolating
     assert "a day ago's shape ×2.00" in shaped.explanation
 
 
+def test_todays_level_is_its_last_quarter_hour_against_that_days_rate_at_the_same_time() -> None:
+    """The ratio that scales a day ago's shape compares like with like: today's last quarter hour against that
+    day's rate at the same time, read between the hour before the echo (its middle 30 min back) and the echo's first
+    quarter hour (its middle 7.5 min ahead). growth train seed 102 outgrew the day before by more each hour, and
+    read from the last hour its launches came an hour late, with the peak."""
+    fleet = snapshot(NOW, producing(10, NOW))
+    # a day ago: 1000/h over the hour before, 1400/h in the quarter hour after; at today's window's middle
+    # (7.5 min back) that day ran at 1000 + 1350/2250 × 400 = 1240/h
+    echo = day_ago(1000, [1400] * 4 + [2000] * 20)
+    same_day = signal(NOW, rate_per_h=1240, windows=[window(900, 1240), window(3600, 1100)])
+    repeated = recommend(same_day.model_copy(update={"season": echo}), fleet, NOW)
+    assert repeated.figures.season_level_ratio == pytest.approx(1.0)  # the last hour read it 1.1, a busier day
+    # the same ramp climbing faster today: its last quarter hour at 1.5 × that day's, while its last hour is
+    # only 1.2 × that day's hour before
+    faster = signal(NOW, rate_per_h=1860, windows=[window(900, 1860), window(3600, 1200)])
+    rec = recommend(faster.model_copy(update={"season": echo}), fleet, NOW)
+    assert rec.figures.season_level_ratio == pytest.approx(1.5)
+    assert rec.figures.arrival_forecast_per_h == pytest.approx(1.5 * 2000)
+    # read from the hour, the same signal planned a fifth less
+    by_hour_config = PolicyConfig(season_level_window_s=3600.0)
+    by_hour = recommend(faster.model_copy(update={"season": echo}), fleet, NOW, by_hour_config)
+    assert by_hour.figures.season_level_ratio == pytest.approx(1.2)
+    assert by_hour.launch_count < rec.launch_count
+
+
 def test_a_queue_that_stopped_today_launches_nothing_for_yesterdays_shape() -> None:
     quiet = signal(NOW, rate_per_h=0, windows=[window(900, 0), window(3600, 0)])
     echo = quiet.model_copy(update={"season": day_ago(3000, [3000] * 24)})

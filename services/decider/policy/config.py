@@ -60,10 +60,14 @@ class PolicyConfig:
     trend_max_jump_fraction: float = 0.2
     # a rising trend is extrapolated to the middle of the horizon, never beyond this multiple of the rate
     trend_cap_factor: float = 2.0
-    # demand's echo of a day ago is scaled by today's last hour ÷ that day's; below the lower bound today is not
+    # demand's echo of a day ago is scaled by today's level ÷ that day's; below the lower bound today is not
     # that day (a queue that stopped, a weekend after a weekday at ≈ 0.4) and the echo is not used; above the
     # upper one its shape is kept at that ratio (forecast.seasonal_forecast)
     season_ratio_bounds: tuple[float, float] = (0.5, 2.0)
+    # today's level for that ratio: the last quarter hour (demand's shortest window), against that day's rate at the
+    # same time. A day that outgrows the one before by more each hour (growth) was read an hour late from the last
+    # hour and its launches came with the peak (fitted: see sim/world/fitted.py)
+    season_level_window_s: float = 900.0
     # a need within this fraction of a machine does not buy another (no launch for 2.05 machines' worth)
     round_slack_machines: float = 0.1
     # scale-down: a machine idle this long, and only when capacity exceeds the keep target by the margin. With

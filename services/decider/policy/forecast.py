@@ -293,7 +293,7 @@ def rank_gpu_models(producing: Iterable[InstanceLine], limit: int = 3) -> tuple[
 class SeasonalForecast:
     """Yesterday's shape, scaled to today's level: the arrival rates a day ago's next hours suggest."""
 
-    level_ratio: float  # today's last hour ÷ the same hour one season ago, within the configured bounds
+    level_ratio: float  # today's level ÷ the same time one season ago, within the configured bounds
     planning_rate_per_h: float  # mean over [startup, startup + planning window]
     keep_rate_per_h: float  # the busiest hour starting within the next startup time
 
@@ -311,6 +311,22 @@ def _echo_rate_per_h(echo: SeasonEcho, then_s: float, from_s: float, to_s: float
     return total / covered if covered > 0 else None
 
 
+def echo_level_per_h(echo: SeasonEcho, then_s: float, window_s: float) -> float:
+    """That day's arrival rate over the `window_s` before `then_s`, to compare with today's last `window_s`.
+
+    The echo holds the hour before its first bucket and the buckets from there on. For a window an hour or longer
+    the hour stands in; for a shorter one the rate is read between the hour's middle and the first bucket's, at
+    the window's middle: on a ramp, today's last quarter hour set against that day's whole hour reads a day that
+    merely repeats as a busier one."""
+    level = echo.level_then_per_h
+    if window_s >= 3600.0 or not echo.rates_then_per_h:
+        return level
+    start_s = echo.starts_at.timestamp()
+    hour_mid_s, first_mid_s = start_s - 1800.0, start_s + echo.bucket_s / 2
+    share = (then_s - window_s / 2 - hour_mid_s) / (first_mid_s - hour_mid_s)
+    return level + min(1.0, max(0.0, share)) * (echo.rates_then_per_h[0] - level)
+
+
 def seasonal_forecast(
     signal: DemandSignal,
     now: datetime,
@@ -320,7 +336,8 @@ def seasonal_forecast(
     ratio_bounds: tuple[float, float],
     level_window_s: float = 3600.0,
 ) -> SeasonalForecast | None:
-    """What followed this moment one season ago, scaled by how today's last hour compares with that day's.
+    """What followed this moment one season ago, scaled by how today's last `level_window_s` compares with that
+    day's (`echo_level_per_h`).
 
     None without an echo, without arrivals in that hour (nothing to scale), when today's level is below the
     bounds of that day's (today is not that day: a queue that stopped, a holiday), or when the echo does not
@@ -331,14 +348,17 @@ def seasonal_forecast(
     """
     echo = signal.season
     level = _window(signal, level_window_s)
-    if echo is None or level is None or echo.level_then_per_h <= 0:
+    if echo is None or level is None:
+        return None
+    then_s = (now - timedelta(seconds=echo.season_s)).timestamp()
+    level_then = echo_level_per_h(echo, then_s, level.window_s)
+    if level_then <= 0:
         return None
     low, high = ratio_bounds
-    ratio = level.arrival_rate_per_h / echo.level_then_per_h
+    ratio = level.arrival_rate_per_h / level_then
     if ratio < low:
         return None
     ratio = min(ratio, high)
-    then_s = (now - timedelta(seconds=echo.season_s)).timestamp()
     planning = _echo_rate_per_h(echo, then_s, startup_s, startup_s + planning_window_s)
     if planning is None:
         return None

@@ -166,6 +166,7 @@ def _rates(signal: DemandSignal, now: datetime, startup_s: float, config: Policy
         startup_s=startup_s,
         planning_window_s=config.planning_window_s,
         ratio_bounds=config.season_ratio_bounds,
+        level_window_s=config.season_level_window_s,
     )
     if season is not None:
         # a day ago's next hours know where a ramp flattens and when the evening falls, which no slope does:
