@@ -240,3 +240,25 @@ def test_the_family_benchmark_keeps_train_and_test_apart_and_compares_with_the_b
         results["predictive"]["objective_usd"] / results["target-tracking-hindsight"]["objective_usd"], rel=1e-3
     )
     assert result["fitted_constants"] == json.loads(json.dumps([c.as_dict() for c in FITTED_CONSTANTS]))
+
+
+def test_the_levers_benchmark_divides_each_lever_by_the_on_demand_policy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--levers` had no test and divided by a policy it no longer ran (a KeyError since parking became the
+    default): each lever's objective ÷ predictive-on-demand's on the same trace, on-demand's own ratio 1."""
+    from rich.console import Console
+
+    from benchmarks import policy as bench
+
+    monkeypatch.chdir(tmp_path)
+    assert bench.levers(["quiet-surges"], [200], 1, Console(file=io.StringIO()), with_runs=False, workers=1) == 0
+    result = json.loads((tmp_path / "bench-results" / "policy_levers.json").read_text())
+    family = result["families"]["quiet-surges"]
+    record = family["traces"][0]
+    on_demand = record["predictive-on-demand"]["objective_usd"]
+    assert record["predictive-on-demand"]["ratio_to_on_demand"] == 1.0
+    for lever in ("predictive-park", "predictive-bids", "predictive-levers"):
+        assert record[lever]["ratio_to_on_demand"] == pytest.approx(record[lever]["objective_usd"] / on_demand, 1e-3)
+        assert family["ratio_to_on_demand"][lever] == record[lever]["ratio_to_on_demand"]  # one seed: its own
+    assert set(result["geomean_ratio_to_on_demand"]) == {"predictive-park", "predictive-bids", "predictive-levers"}
