@@ -10,7 +10,7 @@ from services.decider.policy import PolicyConfig
 from services.decider.policy.cleanup import cleanup
 from services.decider.policy.fleet_view import split_fleet
 from services.decider.policy.growth import grow, growth_reason, resumes_for
-from services.decider.policy.parking import gpu_taken_per_h, park_limit_s, parking_pays
+from services.decider.policy.parking import ParkHistory, gpu_taken_per_h, park_limit_s, parking_pays
 from services.decider.policy.scale_down import arriving_needed, scale_down_plan
 from services.decider.policy.sizing import numbers, size
 from shared.contract import (
@@ -197,13 +197,13 @@ def test_a_parked_pool_is_given_back_when_its_gaps_grow_longer_than_its_break_ev
     line_ = parked(801, 0).model_copy(update={"price_usd_per_h": 0.5, "storage_usd_per_h": 0.01})
     break_even_s = CONFIG.default_startup_s * 0.5 / 0.01  # 75 h
     assert park_limit_s(line_, None, CONFIG) == min(CONFIG.park_max_s, break_even_s)  # no history: the fixed limit
-    nightly = outcomes(resumed=[8.0, 9.0, 10.0, 8.5, 9.5, 10.5])  # a night's gap, every night
+    nightly = ParkHistory.of(outcomes(resumed=[8.0, 9.0, 10.0, 8.5, 9.5, 10.5]))  # a night's gap, every night
     assert parking_pays(line_, nightly, CONFIG)
     assert park_limit_s(line_, nightly, CONFIG) == park_limit_s(line_, None, CONFIG)
     # the gaps grow past the break-even: resumed after days, or never
     rare = outcomes(resumed=[100.0], given_back=(75.0, 80.0, 90.0, 75.0, 75.0))
-    assert not parking_pays(line_, rare, CONFIG)
-    assert park_limit_s(line_, rare, CONFIG) == 0.0
+    assert not parking_pays(line_, ParkHistory.of(rare), CONFIG)
+    assert park_limit_s(line_, ParkHistory.of(rare), CONFIG) == 0.0
     # and the whole decision then drains its surplus to give it back, saying why
     demand = signal(NOW, rate_per_h=0, pending=0, producing_workers=4)
     idle = [

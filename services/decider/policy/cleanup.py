@@ -8,7 +8,7 @@ from datetime import datetime
 from services.decider.policy.base import RemovalPlan
 from services.decider.policy.config import PolicyConfig
 from services.decider.policy.fleet_view import FleetView, silent_for_s
-from services.decider.policy.parking import park_limit_s, parking_pays
+from services.decider.policy.parking import ParkHistory, park_limit_s, parking_pays
 from shared.contract import FailureReason, ParkOutcomes, RemovalReason
 
 FAILURE_TO_REMOVAL = {
@@ -30,13 +30,12 @@ def cleanup(
 ) -> list[RemovalPlan]:
     """Every removal that does not depend on the demand's size. Parked machines given up on leave `fleet.parked`
     (the growth planner must not count them). `park_outcomes`: how parks ended lately (parking.py)."""
-    removals = failed_and_drained(fleet, now, config, stalled_state, park_outcomes)
+    history = ParkHistory.of(park_outcomes)
+    removals = failed_and_drained(fleet, now, config, stalled_state, history)
     # parked too long: its GPU is likely someone else's by now, and the disk is billed for nothing; or parked
     # longer than its break-even or than the history's gaps; or parking does not pay at all any more
     expired = [
-        line
-        for line in fleet.parked
-        if (now - line.state_since).total_seconds() >= park_limit_s(line, park_outcomes, config)
+        line for line in fleet.parked if (now - line.state_since).total_seconds() >= park_limit_s(line, history, config)
     ]
     removals += [RemovalPlan("destroy", line.instance_id, RemovalReason.IDLE) for line in expired]
     expired_ids = {line.instance_id for line in expired}
@@ -51,7 +50,7 @@ def failed_and_drained(
     now: datetime,
     config: PolicyConfig,
     stalled_state: bool,
-    park_outcomes: ParkOutcomes | None = None,
+    park_history: ParkHistory | None = None,
 ) -> list[RemovalPlan]:
     removals = [
         RemovalPlan("destroy", line.instance_id, FAILURE_TO_REMOVAL.get(line.failure_reason, RemovalReason.FAILED))
@@ -68,7 +67,7 @@ def failed_and_drained(
             # parked (vast's stop keeps its disk and image) when parking, else given back
             removals.append(
                 RemovalPlan("stop", line.instance_id, RemovalReason.PARK)
-                if config.park and parking_pays(line, park_outcomes, config)
+                if config.park and parking_pays(line, park_history, config)
                 else RemovalPlan("destroy", line.instance_id, RemovalReason.IDLE)
             )
     return removals

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.decider.policy.config import PolicyConfig
@@ -94,14 +95,22 @@ def scenarios(s: Sizing, short_rate_per_h: float, config: PolicyConfig, lost_mac
 def capacity_path(s: Sizing, config: PolicyConfig, kept: int | None = None) -> list[float]:
     """Machines producing in each step without new launches, in multiples of `s.thr`: the healthy producers and
     those on the way, each at its own pace (`kept`: only the first that many to land; default all of them)."""
-    landing = list(zip(s.offsets, s.arriving_weights, strict=True))  # sorted by offset (sizing)
-    landing = landing[:kept]
+    return capacity_paths(s, config)(kept)
+
+
+def capacity_paths(s: Sizing, config: PolicyConfig) -> Callable[[int | None], list[float]]:
+    """`capacity_path` for any `kept`, with what every count shares (how many have landed by each step, their
+    paces added up) worked out once: the kept-machines search asks for one path per count."""
     cumulative = [0.0]
-    for _, weight in landing:
+    for weight in s.arriving_weights:  # in `s.offsets` order, sorted by offset (sizing)
         cumulative.append(cumulative[-1] + weight)
-    offsets = [offset for offset, _ in landing]
-    steps = range(horizon_steps(s, config))
-    return [s.healthy + cumulative[bisect.bisect_right(offsets, step * STEP_S)] for step in steps]
+    landed = [bisect.bisect_right(s.offsets, step * STEP_S) for step in range(horizon_steps(s, config))]
+
+    def path(kept: int | None = None) -> list[float]:
+        limit = len(s.offsets) if kept is None else max(0, min(kept, len(s.offsets)))
+        return [s.healthy + cumulative[min(count, limit)] for count in landed]
+
+    return path
 
 
 def scenario_delay_usd(s: Sizing, rates: tuple[float, ...], machines: list[float], config: PolicyConfig) -> float:
@@ -149,8 +158,10 @@ def on_the_way_kept(
     on_the_way = len(s.offsets)
     horizon_h = horizon_steps(s, config) * STEP_S / 3600
 
+    paths_for = capacity_paths(s, config)
+
     def usd(kept: int) -> float:
-        machines = capacity_path(s, config, kept)
+        machines = paths_for(kept)
         delay = sum(p.weight * scenario_delay_usd(s, p.rates_per_h, machines, config) for p in paths)
         return kept * price_usd_per_h * horizon_h + delay
 

@@ -17,7 +17,7 @@ from services.decider.policy.config import DEFAULT_CONFIG, PolicyConfig
 from services.decider.policy.fleet_view import FleetView, split_fleet
 from services.decider.policy.growth import grow, lost_machines
 from services.decider.policy.mpc import MpcChoice, choose_launches, on_the_way_kept
-from services.decider.policy.parking import describe, parking_pays_for_fleet
+from services.decider.policy.parking import ParkHistory, describe, parking_pays_for_fleet
 from services.decider.policy.scale_down import scale_down_plan
 from services.decider.policy.sizing import Sizing, figures, numbers, size
 from shared.contract import DemandSignal, FleetSnapshot
@@ -37,7 +37,8 @@ def recommend(
     """
     fleet = split_fleet(snapshot)
     parking_note = ""
-    if config.park and not parking_pays_for_fleet(snapshot.instances, snapshot.park_outcomes, config):
+    history = ParkHistory.of(snapshot.park_outcomes)
+    if config.park and not parking_pays_for_fleet(snapshot.instances, history, config):
         # the history says parked machines are rarely wanted again in time: surplus is given back, not parked
         config = replace(config, park=False)
         parking_note = f"; parking does not pay now ({describe(snapshot.park_outcomes)})"
