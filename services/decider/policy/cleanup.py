@@ -9,7 +9,7 @@ from services.decider.policy.base import RemovalPlan
 from services.decider.policy.config import PolicyConfig
 from services.decider.policy.fleet_view import FleetView, silent_for_s
 from services.decider.policy.parking import ParkHistory, park_limit_s, parking_pays
-from shared.contract import FailureReason, ParkOutcomes, RemovalReason
+from shared.contract import FailureReason, RemovalReason
 
 FAILURE_TO_REMOVAL = {
     FailureReason.STUCK_LOADING: RemovalReason.STUCK_LOADING,
@@ -26,16 +26,17 @@ def cleanup(
     now: datetime,
     config: PolicyConfig,
     stalled_state: bool,
-    park_outcomes: ParkOutcomes | None = None,
+    park_history: ParkHistory | None = None,
 ) -> list[RemovalPlan]:
     """Every removal that does not depend on the demand's size. Parked machines given up on leave `fleet.parked`
-    (the growth planner must not count them). `park_outcomes`: how parks ended lately (parking.py)."""
-    history = ParkHistory.of(park_outcomes)
-    removals = failed_and_drained(fleet, now, config, stalled_state, history)
+    (the growth planner must not count them). `park_history`: how parks ended lately (parking.py)."""
+    removals = failed_and_drained(fleet, now, config, stalled_state, park_history)
     # parked too long: its GPU is likely someone else's by now, and the disk is billed for nothing; or parked
     # longer than its break-even or than the history's gaps; or parking does not pay at all any more
     expired = [
-        line for line in fleet.parked if (now - line.state_since).total_seconds() >= park_limit_s(line, history, config)
+        line
+        for line in fleet.parked
+        if (now - line.state_since).total_seconds() >= park_limit_s(line, park_history, config)
     ]
     removals += [RemovalPlan("destroy", line.instance_id, RemovalReason.IDLE) for line in expired]
     expired_ids = {line.instance_id for line in expired}

@@ -43,7 +43,7 @@ def recommend(
         config = replace(config, park=False)
         parking_note = f"; parking does not pay now ({describe(snapshot.park_outcomes)})"
     sizing = size(signal, fleet, now, config, unobserved_launches)
-    removals = cleanup(fleet, now, config, sizing.stalled_state, snapshot.park_outcomes)
+    removals = cleanup(fleet, now, config, sizing.stalled_state, history)
     mpc = mpc_choice(signal, snapshot, fleet, sizing, config) if config.mpc else None
     growth = grow(sizing, fleet, snapshot, config, mpc, now)
     if not growth.launches and not growth.resumes and growth.rate_deficit <= 0 and not sizing.stalled_state:
