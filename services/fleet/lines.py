@@ -34,11 +34,12 @@ def format_line(record: InstanceRecord, now_s: float, throughput_tasks_per_h: fl
     return " ".join(parts)
 
 
-# what a line shows of its record besides the time-dependent figures (uptime, throughput)
+# what a line shows of its record that a task does not move (a completion moves the count, the last task's time,
+# the throughput and the line's text)
 LineKey = tuple[object, ...]
 
 
-def _shown(record: InstanceRecord) -> LineKey:
+def _settled(record: InstanceRecord) -> LineKey:
     return (
         record.state,
         record.failure_reason,
@@ -53,8 +54,6 @@ def _shown(record: InstanceRecord) -> LineKey:
         record.created_at_s,
         record.state_since_s,
         record.first_producing_s,
-        record.last_task_at_s,
-        record.tasks_completed,
         record.bench_verdict,
         record.interruptible,
     )
@@ -71,41 +70,57 @@ class SnapshotLines:
     (half of the week replay's time), while most of them showed the same thing. A line is rebuilt when its
     record changes, when its uptime moves by the 0.1 h it is shown with, or when its throughput moves by the
     whole task per hour it is shown with: the line's `throughput_tasks_per_h` is that shown figure.
+
+    A producing machine completes a task every half minute, so its line moves at nearly every snapshot, but only
+    in what a task moves. Such a line is the validated line of its settled fields with those four copied in
+    (`model_copy`): the count and the moment come from fleet's own record, the throughput is rounded here, and
+    the whole line is validated again whenever anything else about the instance changes.
     """
 
     def __init__(self) -> None:
-        self._cached: dict[int, tuple[LineKey, InstanceLine]] = {}
+        self._cached: dict[int, tuple[LineKey, tuple[object, ...], InstanceLine]] = {}
 
     def line(self, record: InstanceRecord, now_s: float, throughput_tasks_per_h: float | None) -> InstanceLine:
         shown_throughput = None if throughput_tasks_per_h is None else float(round(throughput_tasks_per_h))
         uptime_tenth_h = round(max(0.0, now_s - record.created_at_s) / 360)
-        key = (*_shown(record), shown_throughput, uptime_tenth_h)
+        settled = _settled(record)
+        moving = (record.last_task_at_s, record.tasks_completed, shown_throughput, uptime_tenth_h)
         cached = self._cached.get(record.instance_id)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        line = InstanceLine(
-            instance_id=record.instance_id,
-            state=record.state,
-            failure_reason=record.failure_reason,
-            park_reason=record.park_reason,
-            vast_status=record.vast_status,
-            gpu_model=record.gpu_model,
-            num_gpus=record.num_gpus,
-            price_usd_per_h=record.price_usd_per_h,
-            storage_usd_per_h=record.storage_usd_per_h,
-            host_id=record.host_id,
-            machine_id=record.machine_id,
-            created_at=_utc(record.created_at_s),
-            state_since=_utc(record.state_since_s),
-            first_producing_at=_utc(record.first_producing_s) if record.first_producing_s is not None else None,
-            last_task_at=_utc(record.last_task_at_s) if record.last_task_at_s is not None else None,
-            tasks_completed=record.tasks_completed,
-            throughput_tasks_per_h=shown_throughput,
-            bench_verdict=record.bench_verdict,
-            interruptible=record.interruptible,
-            line=format_line(record, now_s, shown_throughput),
-        )
-        self._cached[record.instance_id] = (key, line)
+        if cached is not None and cached[0] == settled:
+            if cached[1] == moving:
+                return cached[2]
+            line = cached[2].model_copy(
+                update={
+                    "last_task_at": _utc(record.last_task_at_s) if record.last_task_at_s is not None else None,
+                    "tasks_completed": record.tasks_completed,
+                    "throughput_tasks_per_h": shown_throughput,
+                    "line": format_line(record, now_s, shown_throughput),
+                }
+            )
+        else:
+            line = InstanceLine(
+                instance_id=record.instance_id,
+                state=record.state,
+                failure_reason=record.failure_reason,
+                park_reason=record.park_reason,
+                vast_status=record.vast_status,
+                gpu_model=record.gpu_model,
+                num_gpus=record.num_gpus,
+                price_usd_per_h=record.price_usd_per_h,
+                storage_usd_per_h=record.storage_usd_per_h,
+                host_id=record.host_id,
+                machine_id=record.machine_id,
+                created_at=_utc(record.created_at_s),
+                state_since=_utc(record.state_since_s),
+                first_producing_at=_utc(record.first_producing_s) if record.first_producing_s is not None else None,
+                last_task_at=_utc(record.last_task_at_s) if record.last_task_at_s is not None else None,
+                tasks_completed=record.tasks_completed,
+                throughput_tasks_per_h=shown_throughput,
+                bench_verdict=record.bench_verdict,
+                interruptible=record.interruptible,
+                line=format_line(record, now_s, shown_throughput),
+            )
+        self._cached[record.instance_id] = (settled, moving, line)
         return line
 
     def forget(self, kept_ids: set[int]) -> None:

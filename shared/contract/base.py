@@ -64,7 +64,9 @@ class ToleratesUnknownFields(BaseModel):
     def _note_unknown_fields(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
         model = handler(data)
         if isinstance(data, dict):
-            model._unknown_fields = tuple(sorted(str(name) for name in data if name not in cls.model_fields))
+            unknown = data.keys() - cls.model_fields.keys()  # the class's fields looked up once, not per key
+            if unknown:
+                model._unknown_fields = tuple(sorted(str(name) for name in unknown))
         return model
 
     def __eq__(self, other: object) -> bool:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+from pydantic import ValidationError
+
 from services.fleet.core import FleetCore
+from services.fleet.lines import SnapshotLines
 from shared.contract import InstanceState as S
 from tests.fleet.test_core import ID, T0, observed, producing, task
 
@@ -38,3 +42,24 @@ def test_a_gone_instance_leaves_the_lines() -> None:
     assert [line.instance_id for line in core.snapshot(T0).instances] == [2]
     core.observe_instance(observed(S.GONE, T0, 2), T0)
     assert core.snapshot(T0).instances == []
+
+
+def test_a_line_moved_only_by_tasks_is_the_line_a_fresh_build_gives() -> None:
+    """A producer's line after completions is copied from its validated line with what tasks move; it must equal,
+    field for field, the line validated from scratch, and a settled change must validate the whole line again."""
+    core = FleetCore()
+    start = producing(core, T0)
+    core.snapshot(start + timedelta(seconds=10))
+    for n in range(1, 4):
+        done = start + timedelta(seconds=30 * n)
+        core.observe_task(task("completed", done, task_id=f"c{n}"), done)
+    moved = {line.instance_id: line for line in core.snapshot(done).instances}[ID]
+    record = core.instances[ID]
+    fresh = SnapshotLines().line(record, done.timestamp(), core.throughput(record, done.timestamp()))
+    assert moved == fresh and moved.model_dump() == fresh.model_dump()
+    assert moved.model_fields_set == fresh.model_fields_set
+    assert moved.tasks_completed == 4 and moved.last_task_at == done
+    # a settled field that changes (here to a value the contract refuses) makes the line validated anew
+    record.price_usd_per_h = -1.0  # what a bug upstream would leave in the record: validation must refuse it
+    with pytest.raises(ValidationError):
+        core.snapshot(done)

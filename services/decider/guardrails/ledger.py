@@ -131,7 +131,22 @@ def ledger_from(
     removals: Sequence[SentRemoval] = (),
 ) -> FleetLedger:
     pending = unobserved_launches(sent, snapshot, now) if snapshot else list(sent)
-    states = {line.instance_id: line.state for line in snapshot.instances} if snapshot else {}
+    lines = snapshot.instances if snapshot else []
+    states: dict[int, InstanceState] = {}
+    bench_failed: set[int] = set()
+    prices: dict[int, tuple[float, float]] = {}
+    outbid: set[int] = set()
+    placements: dict[int, tuple[str | None, int | None]] = {}
+    for line in lines:  # one pass: a 1000-instance snapshot is read at every run
+        states[line.instance_id] = line.state
+        if line.bench_verdict == "fail" or line.failure_reason is FailureReason.BENCH_FAILED:
+            bench_failed.add(line.instance_id)
+        if line.state in (S.PARKED, S.RESUMING):
+            prices[line.instance_id] = (line.price_usd_per_h, line.committed_usd_per_h)
+        if line.park_reason is ParkReason.OUTBID:
+            outbid.add(line.instance_id)
+        if line.state is S.PARKED:
+            placements[line.instance_id] = (line.gpu_model, line.host_id)
     spend = snapshot.spend_usd_per_h if snapshot else 0.0
     return FleetLedger(
         states=states,
@@ -143,25 +158,9 @@ def ledger_from(
         demand_state=signal.state if signal is not None else None,
         backlog_worker_hours=signal.backlog_worker_hours if signal is not None else 0.0,
         stale=stale or snapshot is None or signal is None,
-        bench_failed=frozenset(
-            line.instance_id
-            for line in (snapshot.instances if snapshot else [])
-            if line.bench_verdict == "fail" or line.failure_reason is FailureReason.BENCH_FAILED
-        ),
-        prices={
-            line.instance_id: (line.price_usd_per_h, line.committed_usd_per_h)
-            for line in (snapshot.instances if snapshot else [])
-            if line.state in (S.PARKED, S.RESUMING)
-        },
-        outbid=frozenset(
-            line.instance_id
-            for line in (snapshot.instances if snapshot else [])
-            if line.park_reason is ParkReason.OUTBID
-        ),
-        placements={
-            line.instance_id: (line.gpu_model, line.host_id)
-            for line in (snapshot.instances if snapshot else [])
-            if line.state is S.PARKED
-        },
+        bench_failed=frozenset(bench_failed),
+        prices=prices,
+        outbid=frozenset(outbid),
+        placements=placements,
         removals_in_flight=removals_in_flight(removals, snapshot, now),
     )
