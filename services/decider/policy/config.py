@@ -59,6 +59,7 @@ class PolicyConfig:
     # (a diurnal morning puts it ≈ 15% above; 0.3 let the bursty trace's steps through: 258 → 208 $ at 0.2)
     trend_max_jump_fraction: float = 0.2
     # a rising trend is extrapolated to the middle of the horizon, never beyond this multiple of the rate
+    # (fitted: see sim/world/fitted.py)
     trend_cap_factor: float = 2.0
     # demand's echo of a day ago is scaled by today's level ÷ that day's; below the lower bound today is not
     # that day (a queue that stopped, a weekend after a weekday at ≈ 0.4) and the echo is not used; above the
