@@ -89,12 +89,14 @@ class SnapshotLines:
         if cached is not None and cached[0] == settled:
             if cached[1] == moving:
                 return cached[2]
+            # the text shows the settled fields, the throughput and the uptime, not the count or the last task
+            text_moved = cached[1][2:] != moving[2:]
             line = cached[2].model_copy(
                 update={
                     "last_task_at": _utc(record.last_task_at_s) if record.last_task_at_s is not None else None,
                     "tasks_completed": record.tasks_completed,
                     "throughput_tasks_per_h": shown_throughput,
-                    "line": format_line(record, now_s, shown_throughput),
+                    "line": format_line(record, now_s, shown_throughput) if text_moved else cached[2].line,
                 }
             )
         else:
