@@ -28,11 +28,12 @@ from tests.helpers import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_S = 1.0  # every run holds the lock this long (the slow advisor)
+KILLED_RUN_S = 20.0  # the run the test kills: far longer than any stall of the test process before the kill
 LOCK_TTL_S = 1.5
 
 
 class Replica:
-    def __init__(self, name: str, settings: Settings, log_dir: Path) -> None:
+    def __init__(self, name: str, settings: Settings, log_dir: Path, sleep_file: Path) -> None:
         self.name = name
         self.log_path = log_dir / f"decider-{name}.log"
         self.port = free_port()
@@ -47,6 +48,7 @@ class Replica:
             "FLEETPILOT_DECIDER_MODE": "live",
             "FLEETPILOT_DECIDER_ADVISOR": "tests.decider.slow_advisor:build_advisor",
             "FLEETPILOT_TEST_ADVISOR_SLEEP_S": str(RUN_S),
+            "FLEETPILOT_TEST_ADVISOR_SLEEP_FILE": str(sleep_file),
             "FLEETPILOT_DECIDER_LOCK_TTL_S": str(LOCK_TTL_S),
             "FLEETPILOT_DECIDER_LOCK_RETRY_S": "0.1",
             "FLEETPILOT_DECIDER_RUN_AT_START": "false",
@@ -73,8 +75,16 @@ class Replica:
 
 
 @pytest.fixture
-def replicas(settings: Settings, tmp_path: Path) -> Iterator[dict[str, Replica]]:
-    started = {name: Replica(name, settings, tmp_path) for name in ("a", "b")}
+def run_s_file(tmp_path: Path) -> Path:
+    """How long each replica's next run takes (the slow advisor reads it at the start of every run)."""
+    path = tmp_path / "run_s"
+    path.write_text(str(RUN_S))
+    return path
+
+
+@pytest.fixture
+def replicas(settings: Settings, tmp_path: Path, run_s_file: Path) -> Iterator[dict[str, Replica]]:
+    started = {name: Replica(name, settings, tmp_path, run_s_file) for name in ("a", "b")}
     yield started
     for replica in started.values():
         replica.stop()
@@ -103,7 +113,7 @@ def assert_no_overlap(records: list[DecisionRecord]) -> None:
 
 
 async def test_two_processes_never_run_at_once_and_one_takes_over_when_the_other_dies(
-    settings: Settings, nc: NatsClient, js: JetStreamContext, replicas: dict[str, Replica]
+    settings: Settings, nc: NatsClient, js: JetStreamContext, replicas: dict[str, Replica], run_s_file: Path
 ) -> None:
     now = datetime.now(UTC)
     await publish_inputs(js, settings, signal(now, pending=8, rate_per_h=300, producing_workers=4),
@@ -136,23 +146,31 @@ async def test_two_processes_never_run_at_once_and_one_takes_over_when_the_other
     client = aioredis.Redis.from_url(settings.redis_url, decode_responses=True)
     lock_key = f"{settings.subject_prefix}:decider:lock"
     last = p0()
-    # a follow-up run of the triggers above may still hold the lock (on a loaded machine it did, finished after the
-    # kill was aimed at it and left its token in the audit): the run to kill is the one `last` starts
+    # every run from here on lasts 20 s, so the one the kill is aimed at is still running when it lands (with a
+    # second per run, a test process stalled on a loaded machine killed a run that had just finished); a follow-up
+    # run of the triggers above, started before, is waited out
+    run_s_file.write_text(str(KILLED_RUN_S))
     await eventually(lambda: _lock_free(client, lock_key), timeout_s=30, interval_s=0.05)
+    freed_at = datetime.now(UTC)  # every run before the killed one started before this
     before = len(audit.items)
     await publish_trigger(js, settings, last)
     holder = await eventually(lambda: client.get(lock_key), timeout_s=10, interval_s=0.01)
     victim, killed_token = holder.split(":")
     replicas[victim].kill()
+    # the survivor's run of `last`, once the lock expires, is a short one (a long one, should the test stall past
+    # the expiry here, still ends inside the wait below)
+    run_s_file.write_text(str(RUN_S))
     survivor = "b" if victim == "a" else "a"
     record = await eventually(
         lambda: next((r for r in audit.items[before:] if last.event_id in {t.event_id for t in r.triggers}), None),
-        timeout_s=20,
+        timeout_s=20 + KILLED_RUN_S,
     )
     assert replica_of(record) == survivor
     assert record.fencing_token is not None and record.fencing_token > int(killed_token)
-    # the killed run never finished: no record carries its token, and the survivor waited for the expiry
-    assert all(r.fencing_token != int(killed_token) for r in audit.items)
+    # the killed run never finished: no record of a run started since the lock was free carries its token (the
+    # victim's earlier runs may: a process keeps its token while no other takes the lock in between), and the
+    # survivor waited for the expiry
+    assert not [r for r in audit.items if r.fencing_token == int(killed_token) and r.started_at >= freed_at]
     assert_no_overlap(audit.items)
     await client.aclose()
 
