@@ -149,7 +149,7 @@ async def test_two_processes_never_run_at_once_and_one_takes_over_when_the_other
     # every run from here on lasts 20 s, so the one the kill is aimed at is still running when it lands (with a
     # second per run, a test process stalled on a loaded machine killed a run that had just finished); a follow-up
     # run of the triggers above, started before, is waited out
-    run_s_file.write_text(str(KILLED_RUN_S))
+    await asyncio.to_thread(run_s_file.write_text, str(KILLED_RUN_S))
     await eventually(lambda: _lock_free(client, lock_key), timeout_s=30, interval_s=0.05)
     freed_at = datetime.now(UTC)  # every run before the killed one started before this
     before = len(audit.items)
@@ -159,7 +159,7 @@ async def test_two_processes_never_run_at_once_and_one_takes_over_when_the_other
     replicas[victim].kill()
     # the survivor's run of `last`, once the lock expires, is a short one (a long one, should the test stall past
     # the expiry here, still ends inside the wait below)
-    run_s_file.write_text(str(RUN_S))
+    await asyncio.to_thread(run_s_file.write_text, str(RUN_S))
     survivor = "b" if victim == "a" else "a"
     record = await eventually(
         lambda: next((r for r in audit.items[before:] if last.event_id in {t.event_id for t in r.triggers}), None),
