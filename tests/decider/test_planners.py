@@ -111,6 +111,21 @@ def test_scale_down_gives_back_the_last_machine_on_the_way_first_and_keeps_what_
     assert kept >= sized.keep * CONFIG.arriving_keep_factor
 
 
+def test_machines_on_the_way_stay_while_the_hour_still_rises_however_faintly() -> None:
+    """The same fleet and rates as above, the hour's slope faintly up (far below the launch's significance gate):
+    nothing on the way is given back, where a flat hour gives back all but what the kept rate needs."""
+    faint = signal(NOW, rate_per_h=120, windows=[window(300, 100), window(3600, 120, trend_per_h2=5.0)],
+                   producing_workers=1)  # fmt: skip
+    fleet = split_fleet(snapshot(NOW, [*producing(1, NOW), *loading(6, NOW)]))
+    sized = size(faint, fleet, NOW, CONFIG, 0)
+    assert sized.slope_per_h2 == 0  # not significant: the launch does not extrapolate it
+    assert arriving_needed(faint, sized, CONFIG) == sized.arriving == 6
+    assert scale_down_plan(faint, fleet, sized, NOW, CONFIG) == []
+    falling = signal(NOW, rate_per_h=120, windows=[window(300, 100), window(3600, 120, trend_per_h2=-5.0)],
+                     producing_workers=1)  # fmt: skip
+    assert arriving_needed(falling, size(falling, fleet, NOW, CONFIG, 0), CONFIG) < 6
+
+
 def test_scale_down_never_drains_the_last_producer_while_tasks_wait() -> None:
     busy_queue = signal(NOW, rate_per_h=0, pending=5, windows=[window(300, 0), window(3600, 0)])
     idle = producing(3, NOW, last_task_ago_s=2 * HOUR_S)

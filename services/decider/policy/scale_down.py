@@ -54,11 +54,17 @@ def arriving_needed(signal: DemandSignal, s: Sizing, config: PolicyConfig) -> in
     """Machines on the way that the demand still needs: all while arrivals rise (the forecast alone swings
     between runs as a ramp's slope gate opens and closes, and giving back on it launched and cancelled in
     turns: diurnal 291 → 318 $, 53 wasted launches); else those the kept rate needs beyond the producers,
-    and those that land before the queue is down to the tolerance."""
+    and those that land before the queue is down to the tolerance.
+
+    Rising is read loosely here, where the launch reads it strictly: the trend window's slope above zero, however
+    faint, keeps them. On a first morning the slope gate closed between two runs and six machines on the way were
+    destroyed with 61 tasks queued and arrivals still climbing; 32 were launched again within the half hour
+    (diurnal, seed 200, one day). A machine kept one run too long costs minutes of loading; one given back on a
+    ramp costs its startup again."""
     short, trend = signal.window_near(0), signal.window_near(config.trend_window_s)
     if s.sustained or s.foreseen or s.slope_per_h2 > 0 or short is None or trend is None:
         return s.arriving
-    if short.arrival_rate_per_h > trend.arrival_rate_per_h:
+    if short.arrival_rate_per_h > trend.arrival_rate_per_h or trend.arrival_trend_per_h2 > 0:
         return s.arriving
     for_queue = machines_needed_for_backlog(
         backlog_tasks=s.pending,
