@@ -49,6 +49,9 @@ class PolicyConfig:
     # machines on the way are given back only beyond this multiple of the kept fleet: recurring bursts come back
     # before a machine given back could be launched again (fitted: see sim/world/fitted.py)
     arriving_keep_factor: float = 2.0
+    # machines on the way are all kept while the hour's arrival slope stands this many standard errors above zero
+    # (0: above zero at all), far looser than the launch's `trend_min_z` (fitted: see sim/world/fitted.py)
+    arriving_kept_min_slope_z: float = 0.0
     # the arrival slope is read over this window (demand publishes 15 min, 1 h, 6 h): an hour smooths minute
     # noise and still follows a morning ramp
     trend_window_s: float = 3600.0

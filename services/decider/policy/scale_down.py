@@ -9,7 +9,11 @@ from datetime import datetime
 from services.decider.policy.base import RemovalPlan
 from services.decider.policy.config import PolicyConfig
 from services.decider.policy.fleet_view import FleetView, silent_for_s
-from services.decider.policy.forecast import ARRIVING_STATES, machines_needed_for_backlog
+from services.decider.policy.forecast import (
+    ARRIVING_STATES,
+    machines_needed_for_backlog,
+    slope_standard_error_per_h2,
+)
 from services.decider.policy.sizing import Sizing
 from shared.contract import DemandSignal, InstanceState, RemovalReason
 
@@ -57,14 +61,15 @@ def arriving_needed(signal: DemandSignal, s: Sizing, config: PolicyConfig) -> in
     and those that land before the queue is down to the tolerance.
 
     Rising is read loosely here, where the launch reads it strictly: the trend window's slope above zero, however
-    faint, keeps them. On a first morning the slope gate closed between two runs and six machines on the way were
-    destroyed with 61 tasks queued and arrivals still climbing; 32 were launched again within the half hour
-    (diurnal, seed 200, one day). A machine kept one run too long costs minutes of loading; one given back on a
-    ramp costs its startup again."""
+    faint (`arriving_kept_min_slope_z`), keeps them. On a first morning the slope gate closed between two runs
+    and six machines on the way were destroyed with 61 tasks queued and arrivals still climbing; 32 were launched
+    again within the half hour (diurnal, seed 200, one day). A machine kept one run too long costs minutes of
+    loading; one given back on a ramp costs its startup again."""
     short, trend = signal.window_near(0), signal.window_near(config.trend_window_s)
     if s.sustained or s.foreseen or s.slope_per_h2 > 0 or short is None or trend is None:
         return s.arriving
-    if short.arrival_rate_per_h > trend.arrival_rate_per_h or trend.arrival_trend_per_h2 > 0:
+    faint_rise = config.arriving_kept_min_slope_z * slope_standard_error_per_h2(trend)
+    if short.arrival_rate_per_h > trend.arrival_rate_per_h or trend.arrival_trend_per_h2 > faint_rise:
         return s.arriving
     for_queue = machines_needed_for_backlog(
         backlog_tasks=s.pending,
