@@ -226,7 +226,8 @@ async def test_status_shows_what_fleet_answers(settings: Settings, nc: NatsClien
         await msg.respond(snapshot().model_dump_json().encode())
 
     await nc.subscribe(settings.subjects.fleet_snapshot, cb=answer)
-    code, out, err = await invoke(settings, "status")
+    await nc.flush()  # the server knows the responder before the CLI asks (a loaded machine once raced it)
+    code, out, err = await invoke(settings, "status", "--timeout", "30")
     assert code == 0, err
     assert len(asked) == 1
     assert "#33032712" in out and "producing" in out and "$0.93/h" in out
@@ -344,6 +345,7 @@ async def test_status_wide_filters_by_state_and_lists_the_machines_gone_with_why
         await msg.respond(snapshot().model_dump_json().encode())
 
     await nc.subscribe(settings.subjects.fleet_snapshot, cb=answer)
+    await nc.flush()  # the server knows the responder before the CLI asks
     gone = InstanceTransitioned(
         occurred_at=NOW, source="fleet", instance_id=33032700, from_state=InstanceState.FAILED,
         to_state=InstanceState.GONE, price_usd_per_h=0.5, gpu_model="RTX 4090",
@@ -351,10 +353,10 @@ async def test_status_wide_filters_by_state_and_lists_the_machines_gone_with_why
     )  # fmt: skip
     await js.publish(settings.subjects.fleet_instance(InstanceState.GONE), gone.model_dump_json().encode(),
                      headers=event_headers(gone), stream=INSTANCES.name(settings.subjects))  # fmt: skip
-    code, narrow, err = await invoke(settings, "status")
+    code, narrow, err = await invoke(settings, "status", "--timeout", "30")
     assert code == 0, err
     assert max(len(line) for line in narrow.splitlines()) <= 80 and "host" not in narrow
-    code, wide, err = await invoke(settings, "status", "-o", "wide", "--state", "producing", "--all")
+    code, wide, err = await invoke(settings, "status", "-o", "wide", "--state", "producing", "--all", "--timeout", "30")
     assert code == 0, err
     assert "#33032712" in wide and "#33032713" not in wide  # the loading one is filtered out
     assert "host" in wide and "bench" in wide
