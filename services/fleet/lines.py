@@ -84,13 +84,14 @@ class SnapshotLines:
         shown_throughput = None if throughput_tasks_per_h is None else float(round(throughput_tasks_per_h))
         uptime_tenth_h = round(max(0.0, now_s - record.created_at_s) / 360)
         settled = _settled(record)
-        moving = (record.last_task_at_s, record.tasks_completed, shown_throughput, uptime_tenth_h)
+        # the text shows the settled fields, the throughput and the uptime; not the count or the last task
+        in_text = (shown_throughput, uptime_tenth_h)
+        moving = (record.last_task_at_s, record.tasks_completed, *in_text)
         cached = self._cached.get(record.instance_id)
         if cached is not None and cached[0] == settled:
             if cached[1] == moving:
                 return cached[2]
-            # the text shows the settled fields, the throughput and the uptime, not the count or the last task
-            text_moved = cached[1][2:] != moving[2:]
+            text_moved = cached[1][2:] != in_text
             line = cached[2].model_copy(
                 update={
                     "last_task_at": _utc(record.last_task_at_s) if record.last_task_at_s is not None else None,
