@@ -231,24 +231,21 @@ class FleetCore:
         )
 
     # ---- outputs ---------------------------------------------------------------------------------------------
-    def lines(self, now: datetime) -> list[InstanceLine]:
+    def _lines_and_spend(self, now: datetime) -> tuple[list[InstanceLine], float]:
         now_s = now.timestamp()
-        lines = [
-            self._lines.line(record, now_s, self.throughput(record, now_s))
-            for _, record in sorted(self.instances.items())
-            if record.state != S.GONE
-        ]
+        shown = (record for _, record in sorted(self.instances.items()) if record.state != S.GONE)
+        lines, spend = self._lines.lines(shown, now_s, lambda record: self.throughput(record, now_s))
         self._lines.forget({line.instance_id for line in lines})
-        return lines
+        return lines, spend
 
     def snapshot(self, now: datetime) -> FleetSnapshot:
-        lines = self.lines(now)
+        lines, spend = self._lines_and_spend(now)
         return FleetSnapshot(
             occurred_at=now,
             source=SOURCE,
             instances=lines,
             counts_by_state={state: n for state, n in self.counts.items() if n and state != S.GONE},
-            spend_usd_per_h=round(sum(line.committed_usd_per_h for line in lines), 6),
+            spend_usd_per_h=round(spend, 6),
             producing_instances=self.counts[S.PRODUCING],
             arriving_instances=sum(self.counts[state] for state in ARRIVING),
             bid_outcomes=self.bids.outcomes(now.timestamp()),

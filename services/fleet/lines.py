@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from services.fleet.lifecycle import EXPECTED_VAST_STATUS
 from services.fleet.record import InstanceRecord
@@ -12,6 +14,11 @@ from shared.contract import InstanceLine, committed_usd_per_h
 def format_line(record: InstanceRecord, now_s: float, throughput_tasks_per_h: float | None) -> str:
     """State (with its failure reason), vast's raw status only where it says something else, price, uptime
     since the rent (vast bills from creation) and the measured throughput once there is one."""
+    return f"{_settled_text(record)} {_moving_text(record, now_s, throughput_tasks_per_h)}"
+
+
+def _settled_text(record: InstanceRecord) -> str:
+    """What the line says of the record's settled fields (`_settled`): id, GPU, state, vast's status, price."""
     gpu = record.gpu_model or "unknown GPU"
     if record.num_gpus > 1:
         gpu = f"{record.num_gpus}x {gpu}"
@@ -28,10 +35,13 @@ def format_line(record: InstanceRecord, now_s: float, throughput_tasks_per_h: fl
         parts.append(f"${committed:.2f}/h storage (${record.price_usd_per_h:.2f}/h resumed)")
     else:
         parts.append(f"${record.price_usd_per_h:.2f}/h")
-    parts.append(f"{max(0.0, now_s - record.created_at_s) / 3600:.1f}h up")
-    if throughput_tasks_per_h is not None:
-        parts.append(f"{throughput_tasks_per_h:.0f} tasks/h")
     return " ".join(parts)
+
+
+def _moving_text(record: InstanceRecord, now_s: float, throughput_tasks_per_h: float | None) -> str:
+    """What moves with the clock and the tasks: the uptime and the throughput."""
+    uptime = f"{max(0.0, now_s - record.created_at_s) / 3600:.1f}h up"
+    return uptime if throughput_tasks_per_h is None else f"{uptime} {throughput_tasks_per_h:.0f} tasks/h"
 
 
 # what a line shows of its record that a task does not move (a completion moves the count, the last task's time,
@@ -59,6 +69,14 @@ def _settled(record: InstanceRecord) -> LineKey:
     )
 
 
+class _Cached(NamedTuple):
+    settled: LineKey
+    moving: tuple[object, ...]
+    line: InstanceLine
+    settled_text: str
+    committed_usd_per_h: float
+
+
 def _utc(at_s: float) -> datetime:
     return datetime.fromtimestamp(at_s, UTC)
 
@@ -73,14 +91,31 @@ class SnapshotLines:
 
     A producing machine completes a task every half minute, so its line moves at nearly every snapshot, but only
     in what a task moves. Such a line is the validated line of its settled fields with those four copied in
-    (`model_copy`): the count and the moment come from fleet's own record, the throughput is rounded here, and
-    the whole line is validated again whenever anything else about the instance changes.
+    (`model_copy`): the count and the moment come from fleet's own record, the throughput is rounded here, the
+    text's settled part is kept, and the whole line is validated again whenever anything else about the
+    instance changes.
     """
 
     def __init__(self) -> None:
-        self._cached: dict[int, tuple[LineKey, tuple[object, ...], InstanceLine]] = {}
+        self._cached: dict[int, _Cached] = {}
+
+    def lines(
+        self, records: Iterable[InstanceRecord], now_s: float, throughput: Callable[[InstanceRecord], float | None]
+    ) -> tuple[list[InstanceLine], float]:
+        """The lines of `records` in their order, and what they commit per hour added up in that order (the
+        snapshot's spend, from each line's figure kept with it rather than worked out again per snapshot)."""
+        lines: list[InstanceLine] = []
+        spend = 0.0
+        for record in records:
+            cached = self._line(record, now_s, throughput(record))
+            lines.append(cached.line)
+            spend += cached.committed_usd_per_h
+        return lines, spend
 
     def line(self, record: InstanceRecord, now_s: float, throughput_tasks_per_h: float | None) -> InstanceLine:
+        return self._line(record, now_s, throughput_tasks_per_h).line
+
+    def _line(self, record: InstanceRecord, now_s: float, throughput_tasks_per_h: float | None) -> _Cached:
         shown_throughput = None if throughput_tasks_per_h is None else float(round(throughput_tasks_per_h))
         uptime_tenth_h = round(max(0.0, now_s - record.created_at_s) / 360)
         settled = _settled(record)
@@ -88,19 +123,23 @@ class SnapshotLines:
         in_text = (shown_throughput, uptime_tenth_h)
         moving = (record.last_task_at_s, record.tasks_completed, *in_text)
         cached = self._cached.get(record.instance_id)
-        if cached is not None and cached[0] == settled:
-            if cached[1] == moving:
-                return cached[2]
-            text_moved = cached[1][2:] != in_text
-            line = cached[2].model_copy(
+        if cached is not None and cached.settled == settled:
+            if cached.moving == moving:
+                return cached
+            text_moved = cached.moving[2:] != in_text
+            line = cached.line.model_copy(
                 update={
                     "last_task_at": _utc(record.last_task_at_s) if record.last_task_at_s is not None else None,
                     "tasks_completed": record.tasks_completed,
                     "throughput_tasks_per_h": shown_throughput,
-                    "line": format_line(record, now_s, shown_throughput) if text_moved else cached[2].line,
+                    "line": f"{cached.settled_text} {_moving_text(record, now_s, shown_throughput)}"
+                    if text_moved
+                    else cached.line.line,
                 }
             )
+            fresh = _Cached(settled, moving, line, cached.settled_text, cached.committed_usd_per_h)
         else:
+            settled_text = _settled_text(record)
             line = InstanceLine(
                 instance_id=record.instance_id,
                 state=record.state,
@@ -121,10 +160,11 @@ class SnapshotLines:
                 throughput_tasks_per_h=shown_throughput,
                 bench_verdict=record.bench_verdict,
                 interruptible=record.interruptible,
-                line=format_line(record, now_s, shown_throughput),
+                line=f"{settled_text} {_moving_text(record, now_s, shown_throughput)}",
             )
-        self._cached[record.instance_id] = (settled, moving, line)
-        return line
+            fresh = _Cached(settled, moving, line, settled_text, line.committed_usd_per_h)
+        self._cached[record.instance_id] = fresh
+        return fresh
 
     def forget(self, kept_ids: set[int]) -> None:
         """Drop the lines of instances no longer shown (gone or forgotten)."""

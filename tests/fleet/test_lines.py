@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from services.fleet.core import FleetCore
-from services.fleet.lines import SnapshotLines
+from services.fleet.lines import SnapshotLines, format_line
 from shared.contract import InstanceState as S
 from tests.fleet.test_core import ID, T0, observed, producing, task
 
@@ -63,3 +63,26 @@ def test_a_line_moved_only_by_tasks_is_the_line_a_fresh_build_gives() -> None:
     record.price_usd_per_h = -1.0  # what a bug upstream would leave in the record: validation must refuse it
     with pytest.raises(ValidationError):
         core.snapshot(done)
+
+
+def test_reused_text_and_kept_spend_are_what_a_fresh_build_shows() -> None:
+    """A line whose text is rebuilt from its kept settled part reads as format_line writes it, and the snapshot's
+    spend, added from the figures kept with the lines, is their committed dollars (a parked one at its disk)."""
+    core = FleetCore()
+    start = producing(core, T0)
+    core.observe_instance(observed(S.LOADING, start, 2, price_usd_per_h=0.4), start)
+    parked_at = start + timedelta(minutes=1)
+    core.observe_instance(
+        observed(S.PARKED, parked_at, 3, park_reason="stopped", storage_usd_per_h=0.02, vast_actual_status="stopped"),
+        parked_at,
+    )
+    core.snapshot(parked_at)
+    for n in range(1, 4):
+        done = start + timedelta(minutes=7 * n)
+        core.observe_task(task("completed", done, task_id=f"c{n}"), done)
+        snapshot = core.snapshot(done)
+        for line in snapshot.instances:
+            record = core.instances[line.instance_id]
+            assert line.line == format_line(record, done.timestamp(), line.throughput_tasks_per_h)
+        assert snapshot.spend_usd_per_h == pytest.approx(sum(line.committed_usd_per_h for line in snapshot.instances))
+        assert snapshot.spend_usd_per_h == pytest.approx(0.5 + 0.4 + 0.02)

@@ -137,16 +137,17 @@ def ledger_from(
     prices: dict[int, tuple[float, float]] = {}
     outbid: set[int] = set()
     placements: dict[int, tuple[str | None, int | None]] = {}
-    for line in lines:  # one pass: a 1000-instance snapshot is read at every run
-        states[line.instance_id] = line.state
+    for line in lines:  # one pass: a 1000-instance snapshot is read at every run, most of it producing
+        instance_id, state = line.instance_id, line.state
+        states[instance_id] = state
         if line.bench_verdict == "fail" or line.failure_reason is FailureReason.BENCH_FAILED:
-            bench_failed.add(line.instance_id)
-        if line.state in (S.PARKED, S.RESUMING):
-            prices[line.instance_id] = (line.price_usd_per_h, line.committed_usd_per_h)
+            bench_failed.add(instance_id)
         if line.park_reason is ParkReason.OUTBID:
-            outbid.add(line.instance_id)
-        if line.state is S.PARKED:
-            placements[line.instance_id] = (line.gpu_model, line.host_id)
+            outbid.add(instance_id)
+        if state is S.PARKED or state is S.RESUMING:
+            prices[instance_id] = (line.price_usd_per_h, line.committed_usd_per_h)
+            if state is S.PARKED:
+                placements[instance_id] = (line.gpu_model, line.host_id)
     spend = snapshot.spend_usd_per_h if snapshot else 0.0
     return FleetLedger(
         states=states,

@@ -108,7 +108,8 @@ def capacity_paths(s: Sizing, config: PolicyConfig) -> Callable[[int | None], li
 
     def path(kept: int | None = None) -> list[float]:
         limit = len(s.offsets) if kept is None else max(0, min(kept, len(s.offsets)))
-        return [s.healthy + cumulative[min(count, limit)] for count in landed]
+        healthy = s.healthy
+        return [healthy + cumulative[count if count < limit else limit] for count in landed]
 
     return path
 
@@ -118,12 +119,19 @@ def scenario_delay_usd(s: Sizing, rates: tuple[float, ...], machines: list[float
     waiting that the fleet of the moment clears within the grace is free, as in the objective the world scores.
     What is still queued at the horizon is drained by the fleet then, or waits a startup for more machines."""
     dt_h, grace_h, startup_h = STEP_S / 3600, config.delay_grace_s / 3600, s.startup_s / 3600
+    thr = s.thr
     backlog, task_h = float(s.pending), 0.0
+    # the hottest loop of a decision (every scenario × every launch count × every step): comparisons rather than
+    # max() calls, the same arithmetic
     for rate, count in zip(rates, machines, strict=True):
-        served_per_h = count * s.thr
-        backlog = max(0.0, backlog + (rate - served_per_h) * dt_h)
-        task_h += max(0.0, backlog - served_per_h * grace_h) * dt_h
-    surplus = machines[-1] * s.thr - rates[-1]
+        served_per_h = count * thr
+        backlog += (rate - served_per_h) * dt_h
+        if not backlog > 0.0:
+            backlog = 0.0
+        waiting = backlog - served_per_h * grace_h
+        if waiting > 0.0:
+            task_h += waiting * dt_h
+    surplus = machines[-1] * thr - rates[-1]
     task_h += backlog * (min(backlog / surplus / 2, startup_h) if surplus > 0 else startup_h)
     return task_h * config.delay_usd_per_task_h
 
@@ -166,7 +174,9 @@ def on_the_way_kept(
         return kept * price_usd_per_h * horizon_h + delay
 
     best, best_usd = on_the_way, usd(on_the_way)
-    for kept in range(on_the_way - 1, -1, -1):  # convex in the count, as for launches
+    # walked down one machine at a time to the first rise: the cost is nearly, not always, convex in the count (a
+    # bisection found another minimum in 5 of 10,248 decisions on random-walk selection seeds 105-106)
+    for kept in range(on_the_way - 1, -1, -1):
         cost = usd(kept)
         if cost >= best_usd:
             break
