@@ -192,7 +192,15 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         " tracking, aws-predictive, demand-based, vast-serverless), geometric mean over seeds and families, 2 days"
         " each (the weekly family 7), bench market: on-demand 1.064, parking 0.800, parking and bids 0.837;"
         " parking per family: diurnal 1.06, weekly 0.92, growth 0.93, decline 1.02, flash-crowd 1.09, batch 0.44,"
-        " quiet-surges 0.39, random-walk 1.02, mixture 0.76",
+        " quiet-surges 0.39, random-walk 1.02, mixture 0.76. Tried at 7937059 and not kept: a standing parked"
+        " reserve for crowds not seen yet, as vast Serverless keeps its cold workers (launched to refill it while"
+        " nothing else launched, machines on the way kept for it, the surplus parked as before). Every family,"
+        " each trace ÷ its best runnable baseline, geometric mean over seeds then families (traces worse): train"
+        " seeds 100-104, none 0.6913 (7), reserve = the kept fleet capped at 4 machines 0.7030 (5; flash-crowd"
+        " 0.909 → 0.836, diurnal 0.942 → 0.980, weekly 0.816 → 0.856, growth 0.854 → 0.899); selection seeds"
+        " 105-109, 0.7402 (4) against 0.7621 (8): fewer losses on train did not hold. On four families (flash"
+        " crowd, diurnal, weekly, growth; train): reserve 0.25 × the kept fleet 0.907 (5 of 20), 1 × 0.965 (10),"
+        " none 0.878 (6); kept without refill launches 0.888 (5)",
     ),
     FittedConstant(
         name="PolicyConfig.park_max_s",
