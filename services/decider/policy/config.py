@@ -55,9 +55,9 @@ class PolicyConfig:
     # the arrival slope is read over this window (demand publishes 15 min, 1 h, 6 h): an hour smooths minute
     # noise and still follows a morning ramp
     trend_window_s: float = 3600.0
-    # a slope counts only this many Poisson standard errors from zero (≈ 85/h² at 600 tasks/h), so bursts
-    # and noise are not extrapolated
-    trend_min_z: float = 3.0
+    # a slope counts only this many Poisson standard errors from zero (one is ≈ 85/h² at 600 tasks/h), so bursts
+    # and noise are not extrapolated (fitted: see sim/world/fitted.py)
+    trend_min_z: float = 2.5
     # a short window this far above the trend window's mean is a step (spike, burst), not a ramp: no slope
     # (a diurnal morning puts it ≈ 15% above; 0.3 let the bursty trace's steps through: 258 → 208 $ at 0.2)
     trend_max_jump_fraction: float = 0.2
