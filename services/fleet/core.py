@@ -24,7 +24,6 @@ from shared.contract import (
     DrainInstance,
     FailureReason,
     FleetSnapshot,
-    InstanceLine,
     InstanceObserved,
     InstanceState,
     ParkReason,
@@ -231,15 +230,11 @@ class FleetCore:
         )
 
     # ---- outputs ---------------------------------------------------------------------------------------------
-    def _lines_and_spend(self, now: datetime) -> tuple[list[InstanceLine], float]:
+    def snapshot(self, now: datetime) -> FleetSnapshot:
         now_s = now.timestamp()
         shown = (record for _, record in sorted(self.instances.items()) if record.state != S.GONE)
         lines, spend = self._lines.lines(shown, now_s, lambda record: self.throughput(record, now_s))
         self._lines.forget({line.instance_id for line in lines})
-        return lines, spend
-
-    def snapshot(self, now: datetime) -> FleetSnapshot:
-        lines, spend = self._lines_and_spend(now)
         return FleetSnapshot(
             occurred_at=now,
             source=SOURCE,

@@ -14,7 +14,12 @@ from shared.contract import InstanceLine, committed_usd_per_h
 def format_line(record: InstanceRecord, now_s: float, throughput_tasks_per_h: float | None) -> str:
     """State (with its failure reason), vast's raw status only where it says something else, price, uptime
     since the rent (vast bills from creation) and the measured throughput once there is one."""
-    return f"{_settled_text(record)} {_moving_text(record, now_s, throughput_tasks_per_h)}"
+    return _text(_settled_text(record), record, now_s, throughput_tasks_per_h)
+
+
+def _text(settled_text: str, record: InstanceRecord, now_s: float, throughput_tasks_per_h: float | None) -> str:
+    """The whole line from its settled part (kept with a cached line) and what moves with the clock and tasks."""
+    return f"{settled_text} {_moving_text(record, now_s, throughput_tasks_per_h)}"
 
 
 def _settled_text(record: InstanceRecord) -> str:
@@ -112,9 +117,6 @@ class SnapshotLines:
             spend += cached.committed_usd_per_h
         return lines, spend
 
-    def line(self, record: InstanceRecord, now_s: float, throughput_tasks_per_h: float | None) -> InstanceLine:
-        return self._line(record, now_s, throughput_tasks_per_h).line
-
     def _line(self, record: InstanceRecord, now_s: float, throughput_tasks_per_h: float | None) -> _Cached:
         shown_throughput = None if throughput_tasks_per_h is None else float(round(throughput_tasks_per_h))
         uptime_tenth_h = round(max(0.0, now_s - record.created_at_s) / 360)
@@ -132,7 +134,7 @@ class SnapshotLines:
                     "last_task_at": _utc(record.last_task_at_s) if record.last_task_at_s is not None else None,
                     "tasks_completed": record.tasks_completed,
                     "throughput_tasks_per_h": shown_throughput,
-                    "line": f"{cached.settled_text} {_moving_text(record, now_s, shown_throughput)}"
+                    "line": _text(cached.settled_text, record, now_s, shown_throughput)
                     if text_moved
                     else cached.line.line,
                 }
@@ -160,7 +162,7 @@ class SnapshotLines:
                 throughput_tasks_per_h=shown_throughput,
                 bench_verdict=record.bench_verdict,
                 interruptible=record.interruptible,
-                line=f"{settled_text} {_moving_text(record, now_s, shown_throughput)}",
+                line=_text(settled_text, record, now_s, shown_throughput),
             )
             fresh = _Cached(settled, moving, line, settled_text, line.committed_usd_per_h)
         self._cached[record.instance_id] = fresh
