@@ -38,6 +38,8 @@ from sim.world.engine import Engine
 from sim.world.evaluate import (
     BASELINES,
     CLAIRVOYANT,
+    CLAIRVOYANT_RUN,
+    CLAIRVOYANT_RUN_LEVERS,
     CLAIRVOYANT_WHOLE,
     POLICY_FACTORIES,
     REFERENCES,
@@ -438,6 +440,12 @@ def _lever_record(family: str, seed: int, days: int, scenario: Scenario, with_ru
     base = results[ON_DEMAND].objective_usd
     record: dict[str, Any] = {"trace": trace.name, "days": days,
                               "references_usd": {k: round(v, 2) for k, v in references.items()}}  # fmt: skip
+    if with_runs:
+        # what parking is worth to a run that knows the future (it launches early enough that no startup costs it
+        # a wait): the ceiling on what the lever can save where demand is foreseeable, next to the policy's figure
+        record["clairvoyant_run_park_vs_on_demand"] = round(
+            references[CLAIRVOYANT_RUN_LEVERS] / references[CLAIRVOYANT_RUN], 4
+        )
     for policy, evaluation in results.items():
         run = evaluation.run
         assert run is not None
@@ -495,7 +503,8 @@ def levers(
     table = Table(title="objective ÷ predictive-on-demand, geometric mean over seeds; ÷ its bound; "
                         "loading h per task-h")  # fmt: skip
     columns = ("family", "seeds", *LEVERS[1:], *(f"÷ bound {p}" for p in LEVERS),
-               *(f"loading {p}" for p in LEVERS), "failed resumes: short / replaced same run")  # fmt: skip
+               *(f"loading {p}" for p in LEVERS), "failed resumes: short / replaced same run",
+               *(("clairvoyant run: park ÷ on-demand",) if with_runs else ()))  # fmt: skip
     for column in columns:
         table.add_column(column, justify="left" if column == "family" else "right")
     jobs = [(family, seed, days or FAMILY_DAYS.get(family, DEFAULT_DAYS), scenario, with_runs)
@@ -507,16 +516,18 @@ def levers(
         to_bound = {p: _mean([r[p]["ratio_to_bound"] for r in records if r[p]["ratio_to_bound"]]) for p in LEVERS}
         loading = {p: _mean([r[p]["loading_h_per_task_h"] for r in records if r[p]["loading_h_per_task_h"]])
                    for p in LEVERS}  # fmt: skip
+        clairvoyant_park = _geomean([r["clairvoyant_run_park_vs_on_demand"] for r in records if with_runs])
         short = sum(r[p]["failed_resumes_short"] for r in records for p in LEVERS)
         replaced = sum(r[p]["failed_resumes_replaced_same_run"] for r in records for p in LEVERS)
         per_family[family] = {"seeds": list(seeds), "ratio_to_on_demand": ratios, "mean_ratio_to_bound": to_bound,
                               "loading_h_per_task_h": loading, "worst_ratio_to_on_demand":
                               {p: max(r[p]["ratio_to_on_demand"] for r in records) for p in LEVERS[1:]},
                               "failed_resumes_short": short, "failed_resumes_replaced_same_run": replaced,
+                              "clairvoyant_run_park_vs_on_demand": clairvoyant_park if with_runs else None,
                               "traces": records}  # fmt: skip
         table.add_row(family, str(len(seeds)), *(f"{ratios[p]:.2f}" for p in LEVERS[1:]),
                       *(f"{to_bound[p]:.2f}" for p in LEVERS), *(f"{loading[p]:.3f}" for p in LEVERS),
-                      f"{short} / {replaced}")  # fmt: skip
+                      f"{short} / {replaced}", *((f"{clairvoyant_park:.2f}",) if with_runs else ()))  # fmt: skip
     console.print(table)
     overall = {p: round(_geomean([f["ratio_to_on_demand"][p] for f in per_family.values()]), 4) for p in LEVERS[1:]}
     console.print(f"geometric mean over families, ÷ predictive-on-demand: {overall}", highlight=False)

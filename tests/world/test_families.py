@@ -262,3 +262,23 @@ def test_the_levers_benchmark_divides_each_lever_by_the_on_demand_policy(
         assert record[lever]["ratio_to_on_demand"] == pytest.approx(record[lever]["objective_usd"] / on_demand, 1e-3)
         assert family["ratio_to_on_demand"][lever] == record[lever]["ratio_to_on_demand"]  # one seed: its own
     assert set(result["geomean_ratio_to_on_demand"]) == {"predictive-park", "predictive-bids", "predictive-levers"}
+
+
+def test_the_levers_benchmark_with_runs_shows_what_parking_is_worth_to_a_run_that_knows_the_future(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--with-runs` puts each trace's clairvoyant run with parking ÷ the one without beside the policy's own
+    lever figures: the ceiling the lever has where demand can be foreseen."""
+    from rich.console import Console
+
+    from benchmarks import policy as bench
+
+    monkeypatch.chdir(tmp_path)
+    assert bench.levers(["diurnal"], [200], 1, Console(file=io.StringIO()), with_runs=True, workers=1) == 0
+    result = json.loads((tmp_path / "bench-results" / "policy_levers.json").read_text())
+    family = result["families"]["diurnal"]
+    record = family["traces"][0]
+    references = record["references_usd"]
+    expected = references["clairvoyant-run-levers"] / references["clairvoyant-run"]
+    assert record["clairvoyant_run_park_vs_on_demand"] == pytest.approx(expected, abs=1e-3)
+    assert family["clairvoyant_run_park_vs_on_demand"] == record["clairvoyant_run_park_vs_on_demand"]
