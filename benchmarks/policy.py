@@ -14,7 +14,9 @@ figures.
 Default (what `make bench` runs): 2-day traces (the weekly family 7), train seeds 100-101 and test seeds
 200-202, the traces replayed in parallel, one process per CPU (`--workers N`, `--backend ray`). `--full`: every
 train (100-104) and test (200-209) seed, what the README reports. `--bundled`: the seven bundled traces and the
-week's replay speed (bench-results/policy_bundled.json).
+week's replay speed (bench-results/policy_bundled.json). `--draws K`: every trace in K draws of its world
+(predictive and the baselines): how often a trace's verdict against the best baseline is the world's luck
+(bench-results/policy_draws.json).
 """
 
 from __future__ import annotations
@@ -547,6 +549,102 @@ def levers(
     return 0
 
 
+# --- the same traces in other draws of the world --------------------------------------------------------------
+
+DRAWS_NAME = "policy_draws"
+# the k-th extra draw of a trace's world takes the trace's seed plus k times this (the families' seeds are < 1000)
+WORLD_DRAW_STRIDE = 1000
+
+
+def _draw_record(family: str, seed: int, days: int, draw: int, scenario: Scenario) -> dict[str, float]:
+    """Predictive's and every baseline's objective on one trace, in draw `draw` of its world (0: the trace's own
+    seed, what the family table uses): same demand, another market, other startups and failures."""
+    trace = generate(family, seed, days)
+    world_seed = seed + draw * WORLD_DRAW_STRIDE
+    world_scenario = scenario.model_copy(update={"seed": world_seed})
+    return {p: round(evaluate(trace, p, world_scenario, world_seed).objective_usd, 4) for p in (PREDICTIVE, *BASELINES)}
+
+
+def _vs_best(objectives: dict[str, float]) -> float:
+    return objectives[PREDICTIVE] / min(objectives[p] for p in BASELINES)
+
+
+def draws(
+    names: list[str],
+    seeds: Sequence[int],
+    count: int,
+    days: int | None,
+    console: Console,
+    workers: int | None = None,
+    backend: Backend = "process",
+) -> int:
+    """How much of "worse than the best baseline on this trace" is the world's luck: every trace replayed in
+    `count` draws of its world (predictive and the baselines only). Per family: traces worse in each draw, the
+    traces whose verdict differs between draws, the spread of predictive ÷ best baseline between draws (root
+    mean square of the log change against draw 0), and the verdict on each policy's objective averaged over the
+    draws."""
+    if count < 2:
+        raise ValueError(f"draws={count}: at least 2 (the first is the family table's own)")
+    scenario = Scenario.load(SCENARIO)
+    jobs = [(family, seed, days or FAMILY_DAYS.get(family, DEFAULT_DAYS), draw, scenario)
+            for family in names for seed in seeds for draw in range(count)]  # fmt: skip
+    results = run_all(_draw_record, jobs, workers, backend, _progress(console, "draws", jobs))
+    by_trace: dict[tuple[str, int], list[dict[str, float]]] = {}
+    for (family, seed, *_), objectives in zip(jobs, results, strict=True):
+        by_trace.setdefault((family, seed), []).append(objectives)
+    ratios_of = {key: [_vs_best(objectives) for objectives in runs] for key, runs in by_trace.items()}
+    table = Table(title=f"predictive ÷ best baseline per trace, in {count} draws of each trace's world")
+    for column in ("family", "traces", "worse, per draw", "verdict differs", "rms log change",
+                   "worse on the draws' mean", "geomean on the draws' mean"):  # fmt: skip
+        table.add_column(column, justify="left" if column == "family" else "right")
+    per_family: dict[str, Any] = {}
+    for family in names:
+        traces = {seed: by_trace[(family, seed)] for seed in seeds}
+        ratios = {seed: ratios_of[(family, seed)] for seed in seeds}
+        mean_ratio = {seed: _vs_best({p: sum(o[p] for o in runs) / count for p in runs[0]})
+                      for seed, runs in traces.items()}  # fmt: skip
+        changes = [math.log(r[d] / r[0]) for r in ratios.values() for d in range(1, count)]
+        record = {
+            "seeds": list(seeds),
+            "worse_per_draw": [sum(1 for r in ratios.values() if r[d] > 1.0) for d in range(count)],
+            "verdict_differs": sum(1 for r in ratios.values() if len({x > 1.0 for x in r}) > 1),
+            "rms_log_change": round(math.sqrt(sum(c * c for c in changes) / len(changes)), 4),
+            "worse_on_mean": sum(1 for r in mean_ratio.values() if r > 1.0),
+            "geomean_on_mean": _geomean(list(mean_ratio.values())),
+            "traces": {
+                str(seed): {"objectives": runs, "predictive_vs_best_baseline": [round(x, 4) for x in ratios[seed]]}
+                for seed, runs in traces.items()
+            },
+        }
+        per_family[family] = record
+        table.add_row(family, str(len(seeds)), " / ".join(map(str, record["worse_per_draw"])),
+                      str(record["verdict_differs"]), f"{record['rms_log_change']:.3f}",
+                      str(record["worse_on_mean"]), f"{record['geomean_on_mean']:.3f}")  # fmt: skip
+    console.print(table)
+    all_changes = [math.log(r[d] / r[0]) for r in ratios_of.values() for d in range(1, count)]
+    overall = {
+        "traces": len(by_trace),
+        "worse_per_draw": [sum(f["worse_per_draw"][d] for f in per_family.values()) for d in range(count)],
+        "verdict_differs": sum(f["verdict_differs"] for f in per_family.values()),
+        "rms_log_change": round(math.sqrt(sum(c * c for c in all_changes) / len(all_changes)), 4),
+        "worse_on_mean": sum(f["worse_on_mean"] for f in per_family.values()),
+        "geomean_on_mean": _geomean([f["geomean_on_mean"] for f in per_family.values()]),
+    }
+    console.print(f"over families: {overall}", highlight=False)
+    path = write_result(
+        DRAWS_NAME,
+        {
+            "scenario": str(SCENARIO.relative_to(SCENARIO.parent.parent.parent.parent)),
+            "world_seeds": f"each trace's seed + k × {WORLD_DRAW_STRIDE}, k = 0..{count - 1}",
+            "baselines": list(BASELINES),
+            "families": per_family,
+            "overall": overall,
+        },
+    )
+    console.print(f"wrote {path}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--full", action="store_true", help="every train and test seed (the README's figures)")
@@ -558,11 +656,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--levers", action="store_true", help="parking and bids against on-demand only, on test seeds (--full: all)"
     )
-    parser.add_argument("--seeds", type=int, nargs="+", help="with --levers: these test seeds")
+    parser.add_argument("--seeds", type=int, nargs="+", help="with --levers or --draws: these seeds")
     parser.add_argument(
         "--with-runs", action="store_true", help="with --levers: also the clairvoyant runs (the slowest part)"
     )
     parser.add_argument("--what-if", choices=list(WHAT_IF), help="with --levers: a market unlike the guesses")
+    parser.add_argument(
+        "--draws", type=int, help="each trace in this many draws of its world: how much of a verdict is luck"
+    )
     parser.add_argument(
         "--workers",
         type=int,
@@ -584,6 +685,12 @@ def main(argv: list[str]) -> int:
                                                  args.with_runs, args.what_if, args.workers, args.backend))  # fmt: skip
     train = TRAIN_SEEDS if args.full else DEFAULT_TRAIN_SEEDS
     test = TEST_SEEDS if args.full else DEFAULT_TEST_SEEDS
+    if args.draws is not None:
+        if args.draws < 2:
+            parser.error(f"--draws {args.draws}: at least 2")
+        seeds = args.seeds or (train if args.split == "train" else test)
+        return _parallel(console, lambda: draws(args.family or list(FAMILIES), seeds, args.draws, args.days, console,
+                                                args.workers, args.backend))  # fmt: skip
     if args.split == "train":
         test = range(0)
     elif args.split == "test":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -282,3 +283,36 @@ def test_the_levers_benchmark_with_runs_shows_what_parking_is_worth_to_a_run_tha
     expected = references["clairvoyant-run-levers"] / references["clairvoyant-run"]
     assert record["clairvoyant_run_park_vs_on_demand"] == pytest.approx(expected, abs=1e-3)
     assert family["clairvoyant_run_park_vs_on_demand"] == record["clairvoyant_run_park_vs_on_demand"]
+
+
+def test_the_draws_benchmark_replays_each_trace_in_other_worlds_and_counts_the_verdicts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--draws 2`: draw 0 is the trace in its own seed's world (the family table's figures), draw 1 another
+    market and other launch luck; the per-draw verdicts, the spread and the verdict on the mean follow from the
+    objectives written beside them."""
+    from rich.console import Console
+
+    from benchmarks import policy as bench
+    from sim.vast.scenario import Scenario
+    from sim.world.evaluate import BASELINES, evaluate
+    from sim.world.families import generate
+
+    monkeypatch.chdir(tmp_path)
+    assert bench.draws(["quiet-surges"], [200], 2, 1, Console(file=io.StringIO()), workers=1) == 0
+    result = json.loads((tmp_path / "bench-results" / "policy_draws.json").read_text())
+    family = result["families"]["quiet-surges"]
+    runs = family["traces"]["200"]["objectives"]
+    assert len(runs) == 2 and runs[0] != runs[1]  # another world, another outcome
+    trace = generate("quiet-surges", 200, 1)
+    own = Scenario.load(bench.SCENARIO).model_copy(update={"seed": 200})
+    assert runs[0]["predictive"] == pytest.approx(evaluate(trace, "predictive", own, 200).objective_usd, abs=1e-3)
+    ratios = [r["predictive"] / min(r[b] for b in BASELINES) for r in runs]
+    assert family["traces"]["200"]["predictive_vs_best_baseline"] == pytest.approx(ratios, abs=1e-3)
+    assert family["worse_per_draw"] == [int(r > 1.0) for r in ratios]
+    assert family["verdict_differs"] == int((ratios[0] > 1.0) != (ratios[1] > 1.0))
+    assert family["rms_log_change"] == pytest.approx(abs(math.log(ratios[1] / ratios[0])), abs=1e-3)
+    mean = {p: (runs[0][p] + runs[1][p]) / 2 for p in runs[0]}
+    assert family["geomean_on_mean"] == pytest.approx(mean["predictive"] / min(mean[b] for b in BASELINES), abs=1e-3)
+    with pytest.raises(ValueError, match="at least 2"):
+        bench.draws(["quiet-surges"], [200], 1, 1, Console(file=io.StringIO()), workers=1)
