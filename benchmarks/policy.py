@@ -443,8 +443,8 @@ def _lever_record(family: str, seed: int, days: int, scenario: Scenario, with_ru
     record: dict[str, Any] = {"trace": trace.name, "days": days,
                               "references_usd": {k: round(v, 2) for k, v in references.items()}}  # fmt: skip
     if with_runs:
-        # what parking is worth to a run that knows the future (it launches early enough that no startup costs it
-        # a wait): the ceiling on what the lever can save where demand is foreseeable, next to the policy's figure
+        # what parking is worth to the plan follower that knows the future (it launches early enough that no
+        # startup costs it a wait), beside the policy's own figure: a heuristic's, not the optimum with parking
         record["clairvoyant_run_park_vs_on_demand"] = round(
             references[CLAIRVOYANT_RUN_LEVERS] / references[CLAIRVOYANT_RUN], 4
         )
