@@ -206,7 +206,6 @@ FAMILY_DAYS = {"weekly": 7}
 DEFAULT_TRAIN_SEEDS = TRAIN_SEEDS[:2]
 DEFAULT_TEST_SEEDS = TEST_SEEDS[:3]
 PREDICTIVE = "predictive"
-CLAIRVOYANT_RUN_KEY = "clairvoyant-run"
 # the whole-machine bound on test seeds: HiGHS' dual bound after this long (valid whenever it stops)
 WHOLE_MACHINE_BOUND_LIMIT_S = 15.0
 
@@ -231,7 +230,7 @@ def _family_trace(family: str, seed: int, days: int, with_run: bool, scenario: S
     for policy in (*SIMULATED, *REFERENCES, CLAIRVOYANT):
         results[policy] = _record(evaluate(trace, policy, world_scenario, seed))
     if with_run:
-        results[CLAIRVOYANT_RUN_KEY] = _record(evaluate_clairvoyant_plan(trace, world_scenario, seed))
+        results[CLAIRVOYANT_RUN] = _record(evaluate_clairvoyant_plan(trace, world_scenario, seed))
         whole = integer_bound(trace, world_scenario, time_limit_s=WHOLE_MACHINE_BOUND_LIMIT_S)
         results[CLAIRVOYANT_WHOLE] = {"kind": "lower_bound", "objective_usd": round(whole.objective_usd, 4),
                                       "milp_solved": whole.solved, "sim_wall_s": round(whole.wall_s, 2)}  # fmt: skip
@@ -254,7 +253,7 @@ def _family_trace(family: str, seed: int, days: int, with_run: bool, scenario: S
         "limited": sorted(p for p, r in results.items() if _limited(r)),
     }
     if with_run:
-        record["predictive_vs_clairvoyant_run"] = round(predictive / results[CLAIRVOYANT_RUN_KEY]["objective_usd"], 4)
+        record["predictive_vs_clairvoyant_run"] = round(predictive / results[CLAIRVOYANT_RUN]["objective_usd"], 4)
         # both bounds hold: the gap split divides by the higher (the fluid one, unless whole machines bind)
         tighter = max(bound, results[CLAIRVOYANT_WHOLE]["objective_usd"])
         hindsight = results[TARGET_TRACKING_HINDSIGHT]["objective_usd"]
@@ -309,7 +308,7 @@ def _split_table(split: str, summaries: dict[str, dict[str, Any]]) -> Table:
     # references apart from the policies a user could run: they read the trace's outcome or its future
     table.add_column("| reference: tt hindsight", justify="right")
     table.add_column("pred ÷ hindsight", justify="right")
-    with_run = any(CLAIRVOYANT_RUN_KEY in s["mean_ratio_to_bound"] for s in summaries.values())
+    with_run = any(CLAIRVOYANT_RUN in s["mean_ratio_to_bound"] for s in summaries.values())
     if with_run:
         table.add_column("clairv. run", justify="right")
         table.add_column("pred ÷ run", justify="right")
@@ -323,7 +322,7 @@ def _split_table(split: str, summaries: dict[str, dict[str, Any]]) -> Table:
         hindsight = [f"{ratios[TARGET_TRACKING_HINDSIGHT]:.2f}", f"{summary['predictive_vs_hindsight_mean']:.2f}"]
         row = [family, str(summary["seeds"]), *[f"{ratios[p]:.2f}" for p in SIMULATED], *hindsight]
         if with_run:
-            row += [f"{ratios.get(CLAIRVOYANT_RUN_KEY, float('nan')):.2f}",
+            row += [f"{ratios.get(CLAIRVOYANT_RUN, float('nan')):.2f}",
                     f"{summary.get('predictive_vs_clairvoyant_run_mean', float('nan')):.2f}",
                     f"{summary.get('whole_machine_vs_fluid_bound_mean', float('nan')):.2f}",
                     f"{summary.get('hindsight_vs_tighter_bound_mean', float('nan')):.2f}"]  # fmt: skip
@@ -518,14 +517,14 @@ def levers(
         to_bound = {p: _mean([r[p]["ratio_to_bound"] for r in records if r[p]["ratio_to_bound"]]) for p in LEVERS}
         loading = {p: _mean([r[p]["loading_h_per_task_h"] for r in records if r[p]["loading_h_per_task_h"]])
                    for p in LEVERS}  # fmt: skip
-        clairvoyant_park = _geomean([r["clairvoyant_run_park_vs_on_demand"] for r in records if with_runs])
+        clairvoyant_park = _geomean([r["clairvoyant_run_park_vs_on_demand"] for r in records]) if with_runs else None
         short = sum(r[p]["failed_resumes_short"] for r in records for p in LEVERS)
         replaced = sum(r[p]["failed_resumes_replaced_same_run"] for r in records for p in LEVERS)
         per_family[family] = {"seeds": list(seeds), "ratio_to_on_demand": ratios, "mean_ratio_to_bound": to_bound,
                               "loading_h_per_task_h": loading, "worst_ratio_to_on_demand":
                               {p: max(r[p]["ratio_to_on_demand"] for r in records) for p in LEVERS[1:]},
                               "failed_resumes_short": short, "failed_resumes_replaced_same_run": replaced,
-                              "clairvoyant_run_park_vs_on_demand": clairvoyant_park if with_runs else None,
+                              "clairvoyant_run_park_vs_on_demand": clairvoyant_park,
                               "traces": records}  # fmt: skip
         table.add_row(family, str(len(seeds)), *(f"{ratios[p]:.2f}" for p in LEVERS[1:]),
                       *(f"{to_bound[p]:.2f}" for p in LEVERS), *(f"{loading[p]:.3f}" for p in LEVERS),
