@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from services.decider.guardrails import GuardrailConfig
 from sim.vast.scenario import Scenario
 from sim.world.bound import clairvoyant_bound
-from sim.world.engine import Engine
+from sim.world.engine import RUN_GC_THRESHOLD0, Engine
 from sim.world.evaluate import evaluate
 from sim.world.model import Launch, MachineState, Remove, WorldConfig, offers_from_scenario
 from sim.world.trace import Trace
@@ -185,3 +187,21 @@ def test_guardrails_given_to_the_world_bind_every_policy_and_each_refusal_is_rec
     free = Engine(QUIET_3H, Scripted(lambda v: [Launch(5)] if v.now_s in (60.0, 120.0) else []),
                   quiet_scenario(**FIXED_HOUR), 0, world).run()  # fmt: skip
     assert free.launches == 10 and free.launch_refusals == []
+
+
+def test_a_run_collects_cycles_less_often_and_puts_the_interpreters_thresholds_back() -> None:
+    seen: list[tuple[int, int, int]] = []
+
+    def script(view):  # type: ignore[no-untyped-def]
+        seen.append(gc.get_threshold())
+        if view.now_s >= 120.0:
+            raise RuntimeError("a policy bug")
+        return []
+
+    before = gc.get_threshold()
+    run(QUIET_3H, Scripted(launch_once))
+    assert gc.get_threshold() == before
+    with pytest.raises(RuntimeError, match="a policy bug"):
+        run(QUIET_3H, Scripted(script))
+    assert seen and all(threshold == (RUN_GC_THRESHOLD0, *before[1:]) for threshold in seen)
+    assert gc.get_threshold() == before  # put back when a run stops with an error, too
