@@ -86,6 +86,7 @@ class PolicyConfig:
     # bursty trace's next burst then waited: 211 → 275 $; 0.5 is neutral there and still trims the spike's)
     empty_queue_s: float = 300.0
     busy_drain_headroom_fraction: float = 0.5
+    # the margin idle producers are given back beyond, outside a decline (fitted: see sim/world/fitted.py)
     scale_down_margin_fraction: float = 0.2
     # while arrivals fall significantly the decline is not a trough: keep only what the last hour needs, with
     # this margin (20% left ~70 idle machine-hours on a day-long decline)
