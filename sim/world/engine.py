@@ -174,7 +174,7 @@ def fewer_collections() -> Iterator[None]:
     """A run allocates millions of short-lived objects (snapshot lines, task events, plans) that reference
     counting frees and that form almost no cycles, so the collector's passes found little to free: on the week's
     replay (bench scenario, seed 7, `predictive`) they took 11.8 s of 142 s over 7,346 youngest-generation
-    passes; with the threshold below, 0.2 s in all, the peak resident memory 138 MB both ways and the objective
+    passes; with the threshold below, 0.2 s in all, the peak resident memory unchanged (135-138 MB) and the objective
     the same to the cent. The interpreter's thresholds are put back afterwards."""
     before = gc.get_threshold()
     gc.set_threshold(RUN_GC_THRESHOLD0, *before[1:])
