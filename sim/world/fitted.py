@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sim.world.families import SELECTION_SEEDS, TRAIN_SEEDS
+
 
 @dataclass(frozen=True)
 class FittedConstant:
@@ -38,12 +40,16 @@ EVERY_FAMILY = (
     "mixture",
 )
 
+# the seed sets as sim/world/families.py defines them, for a constant measured on the whole of one
+EVERY_TRAIN_SEED = tuple(TRAIN_SEEDS)
+EVERY_TRAIN_AND_SELECTION_SEED = (*TRAIN_SEEDS, *SELECTION_SEEDS)
+
 FITTED_CONSTANTS: list[FittedConstant] = [
     FittedConstant(
         name="PolicyConfig.arriving_keep_factor",
         value=2.0,
         families=("diurnal", "weekly", "growth", "decline", "flash-crowd"),
-        seeds=(100, 101, 102, 103, 104),
+        seeds=EVERY_TRAIN_SEED,
         note="machines on the way given back only beyond this multiple of the kept fleet; first tried on the"
         " bundled traces (1.0: bursty 209 → 372 $), then compared on the train seeds, 2 days each, mean"
         " objective 1.0 → 2.0: diurnal 437 → 420, weekly 346 → 316, growth 263 → 271, decline 257 → 229,"
@@ -53,7 +59,7 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         name="PolicyConfig.arriving_kept_min_slope_z",
         value=0.0,
         families=EVERY_FAMILY,
-        seeds=(100, 101, 102, 103, 104, 105, 106, 107, 108, 109),
+        seeds=EVERY_TRAIN_AND_SELECTION_SEED,
         note="machines on the way kept while the hour's slope is this many standard errors above zero (before: only"
         " while the launch's gate found the slope significant or the quarter hour ran above the hour). Every family,"
         " each trace ÷ its best runnable baseline, geometric mean over seeds then families (traces worse): train"
@@ -65,7 +71,7 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         name="PolicyConfig.surge_drain_target_s",
         value=1200.0,
         families=("batch", "flash-crowd"),
-        seeds=(100, 101, 102, 103, 104),
+        seeds=EVERY_TRAIN_SEED,
         note="derived from the objective (√(2 s p / (μ d)) ≈ 0.35 h), then checked on the train seeds, 2 days"
         " each, before the world's task-event feed and machine pace spread: 3600 → 1200 → 600 s gave batch"
         " 5218 → 4707 → 4518 and flash-crowd 2010 → 1904 → 1852 (the policy before the surge rule: 3787, 1879);"
@@ -77,7 +83,7 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         name="PolicyConfig.max_launches_per_decision",
         value=100,
         families=EVERY_FAMILY,
-        seeds=(100, 101, 102, 103, 104),
+        seeds=EVERY_TRAIN_SEED,
         note="20 → 100 (the contract's cap on one command), 2 days each, mean objective: batch 4709 → 4541,"
         " flash-crowd 1869 → 1845, mixture 864 → 844, weekly 336 → 332, random-walk 403 → 420, quiet-surges"
         " 1114 → 1122, diurnal, growth and decline within 0.5; sum over families 10236 → 10045",
@@ -95,7 +101,7 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         name="PolicyConfig.bid_outbid_target_per_h",
         value=0.1,
         families=("diurnal", "weekly"),
-        seeds=(100, 101, 102, 103, 104),
+        seeds=EVERY_TRAIN_SEED,
         note="derived (a markup step costs ≈ 0.05 of the on-demand price an hour, a pause ≈ a replacement's"
         " startup), then measured with bid_share 0.5 (diurnal 2 days, weekly 7) at commit 26a7b5f, geometric"
         " mean of objective ÷ on-demand only, diurnal / weekly: the fixed markup 0.1 (before) 0.992 / 1.012,"
@@ -108,7 +114,7 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         name="PolicyConfig.bid_markup_cap",
         value=0.4,
         families=("diurnal", "weekly"),
-        seeds=(100, 101, 102, 103, 104),
+        seeds=EVERY_TRAIN_SEED,
         note="reasoned (a bid at 0.7 of on-demand saves less than a pause every 1.25 h costs); in the same"
         " exploratory runs a cap of 0.6 (bids stop past 3.2 pauses a machine-hour, never reached) was no better;"
         " measured with bid_outbid_target_per_h as above",
@@ -117,7 +123,7 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         name="PolicyConfig.resume_s",
         value=900.0,
         families=("diurnal",),
-        seeds=(100, 101, 102, 103, 104),
+        seeds=EVERY_TRAIN_SEED,
         note="not tuned; the rule it serves was: parked machines cover the startup horizon's need but are resumed"
         " only for what the next resume_s needs (resumed at a new machine's lead time they idled at full price"
         " for an hour): summed objective 2334 (on-demand only) against 2322 with it. Early parking trials"
@@ -130,7 +136,7 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         name="PolicyConfig.trend_window_s",
         value=3600.0,
         families=EVERY_FAMILY,
-        seeds=(100, 101, 102, 103, 104),
+        seeds=EVERY_TRAIN_SEED,
         note="a judgement (an hour smooths minute noise and still follows a morning ramp); checked at 35234e7"
         " against a slow ramp's fallback: a rising slope the hour cannot tell from noise counted when the 6 h"
         " window shows it significant, at no more than the hour's own. Every family, train seeds 100-104, each"
@@ -143,7 +149,7 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         name="PolicyConfig.trend_min_z",
         value=2.5,
         families=EVERY_FAMILY,
-        seeds=(100, 101, 102, 103, 104, 105, 106, 107, 108, 109),
+        seeds=EVERY_TRAIN_AND_SELECTION_SEED,
         note="a judgement first (three Poisson standard errors), swept at f4d613f on every family, train seeds 100-104,"
         " each trace ÷ its best runnable baseline (geometric mean over seeds, then families; traces worse than the"
         " best): 2.0 0.7133 (8 worse), 2.25 0.7007 (7), 2.5 0.6958 (4), 2.75 0.7028 (7), 3.0 0.7013 (8). 2.5 stood"
@@ -169,7 +175,7 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         name="PolicyConfig.scale_down_margin_fraction",
         value=0.2,
         families=EVERY_FAMILY,
-        seeds=(100, 101, 102, 103, 104, 105, 106, 107, 108, 109),
+        seeds=EVERY_TRAIN_AND_SELECTION_SEED,
         note="a judgement first (idle producers given back only while capacity exceeds the kept fleet by a fifth),"
         " swept at dbadae6 on every family, each trace ÷ its best runnable baseline (geometric mean over seeds, then"
         " families; traces worse than the best), train seeds 100-104: 0.05 0.6848 (4 worse), 0.1 0.6817 (4), 0.15"
@@ -181,7 +187,7 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         name="PolicyConfig.busy_drain_headroom_fraction",
         value=0.5,
         families=EVERY_FAMILY,
-        seeds=(100, 101, 102, 103, 104, 105, 106, 107, 108, 109),
+        seeds=EVERY_TRAIN_AND_SELECTION_SEED,
         note="first chosen on the bundled traces (0.2: diurnal 323 → 310 $, decline 55 → 50 $, bursty 211 → 275 $;"
         " 0.5 neutral on bursty), measured at 959eda2 on every family, each trace ÷ its best runnable baseline"
         " (geometric mean over seeds, then families; traces worse): 0.3 gave 0.6746 (5) against 0.6887 (6) on train"
@@ -192,7 +198,7 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         name="PolicyConfig.trend_cap_factor",
         value=2.0,
         families=EVERY_FAMILY,
-        seeds=(100, 101, 102, 103, 104),
+        seeds=EVERY_TRAIN_SEED,
         note="a judgement first (a slope extrapolated at most to twice today's rate), swept at 1e43a13 on every"
         " family, train seeds 100-104, each trace ÷ its best runnable baseline (geometric mean over seeds, then"
         " families; traces worse than the best): 1.25 0.7510 (12 worse), 1.5 0.7010 (10), 1.75 0.7071 (7), 2.0"
@@ -209,7 +215,7 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         name="PolicyConfig.season_level_window_s",
         value=900.0,
         families=EVERY_FAMILY,
-        seeds=(100, 101, 102, 103, 104),
+        seeds=EVERY_TRAIN_SEED,
         note="today's level for the ratio that scales a day ago's shape, against that day's rate at the same time"
         " (forecast.echo_level_per_h); every family, train seeds 100-104, each trace ÷ its best runnable baseline,"
         " geometric mean over seeds, then families: the last hour (3600 s, before) 0.7013, 8 traces worse, growth"
@@ -274,7 +280,7 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         name="PolicyConfig.mpc",
         value=True,
         families=EVERY_FAMILY,
-        seeds=(100, 101, 102, 103, 104),
+        seeds=EVERY_TRAIN_SEED,
         note="the expected-cost launch choice turned on by default, parking on: ÷ the best runnable baseline per"
         " trace (geometric mean over seeds, then families; bench market, its own world seed) 0.755 with the"
         " sizing rules, 0.723 with mpc; per family rules → mpc: diurnal 0.971 → 0.964, weekly 0.850 → 0.823,"
