@@ -31,6 +31,7 @@ from rich.table import Table
 
 from services.cli.demo_dashboard import DashboardRecorder
 from services.cli.errors import UserMistake, writable_file
+from services.cli.render import decision_lines
 from shared.contract import (
     DeadLetter,
     DecisionRecord,
@@ -44,6 +45,10 @@ from shared.streams import DLQ
 from sim.prometheus import INSTALL_HINT, prometheus_binary
 from sim.stack import SERVICES, Stack, StackPlan
 from sim.world.trace import TraceError, load_trace
+
+# the demo's log folder keeps every decision the decider audited, as `fleetpilot audit tail` prints it: the stack (and
+# its audit stream) is gone when the summary asks why a launch was given back
+DECISIONS_LOG = "decisions.log"
 
 # Metrics each service must export (checked at the end of the demo, and by the end-to-end test).
 REQUIRED_METRICS: dict[str, tuple[str, ...]] = {
@@ -81,6 +86,8 @@ class LiveState:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     producing_ids: set[int] = field(default_factory=set)
     seen_ids: set[int] = field(default_factory=set)
+    # every decision as `fleetpilot audit tail` shows it, for the operator to read after the stack is gone
+    decisions_log: Path | None = None
 
 
 def render(stack: Stack, state: LiveState) -> Group:
@@ -127,6 +134,9 @@ async def follow(nc: Any, state: LiveState) -> None:
         record = DecisionRecord.model_validate_json(msg.data)
         state.decisions.append(record)
         state.decision_outcomes[record.outcome] += 1
+        if state.decisions_log is not None:
+            with state.decisions_log.open("a") as log:
+                log.write("\n".join(decision_lines(record)) + "\n\n")
 
     async def on_dead_letter(msg: Any) -> None:
         state.dead_letters.append(DeadLetter.model_validate_json(msg.data))
@@ -168,21 +178,28 @@ async def scrape_metrics(stack: Stack) -> dict[str, dict[str, Any]]:
 HOST_FAULT_FATES = frozenset({"stuck_loading", "exit_error"})
 
 
-def wasted_launches(
+def given_back_unproduced(
     ledger: dict[str, Any], state: LiveState, demand_ended_at: datetime | None = None, *, host_faults: bool = False
-) -> int:
+) -> list[int]:
     """Launched machines that were given back or failed before ever producing, while demand still came: once the
     replay's trace has ended, giving back a machine still loading is the right decision, not a wasted launch
     (the fast demo's morning ends at noon, mid-climb, and its last launches are then rightly given back).
-    `host_faults`: count the machines whose host was made to fail (HOST_FAULT_FATES) instead of the others."""
-    return sum(
-        1
+    `host_faults`: the machines whose host was made to fail (HOST_FAULT_FATES) instead of the others."""
+    return sorted(
+        int(entry["instance_id"])
         for entry in ledger.get("entries", [])
         if entry.get("destroyed_at")
         and int(entry["instance_id"]) not in state.producing_ids
         and (demand_ended_at is None or datetime.fromisoformat(entry["destroyed_at"]) < demand_ended_at)
         and (entry.get("fate") in HOST_FAULT_FATES) == host_faults
     )
+
+
+def wasted_launches(
+    ledger: dict[str, Any], state: LiveState, demand_ended_at: datetime | None = None, *, host_faults: bool = False
+) -> int:
+    """How many `given_back_unproduced` names."""
+    return len(given_back_unproduced(ledger, state, demand_ended_at, host_faults=host_faults))
 
 
 def demand_end(stack: Stack) -> datetime:
@@ -228,6 +245,8 @@ def summarise(
         "max_instances": stack.plan.max_instances,
         "launches": len(ledger.get("entries", [])),
         "wasted_launches": wasted_launches(ledger, state, demand_end(stack)),
+        "wasted_instance_ids": given_back_unproduced(ledger, state, demand_end(stack)),
+        "decisions_log": str(state.decisions_log) if state.decisions_log else None,
         "given_back_after_the_demand": wasted_launches(ledger, state)
         - wasted_launches(ledger, state, demand_end(stack)),
         "host_faults": wasted_launches(ledger, state, host_faults=True),
@@ -269,8 +288,12 @@ def check(summary: dict[str, Any], *, fast: bool = False) -> list[str]:
     if summary["launches"] == 0:
         problems.append("no machine was launched")
     elif (wasted := summary.get("wasted_launches", 0)) > max(tolerated, share_bound * summary["launches"]):
+        ids = ", ".join(f"#{i}" for i in summary.get("wasted_instance_ids", []))
+        log = summary.get("decisions_log")
         problems.append(
             f"{wasted} of {summary['launches']} launches never produced, host faults apart (over {share_bound:.0%})"
+            + (f": {ids}" if ids else "")
+            + (f" (the decisions that gave them back: {log})" if log else "")
         )
     if summary.get("failed_at_end"):
         problems.append(f"{summary['failed_at_end']} machines were left failed at the end, not destroyed")
@@ -313,7 +336,7 @@ async def run_demo(
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="fleetpilot-demo-"))
     stack = Stack(plan, workdir, governed=True)
-    state = LiveState()
+    state = LiveState(decisions_log=workdir / DECISIONS_LOG)
     recorder = DashboardRecorder(SERVICES, workdir) if dashboard_png else None
     dashboard_panels = None
     try:

@@ -4,6 +4,8 @@ One demo run serves every test here."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from services.cli.demo import REQUIRED_METRICS, check
 from services.cli.demo_dashboard import panel_queries
 from tests.deploy.metric_names import DASHBOARD_METRICS
@@ -57,10 +59,22 @@ def test_the_verdict_fails_work_done_badly_not_only_work_left_undone() -> None:
     assert check({**SANE, "launches": 6, "wasted_launches": 2}) != []
 
 
+def test_a_failed_waste_verdict_names_the_machines_and_where_their_decisions_are() -> None:
+    wasteful = {**SANE, "launches": 21, "wasted_launches": 3, "wasted_instance_ids": [701, 712, 714],
+                "decisions_log": "/logs/decisions.log"}  # fmt: skip
+    [problem] = check(wasteful)
+    assert problem.startswith("3 of 21 launches never produced")
+    assert "#701, #712, #714" in problem and "/logs/decisions.log" in problem
+
+
 def test_fast_demo_serves_the_work_within_budget_and_exports_every_metric(fast_demo: DemoRun) -> None:
     summary = fast_demo.summary
     assert check(summary) == []
     assert summary["tasks_completed"] > 0
+    # every decision the decider audited is kept for the operator, as `fleetpilot audit tail` prints it
+    decisions = Path(summary["decisions_log"]).read_text()
+    assert decisions.count(" UTC  run ") == sum(summary["decisions"].values())
+    assert "  policy: " in decisions
     # every service's /metrics was scraped while the stack ran, and has what the issue lists
     assert set(summary["metrics"]) == set(REQUIRED_METRICS)
     exported = {name for found in summary["metrics"].values() for name in found["exported"]}
