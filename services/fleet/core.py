@@ -313,6 +313,8 @@ class FleetCore:
             self.counts[from_state] -= 1
         if to_state != S.GONE:
             self.counts[to_state] += 1
+        if from_state == S.PARKED and record.first_producing_s is None:
+            record.parked_before_producing_s += max(0.0, at_s - record.state_since_s)
         record.state, record.state_since_s = to_state, at_s
         if to_state != S.FAILED:
             record.failure_reason = None

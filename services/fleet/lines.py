@@ -69,6 +69,7 @@ def _settled(record: InstanceRecord) -> LineKey:
         record.created_at_s,
         record.state_since_s,
         record.first_producing_s,
+        record.parked_before_producing_s,
         record.bench_verdict,
         record.interruptible,
     )
@@ -157,6 +158,7 @@ class SnapshotLines:
                 created_at=_utc(record.created_at_s),
                 state_since=_utc(record.state_since_s),
                 first_producing_at=_utc(record.first_producing_s) if record.first_producing_s is not None else None,
+                parked_before_producing_s=record.parked_before_producing_s,
                 last_task_at=_utc(record.last_task_at_s) if record.last_task_at_s is not None else None,
                 tasks_completed=record.tasks_completed,
                 throughput_tasks_per_h=shown_throughput,

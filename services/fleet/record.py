@@ -41,6 +41,8 @@ class InstanceRecord:
     producing_since_s: float | None = None
     # the first time it produced: a resumed machine produces again days after its creation, which is no startup
     first_producing_s: float | None = None
+    # a machine parked once it had loaded, before it produced: its wait parked is no part of its startup
+    parked_before_producing_s: float = 0.0
     bench_verdict: str | None = None
     interruptible: bool = False  # a bid: paused whenever outbid
     bid_model: str | None = None  # the GPU model its exposure to the market is booked under; None: not exposed

@@ -125,7 +125,12 @@ class InstanceLine(ContractModel):
     created_at: UtcDatetime
     state_since: UtcDatetime
     first_producing_at: UtcDatetime | None = Field(
-        default=None, description="when it first produced: its startup is this minus created_at, even once resumed"
+        default=None,
+        description="when it first produced: its startup is this minus created_at (less the time it was parked "
+        "before that), even once resumed",
+    )
+    parked_before_producing_s: float = Field(
+        default=0.0, ge=0, description="seconds it was parked before it first produced: no part of its startup"
     )
     last_task_at: UtcDatetime | None = None
     tasks_completed: int = Field(default=0, ge=0)

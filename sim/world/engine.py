@@ -614,6 +614,8 @@ class Engine:
         elif machine.state is MachineState.RESUMING and parking:
             self._keep_loading_left(machine)
             self._park(machine)  # the start is called off before its worker came back
+        elif machine.state is MachineState.LOADING and parking and machine.running_s is not None:
+            self._park(machine)  # its image pulled and its container run: a start brings it back in minutes
         else:
             self._set_state(machine, MachineState.GONE)
             self._fleet_events.append(FleetEvent(self.now_s, machine.instance_id, "gone"))

@@ -111,6 +111,26 @@ def test_scale_down_gives_back_the_last_machine_on_the_way_first_and_keeps_what_
     assert kept >= sized.keep * CONFIG.arriving_keep_factor
 
 
+def test_a_machine_on_the_way_that_has_loaded_is_parked_not_destroyed_when_the_demand_no_longer_needs_it() -> None:
+    """The quiet fleet above, its machines on the way past loading (running, registered, benchmarked): the startup
+    they paid for is kept on their disks, a start brings them back in minutes, so they are stopped for parking
+    while parking pays; with parking off, and for a machine still pulling its image, they are destroyed."""
+    quiet = signal(NOW, rate_per_h=120, windows=[window(300, 100), window(3600, 120)], producing_workers=1)
+    loaded_states = (InstanceState.RUNNING, InstanceState.REGISTERED, InstanceState.BENCHMARKED)
+    loaded = [on_the_way.model_copy(update={"state": loaded_states[i % 3]}) for i, on_the_way in
+              enumerate(loading(6, NOW, created_ago_s=2 * HOUR_S))]  # fmt: skip
+    still_loading = loading(1, NOW, first_id=600, created_ago_s=300)
+    fleet = split_fleet(snapshot(NOW, [*producing(1, NOW), *loaded, *still_loading]))
+    sized = size(quiet, fleet, NOW, CONFIG, 0)
+    removals = scale_down_plan(quiet, fleet, sized, NOW, CONFIG)
+    given_back = {r.instance_id: (r.verb, r.reason) for r in removals}
+    assert given_back[600] == ("destroy", RemovalReason.OVER_PROVISIONED)  # the last on the way goes first
+    parked_ids = [i for i, (verb, reason) in given_back.items() if (verb, reason) == ("stop", RemovalReason.PARK)]
+    assert parked_ids and set(parked_ids) | {600} == set(given_back)
+    on_demand = PolicyConfig(park=False)
+    assert all(r.verb == "destroy" for r in scale_down_plan(quiet, fleet, sized, NOW, on_demand))
+
+
 def test_machines_on_the_way_stay_while_the_hour_still_rises_however_faintly() -> None:
     """The same fleet and rates as above, the hour's slope faintly up (far below the launch's significance gate):
     nothing on the way is given back, where a flat hour gives back all but what the kept rate needs."""

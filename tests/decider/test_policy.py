@@ -236,6 +236,18 @@ def test_a_resumed_machine_counts_its_first_startup_not_its_return_from_parking(
     assert learned_startup_s(resumed, default_s=5400, min_samples=3, min_s=600, max_s=21600) == 1800
 
 
+def test_a_machine_parked_before_it_ever_produced_counts_its_startup_without_the_wait() -> None:
+    # created 7 h ago, loaded, parked 5 h, producing for the last 10 minutes: its startup is 2 h less the
+    # 10 minutes it has produced, not the 7 h since its creation
+    waited = [
+        line.model_copy(
+            update={"first_producing_at": NOW - timedelta(minutes=10), "parked_before_producing_s": 5 * HOUR_S}
+        )
+        for line in producing(3, NOW, created_ago_s=7 * HOUR_S, state_for_s=600)
+    ]
+    assert learned_startup_s(waited, default_s=5400, min_samples=3, min_s=600, max_s=21600) == 2 * HOUR_S - 600
+
+
 def test_fluid_backlog_counts_machines_as_they_arrive() -> None:
     # 100 tasks, 120/h arriving, one machine now and one in 30 min, each 120/h
     left = backlog_after(3600, backlog_tasks=100, arrival_per_h=120, machines_now=1, ready_offsets=[1800],

@@ -81,6 +81,37 @@ def test_a_resumed_machine_produces_again_on_its_next_task_without_a_new_benchma
     assert entered[-3:] == [(S.PRODUCING, S.PARKED), (S.PARKED, S.RESUMING), (S.RESUMING, S.PRODUCING)]
 
 
+def test_a_machine_parked_once_loaded_counts_its_wait_parked_apart_from_its_startup() -> None:
+    """Running (loaded) at T0 + 90 min, parked 10 minutes later, resumed 5 h after that, producing 12 minutes
+    on: its line says it was parked 5 h before it first produced, so its startup reads 1 h 52 min, not 6 h 52."""
+    core = FleetCore()
+    core.observe_instance(observed(S.LOADING, T0), T0)
+    running = T0 + timedelta(minutes=90)
+    core.observe_instance(observed(S.RUNNING, running), running)
+    stopped = running + timedelta(minutes=10)
+    core.observe_instance(observed(S.PARKED, stopped, vast_actual_status="stopped", park_reason=ParkReason.STOPPED),
+                          stopped)  # fmt: skip
+    start = stopped + timedelta(hours=5)
+    core.observe_instance(observed(S.RESUMING, start, vast_actual_status="stopped"), start)
+    done = start + timedelta(minutes=12)
+    core.observe_task(task("completed", done), done)
+    record = core.instances[ID]
+    assert record.state is S.PRODUCING and record.parked_before_producing_s == 5 * 3600
+    line = next(line for line in core.snapshot(done).instances if line.instance_id == ID)
+    assert line.first_producing_at is not None and line.parked_before_producing_s == 5 * 3600
+    startup_s = (line.first_producing_at - line.created_at).total_seconds() - line.parked_before_producing_s
+    assert startup_s == (90 + 10 + 12) * 60
+    # parked again after it produced: the startup it read stays
+    later = done + timedelta(hours=1)
+    core.observe_instance(observed(S.PARKED, later, vast_actual_status="stopped", park_reason=ParkReason.STOPPED),
+                          later)  # fmt: skip
+    again = later + timedelta(hours=8)
+    core.observe_instance(observed(S.RESUMING, again, vast_actual_status="stopped"), again)
+    assert core.instances[ID].parked_before_producing_s == 5 * 3600
+    # and it is saved with the record
+    assert restored_instance(json.loads(json.dumps(take_changes(core)[0][0]))).parked_before_producing_s == 5 * 3600
+
+
 def test_a_machine_parked_before_its_benchmark_is_benchmarked_when_it_comes_back() -> None:
     core = FleetCore()
     core.observe_instance(observed(S.RUNNING, T0), T0)

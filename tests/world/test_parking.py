@@ -167,3 +167,34 @@ def test_a_waiting_resume_parked_again_is_not_counted_as_given_up() -> None:
     result = run(script, taken_for_good)
     assert result.resumes_gpu_taken == 1 and result.parks == 2
     assert result.failed_resumes_given_up == 0 and result.failed_resume_wait_max_s == 0
+
+
+def test_a_machine_stopped_after_it_ran_but_before_it_produced_is_parked_and_starts_again_in_minutes() -> None:
+    """The decider parks a machine on the way the demand no longer needs once it has loaded: its image is on its
+    disk, so a start brings it back after the restart and registration, not after another whole startup."""
+    states: dict[float, MachineState] = {}
+    stopped_at: list[float] = []
+
+    def script(view):
+        machine = next(iter(view.machines), None)
+        if machine is None:
+            return [] if states else [Launch(1)]
+        states[view.now_s] = machine.state
+        if not stopped_at and machine.running_s is not None:
+            assert machine.state is MachineState.LOADING  # running, its worker not registered yet
+            stopped_at.append(view.now_s)
+            return [Remove(machine.instance_id, "stop", "park")]
+        if view.now_s == 4 * 3600:
+            return [Resume(machine.instance_id, "demand_back")]
+        return []
+
+    scenario = quiet_scenario(
+        market=[{"gpu_model": "RTX 4090", "count": 1, "price_usd_per_h": {"min": 0.5, "max": 0.5}}]
+    )
+    result = Engine(QUIET_6H, Scripted(script), scenario, 0, WorldConfig(initial_machines=0)).run()
+    assert stopped_at and stopped_at[0] < 4 * 3600 - 600
+    assert result.parks == 1 and result.resumes == 1
+    assert states[stopped_at[0] + 60] is MachineState.PARKED
+    back_at = 4 * 3600 + RESTART_S + REGISTRATION_S
+    assert states[back_at - 60] is MachineState.RESUMING
+    assert states[back_at + 60] is MachineState.PRODUCING

@@ -26,15 +26,19 @@ ARRIVING_STATES = frozenset(
 def learned_startup_s(
     producing: Iterable[InstanceLine], *, default_s: float, min_samples: int, min_s: float, max_s: float
 ) -> float:
-    """Median launch→producing time of the machines that made it (first producing − created_at), else the default.
+    """Median launch→producing time of the machines that made it (first producing − created_at, less any time parked
+    before that), else the default.
 
     Bounded so that one machine registered by hand (startup ≈ 0) or adopted after a restart cannot make the
     policy believe machines arrive in minutes. A resumed machine produces again a night after its creation: its
     first time producing is its startup, not the latest (parked overnight, the fleet read a 6 h startup and
-    planned a whole startup's backlog on it).
+    planned a whole startup's backlog on it). One parked once it had loaded and resumed before it ever produced
+    waited parked between the two: that wait is no startup either (12 such machines read a 2.9 h startup in place of
+    1.5 h, and the fleet sized on it gave back 61 machines on the way with 1,644 tasks queued).
     """
     samples = [
         ((line.first_producing_at or line.state_since) - line.created_at).total_seconds()
+        - line.parked_before_producing_s
         for line in producing
         if line.state is InstanceState.PRODUCING and (line.first_producing_at or line.state_since) > line.created_at
     ]

@@ -19,6 +19,10 @@ from shared.contract import DemandSignal, InstanceState, RemovalReason
 
 # vast bills GPU time from `running`: before that an instance costs its disk only
 BILLED_ARRIVING_STATES = frozenset({InstanceState.RUNNING, InstanceState.REGISTERED, InstanceState.BENCHMARKED})
+# machines on the way whose image is pulled and whose container ran: one the demand no longer needs is parked, not
+# destroyed, when parking pays (a stop keeps the startup it already paid for, and a start brings it back in minutes
+# where a new launch takes hours)
+LOADED_STATES = BILLED_ARRIVING_STATES
 
 
 def scale_down_plan(
@@ -114,7 +118,7 @@ def scale_down(
     spare = min(capacity - math.ceil(keep * config.arriving_keep_factor), len(on_the_way) - arriving_needed)
     given_back = [
         RemovalPlan("stop", line.instance_id, RemovalReason.PARK)
-        if line.state is InstanceState.RESUMING
+        if line.state is InstanceState.RESUMING or (config.park and line.state in LOADED_STATES)
         else RemovalPlan("destroy", line.instance_id, RemovalReason.OVER_PROVISIONED)
         for line in latest_first[: max(0, spare)]
         if line.state in billed or line.state is InstanceState.RESUMING
