@@ -73,7 +73,9 @@ class DeciderSettings(BaseSettings):
     # families and is on; bids do not pay in the guessed market and are off. mpc: the expected-cost launch
     # choice, on (train seeds: sim/world/fitted.py); off falls back to the sizing rules' point target
     park: bool = Field(
-        default=True, description="stop surplus producers with their disk kept and resume them before launching"
+        default=True,
+        description="stop surplus machines (producers, and those on the way that have loaded) with their disk kept "
+        "and resume them before launching",
     )
     mpc: bool = Field(
         default=True, description="choose launches by expected cost over demand scenarios (policy/mpc.py)"
