@@ -33,7 +33,7 @@ class DirectiveKind(StrEnum):
 
 
 class Lever(StrEnum):
-    PARK = "park"  # stop surplus producers with their disk kept, resume them before launching
+    PARK = "park"  # stop surplus machines (producers, loaded ones on the way) with their disk kept, resume them first
     BIDS = "bids"  # interruptible bids for part of the growth
 
 
