@@ -236,6 +236,7 @@ def summarise(
     dashboard_panels: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     jobs = json.loads(stack.job_summary_path.read_text()) if stack.job_summary_path.exists() else {}
+    wasted = given_back_unproduced(ledger, state, demand_end(stack))
     return {
         **jobs,
         "cost_usd": round(float(ledger.get("total_cost_usd", 0.0)), 2),
@@ -244,11 +245,10 @@ def summarise(
         "peak_instances": int(ledger.get("peak_instances", 0)),
         "max_instances": stack.plan.max_instances,
         "launches": len(ledger.get("entries", [])),
-        "wasted_launches": wasted_launches(ledger, state, demand_end(stack)),
-        "wasted_instance_ids": given_back_unproduced(ledger, state, demand_end(stack)),
+        "wasted_launches": len(wasted),
+        "wasted_instance_ids": wasted,
         "decisions_log": str(state.decisions_log) if state.decisions_log else None,
-        "given_back_after_the_demand": wasted_launches(ledger, state)
-        - wasted_launches(ledger, state, demand_end(stack)),
+        "given_back_after_the_demand": wasted_launches(ledger, state) - len(wasted),
         "host_faults": wasted_launches(ledger, state, host_faults=True),
         "decisions": dict(state.decision_outcomes),
         "dead_letters": len(state.dead_letters),
