@@ -165,7 +165,7 @@ class FleetCore:
             held = self.unclaimed[instance_id] = []
             if len(self.unclaimed) > UNCLAIMED_INSTANCES_KEPT:
                 self.unclaimed.popitem(last=False)
-        held.append(event)
+        held.append(event.without_unknown_fields())  # kept for a while: what a producer adds is not
         if len(held) > UNCLAIMED_EVENTS_KEPT:
             del held[1]
 
@@ -233,7 +233,7 @@ class FleetCore:
     def snapshot(self, now: datetime) -> FleetSnapshot:
         now_s = now.timestamp()
         shown = (record for _, record in sorted(self.instances.items()) if record.state != S.GONE)
-        lines, spend = self._lines.lines(shown, now_s, lambda record: self.throughput(record, now_s))
+        lines, spend = self._lines.lines(shown, now_s, self.config.throughput_window_s)
         self._lines.forget({line.instance_id for line in lines})
         return FleetSnapshot(
             occurred_at=now,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self, cast
 
 from pydantic import (
     AfterValidator,
@@ -12,9 +12,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ModelWrapValidatorHandler,
-    PrivateAttr,
-    model_validator,
 )
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -54,20 +51,13 @@ class ToleratesUnknownFields(BaseModel):
     event until FleetPilot is upgraded. Our own services' messages stay strict (ContractModel).
 
     List it after the strict base (`class TaskEvent(Event, ToleratesUnknownFields)`): pydantic merges the
-    bases' configurations in that order, so this `extra="ignore"` is the one that holds."""
+    bases' configurations in that order, so this `extra="allow"` is the one that holds. Allowed, not dropped:
+    pydantic then keeps them aside (`model_extra`) with no Python code in the validation, where noting them in a
+    validator of ours made reading a task event from JSON 2.4 times slower (5.0 µs against 2.1). Nothing reads
+    them but `unknown_fields()`, and whatever keeps a message beyond its handling keeps
+    `without_unknown_fields()`: a producer's extra field is as large as it likes."""
 
-    model_config = ConfigDict(extra="ignore")
-    _unknown_fields: tuple[str, ...] = PrivateAttr(default=())
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _note_unknown_fields(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
-        model = handler(data)
-        if isinstance(data, dict):
-            unknown = data.keys() - cls.model_fields.keys()  # the class's fields looked up once, not per key
-            if unknown:
-                model._unknown_fields = tuple(sorted(str(name) for name in unknown))
-        return model
+    model_config = ConfigDict(extra="allow")
 
     def __eq__(self, other: object) -> bool:
         """Equal by fields, as before: which unknown fields the producer sent is not part of the message."""
@@ -77,7 +67,7 @@ class ToleratesUnknownFields(BaseModel):
 
     def unknown_fields(self) -> list[str]:
         """The ignored fields of this message and of the job-system models inside it (`queues[].owner`)."""
-        found = list(self._unknown_fields)
+        found = sorted(self.__pydantic_extra__ or ())
         for name in type(self).model_fields:
             value = getattr(self, name)
             for item in value if isinstance(value, list | tuple) else [value]:
@@ -89,3 +79,19 @@ class ToleratesUnknownFields(BaseModel):
                         if f"{name}{suffix}.{inner}" not in found
                     ]
         return found
+
+    def without_unknown_fields(self) -> Self:
+        """This message as kept: its unknown fields, and those of the job-system models inside it, left out."""
+        if not self.unknown_fields():
+            return self
+        known = {name: _known_only(getattr(self, name)) for name in type(self).model_fields}
+        # its values were validated as it was read
+        return cast(Self, self.model_construct(_fields_set=self.model_fields_set, **known))
+
+
+def _known_only(value: Any) -> Any:
+    if isinstance(value, ToleratesUnknownFields):
+        return value.without_unknown_fields()
+    if isinstance(value, list):
+        return [_known_only(item) for item in value]
+    return value

@@ -283,6 +283,18 @@ def test_task_events_of_a_machine_never_reported_resurrect_nothing() -> None:
     assert len(core.unclaimed) == UNCLAIMED_INSTANCES_KEPT and core.instances == {}
 
 
+def test_a_held_event_keeps_none_of_what_the_job_system_added() -> None:
+    """Events wait for their instance, a thousand instances of them: a field the job system added, however large,
+    is not what waits (it was counted as the event was read)."""
+    core = FleetCore()
+    payload = task("completed", T0, 77).model_dump(mode="json") | {"attachment": "x" * 100_000}
+    event = TaskEvent.model_validate(payload)
+    assert event.unknown_fields() == ["attachment"]
+    core.observe_task(event, T0)
+    [held] = core.unclaimed[77]
+    assert held == event and held.unknown_fields() == [] and "attachment" not in held.model_dump()
+
+
 def test_a_redelivered_completion_counts_once() -> None:
     core = FleetCore()
     at = producing(core, T0)

@@ -55,7 +55,7 @@ def test_a_line_moved_only_by_tasks_is_the_line_a_fresh_build_gives() -> None:
         core.observe_task(task("completed", done, task_id=f"c{n}"), done)
     moved = {line.instance_id: line for line in core.snapshot(done).instances}[ID]
     record = core.instances[ID]
-    [fresh], _ = SnapshotLines().lines([record], done.timestamp(), lambda r: core.throughput(r, done.timestamp()))
+    [fresh], _ = SnapshotLines().lines([record], done.timestamp(), core.config.throughput_window_s)
     assert moved == fresh and moved.model_dump() == fresh.model_dump()
     assert moved.model_fields_set == fresh.model_fields_set
     assert moved.tasks_completed == 4 and moved.last_task_at == done

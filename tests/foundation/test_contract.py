@@ -225,6 +225,11 @@ def test_a_job_system_message_ignores_an_unknown_field_and_names_it(event: c.Eve
     assert isinstance(read, c.ToleratesUnknownFields)
     expected = ["surprise_field"] + (["queues[].owner"] if "queues" in payload else [])
     assert read.unknown_fields() == expected
+    # what is kept beyond the handling leaves them out (a producer's extra field is as large as it likes)
+    kept = read.without_unknown_fields()
+    assert kept == event and kept.unknown_fields() == []
+    assert json.loads(kept.model_dump_json()) == json.loads(event.model_dump_json())
+    assert event.without_unknown_fields() is event
 
 
 @pytest.mark.parametrize("event", EXAMPLES, ids=lambda e: type(e).__name__)
