@@ -146,16 +146,17 @@ class SnapshotLines:
             return self._built(record, now_s, shown_throughput, settled, moving)
         if cached.moving == moving:
             return cached
-        text_moved = cached.moving[2] != shown_throughput or cached.moving[3] != uptime_tenth_h
-        cached.line = _moved(
-            cached.line,
-            {
-                "last_task_at": _utc(record.last_task_at_s) if record.last_task_at_s is not None else None,
-                "tasks_completed": record.tasks_completed,
-                "throughput_tasks_per_h": shown_throughput,
-                "line": _text(cached.settled_text, record, now_s, shown_throughput) if text_moved else cached.line.line,
-            },
-        )
+        # only what moved is worked out again: a task moves the first two, the clock the last two
+        last_task_s, tasks_completed, throughput, uptime = cached.moving
+        update: dict[str, object] = {}
+        if record.last_task_at_s != last_task_s:
+            update["last_task_at"] = _utc(record.last_task_at_s) if record.last_task_at_s is not None else None
+        if record.tasks_completed != tasks_completed:
+            update["tasks_completed"] = record.tasks_completed
+        if shown_throughput != throughput or uptime_tenth_h != uptime:
+            update["throughput_tasks_per_h"] = shown_throughput
+            update["line"] = _text(cached.settled_text, record, now_s, shown_throughput)
+        cached.line = _moved(cached.line, update)
         cached.moving = moving
         return cached
 

@@ -665,20 +665,24 @@ class Engine:
         self._last_view_s, self._started_at_last_view = self.now_s, self.queue.started
         mean_rate = started / dt if dt > 0 else 0.0
         ahead = 0.0
+        # every producer, every simulated minute: the names below are looked up once, not once per machine
+        now_s, last_above = self.now_s, self._last_busy.last_above
+        started_by_model, busy_s_by_model = self._started_by_model, self._busy_s_by_model
         for machine in self.producing_order:
             rate = machine.tasks_per_h / 3600.0
             share = min(rate, max(0.0, mean_rate - ahead))
             if share > 0:
-                model = machine.gpu_model
-                machine.tasks_started += share * dt
-                self._started_by_model[model] = self._started_by_model.get(model, 0.0) + share * dt
-                self._busy_s_by_model[model] = self._busy_s_by_model.get(model, 0.0) + share * dt / rate
-            last = self._last_busy.last_above(ahead)
+                model = machine.offer.gpu_model
+                tasks = share * dt
+                machine.tasks_started += tasks
+                started_by_model[model] = started_by_model.get(model, 0.0) + tasks
+                busy_s_by_model[model] = busy_s_by_model.get(model, 0.0) + tasks / rate
+            last = last_above(ahead)
             if share <= 0 and (last is None or last <= previous_view_s):
                 # no work reached this far down the line since the last view, so none reached anyone behind it
                 break
             if last is not None and last > machine.state_since_s:
-                machine.last_task_s = min(last, self.now_s)
+                machine.last_task_s = min(last, now_s)
                 machine.worked = True
             ahead += rate
 

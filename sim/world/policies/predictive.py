@@ -173,6 +173,7 @@ class PredictiveAdapter:
         # by GPU model: tasks started and worker-seconds busy at the last count, and the busy seconds per task then
         self._busy_carry: dict[str, tuple[float, float, float]] = {}
         self.producing_ids: set[int] = set()
+        self.new_producers = True  # producers may have come that the sample has room for
         self.runs = 0
         self.run_labels: Counter[str] = Counter()
         self.policy_ms: list[float] = []
@@ -317,14 +318,17 @@ class PredictiveAdapter:
         Returns the completions reported so far, by GPU model (the aggregated counts leave them out).
         """
         producing_ids = self._producing_ids(view)
-        for instance_id in [i for i in self.sampled if i not in producing_ids]:
+        stopped = [i for i in self.sampled if i not in producing_ids]
+        for instance_id in stopped:
             del self.sampled[instance_id]
-        members: Counter[str] = Counter(worker.gpu_model for worker in self.sampled.values())
-        for instance_id in sorted(producing_ids):
-            machine = view.machines_by_id[instance_id]
-            if instance_id not in self.sampled and members[machine.gpu_model] < SAMPLED_WORKERS_PER_MODEL:
-                self.sampled[instance_id] = _SampledWorker(machine.gpu_model, machine.tasks_started, view.now_s)
-                members[machine.gpu_model] += 1
+        if stopped or self.new_producers:  # otherwise the scan below finds what it found last time: nobody
+            self.new_producers = False
+            members: Counter[str] = Counter(worker.gpu_model for worker in self.sampled.values())
+            for instance_id in sorted(producing_ids):
+                machine = view.machines_by_id[instance_id]
+                if instance_id not in self.sampled and members[machine.gpu_model] < SAMPLED_WORKERS_PER_MODEL:
+                    self.sampled[instance_id] = _SampledWorker(machine.gpu_model, machine.tasks_started, view.now_s)
+                    members[machine.gpu_model] += 1
         for instance_id, worker in self.sampled.items():
             started = view.machines_by_id[instance_id].tasks_started
             if started > worker.started:
@@ -358,6 +362,7 @@ class PredictiveAdapter:
         for event in view.events:
             if event.kind == "producing":
                 self.producing_ids.add(event.instance_id)
+                self.new_producers = True
             elif event.kind in ("offline", "gone", "exited"):
                 self.producing_ids.discard(event.instance_id)
         self.producing_ids &= view.machines_by_id.keys()
