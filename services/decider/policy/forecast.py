@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 from shared import gpu_models
 from shared.contract import DemandSignal, InstanceLine, InstanceState, SeasonEcho, WindowStats
@@ -64,7 +65,9 @@ def throughput_per_machine(signal: DemandSignal, producing: Sequence[InstanceLin
     by_model = signal.throughput_by_gpu_model_tasks_per_h
     if by_model and producing:
         fallback = signal.per_worker_throughput_tasks_per_h
-        paces = [_model_pace(by_model, line.gpu_model) or fallback for line in producing]
+        # looked up once per GPU model, not once per producer (a 1000-machine fleet has a handful of models)
+        pace_of = {model: _model_pace(by_model, model) or fallback for model in {line.gpu_model for line in producing}}
+        paces = [pace_of[line.gpu_model] for line in producing]
         known = [pace for pace in paces if pace]
         if len(known) == len(paces):
             return statistics.fmean(known)
@@ -92,8 +95,14 @@ def ready_offset_s(line: InstanceLine, now: datetime, startup_s: float) -> float
 
 def model_reference(line: InstanceLine) -> float | None:
     """The catalog's tasks/h for `line`'s GPUs (shared.gpu_models); None for a model it does not know."""
-    model = gpu_models.find(line.gpu_model)
-    return model.reference_tasks_per_h * line.num_gpus if model is not None else None
+    return _catalog_reference(line.gpu_model, line.num_gpus)
+
+
+@lru_cache(maxsize=1024)
+def _catalog_reference(gpu_model: str | None, num_gpus: int) -> float | None:
+    # asked of every machine at every run, of a handful of models
+    model = gpu_models.find(gpu_model)
+    return model.reference_tasks_per_h * num_gpus if model is not None else None
 
 
 def catalog_paces(lines: Iterable[InstanceLine]) -> list[float]:

@@ -14,9 +14,9 @@ from datetime import datetime
 from services.decider.policy.base import LaunchPlan, Recommendation, RemovalPlan, ResumePlan
 from services.decider.policy.cleanup import cleanup
 from services.decider.policy.config import DEFAULT_CONFIG, PolicyConfig
-from services.decider.policy.fleet_view import FleetView, split_fleet
+from services.decider.policy.fleet_view import split_fleet
 from services.decider.policy.growth import grow, lost_machines
-from services.decider.policy.mpc import MpcChoice, choose_launches, on_the_way_kept
+from services.decider.policy.mpc import choose_launches, on_the_way_kept
 from services.decider.policy.parking import ParkHistory, describe, parking_pays_for_fleet
 from services.decider.policy.scale_down import scale_down_plan
 from services.decider.policy.sizing import Sizing, figures, numbers, size
@@ -44,10 +44,13 @@ def recommend(
         parking_note = f"; parking does not pay now ({describe(snapshot.park_outcomes)})"
     sizing = size(signal, fleet, now, config, unobserved_launches)
     removals = cleanup(fleet, now, config, sizing.stalled_state, history)
-    mpc = mpc_choice(signal, snapshot, fleet, sizing, config) if config.mpc else None
+    # the expected-cost choice, at the fleet's median price and the shortest window's rate (worked out once)
+    inputs = _mpc_inputs(signal, snapshot, sizing, config) if config.mpc else None
+    mpc = choose_launches(sizing, *inputs, lost_machines(sizing, fleet)) if inputs else None
     growth = grow(sizing, fleet, snapshot, config, mpc, now)
     if not growth.launches and not growth.resumes and growth.rate_deficit <= 0 and not sizing.stalled_state:
-        kept = on_the_way_worth_keeping(signal, snapshot, fleet, sizing, config) if config.mpc else 0
+        # the machines on the way that the same expected cost keeps (a scale-down never gives those back)
+        kept = on_the_way_kept(sizing, *inputs, lost_machines(sizing, fleet)) if inputs else 0
         removals += scale_down_plan(signal, fleet, sizing, now, config, kept)
     note = growth.note + (mpc.describe() if mpc is not None else "") + parking_note
     explanation = _explain(
@@ -62,25 +65,11 @@ def recommend(
     )
 
 
-def mpc_choice(
-    signal: DemandSignal, snapshot: FleetSnapshot, fleet: FleetView, sizing: Sizing, config: PolicyConfig
-) -> MpcChoice:
-    """The expected-cost launch choice at the fleet's median price, from the shortest window's rate; the machines
-    just lost (failed, outbid, stalled) count as having served the arrivals before."""
-    return choose_launches(sizing, *_mpc_inputs(signal, snapshot, sizing, config), lost_machines(sizing, fleet))
-
-
-def on_the_way_worth_keeping(
-    signal: DemandSignal, snapshot: FleetSnapshot, fleet: FleetView, sizing: Sizing, config: PolicyConfig
-) -> int:
-    """The machines on the way that the same expected cost keeps (a scale-down never gives those back)."""
-    return on_the_way_kept(sizing, *_mpc_inputs(signal, snapshot, sizing, config), lost_machines(sizing, fleet))
-
-
 def _mpc_inputs(
     signal: DemandSignal, snapshot: FleetSnapshot, sizing: Sizing, config: PolicyConfig
 ) -> tuple[float, PolicyConfig, float]:
-    """The shortest window's rate, the config and the fleet's median price (the default before any is priced)."""
+    """The shortest window's rate, the config and the fleet's median price (the default before any is priced); the
+    machines just lost (failed, outbid, stalled) are counted by the caller as having served the arrivals before."""
     prices = sorted(line.price_usd_per_h for line in snapshot.instances if line.price_usd_per_h > 0)
     price = prices[len(prices) // 2] if prices else config.default_price_usd_per_h
     short = signal.window_near(0)
