@@ -247,9 +247,6 @@ class FleetCore:
             park_outcomes=self.parks.outcomes(now.timestamp()),
         )
 
-    def throughput(self, record: InstanceRecord, now_s: float) -> float | None:
-        return record.throughput_tasks_per_h(now_s, self.config.throughput_window_s)
-
     # ---- restore (services/fleet/saved.py reads the saved state back through these) ----------------------
     def adopt(self, record: InstanceRecord) -> None:
         """One saved record back in the books, its deadline re-armed."""

@@ -8,7 +8,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import lru_cache
 
 from shared import gpu_models
 from shared.contract import DemandSignal, InstanceLine, InstanceState, SeasonEcho, WindowStats
@@ -95,14 +94,8 @@ def ready_offset_s(line: InstanceLine, now: datetime, startup_s: float) -> float
 
 def model_reference(line: InstanceLine) -> float | None:
     """The catalog's tasks/h for `line`'s GPUs (shared.gpu_models); None for a model it does not know."""
-    return _catalog_reference(line.gpu_model, line.num_gpus)
-
-
-@lru_cache(maxsize=1024)
-def _catalog_reference(gpu_model: str | None, num_gpus: int) -> float | None:
-    # asked of every machine at every run, of a handful of models
-    model = gpu_models.find(gpu_model)
-    return model.reference_tasks_per_h * num_gpus if model is not None else None
+    per_gpu = gpu_models.reference_tasks_per_h(line.gpu_model)
+    return per_gpu * line.num_gpus if per_gpu is not None else None
 
 
 def catalog_paces(lines: Iterable[InstanceLine]) -> list[float]:
