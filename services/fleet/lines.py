@@ -97,11 +97,18 @@ def _moved(line: InstanceLine, update: dict[str, object]) -> InstanceLine:
     private attributes, so its values are shared, not copied (tests/fleet/test_lines.py compares the result with
     a line validated from scratch, field for field and fields set)."""
     moved = InstanceLine.__new__(InstanceLine)
-    object.__setattr__(moved, "__dict__", {**line.__dict__, **update})
-    object.__setattr__(moved, "__pydantic_fields_set__", line.__pydantic_fields_set__ | update.keys())
-    object.__setattr__(moved, "__pydantic_extra__", None)
-    object.__setattr__(moved, "__pydantic_private__", None)
+    fields_set = line.__pydantic_fields_set__
+    if not update.keys() <= fields_set:
+        fields_set = fields_set | update.keys()
+    # a frozen line's fields set never changes after it is built, so a line and its moved copy may share it
+    _set(moved, "__dict__", {**line.__dict__, **update})
+    _set(moved, "__pydantic_fields_set__", fields_set)
+    _set(moved, "__pydantic_extra__", None)
+    _set(moved, "__pydantic_private__", None)
     return moved
+
+
+_set = object.__setattr__  # past pydantic's frozen-model guard, as pydantic's own copy sets these
 
 
 class SnapshotLines:

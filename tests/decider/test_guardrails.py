@@ -393,6 +393,18 @@ def test_a_launch_the_budget_refused_is_granted_by_a_later_run_once_it_fits_and_
     assert verdict.verdict == "allowed" and verdict.rule is None
 
 
+def test_the_producer_count_after_removals_is_the_count_of_what_is_left() -> None:
+    """The ledger counts the snapshot's producers once and takes off the removed ones: the same figure as counting
+    every state anew, whatever was removed (producers, a loading machine, an id the snapshot does not show)."""
+    book = ledger([*producing(4, NOW), *loading(2, NOW)], pending=3)
+    assert book.producing == 4
+    for removed in ({100}, {100, 103}, {100, 500}, {500, 501}, {100, 999}):
+        after = replace(book, removed=frozenset(removed))
+        recounted = replace(after, producing_in_states=None)
+        expected = sum(1 for iid in (100, 101, 102, 103) if iid not in removed)
+        assert after.producing == recounted.producing == expected
+
+
 def parked(instance_id: int, reason: ParkReason = ParkReason.STOPPED, price: float = 0.5) -> InstanceLine:
     return line(instance_id, InstanceState.PARKED, NOW, price_usd_per_h=price, last_task_ago_s=None).model_copy(
         update={"park_reason": reason, "storage_usd_per_h": 0.02}

@@ -89,9 +89,16 @@ class FleetLedger:
     # per parked instance: (GPU model, host id), so a resume onto an excluded model or host is refused
     placements: Mapping[int, tuple[str | None, int | None]] = field(default_factory=dict)
 
+    # the producers among `states`, counted in `ledger_from`'s one pass (None: counted here when first read)
+    producing_in_states: int | None = None
+
     @cached_property  # read by every rule of every action; a ledger changes only by `replace`, a new object
     def producing(self) -> int:
-        return sum(1 for iid, state in self.states.items() if state is S.PRODUCING and iid not in self.removed)
+        """Producers not removed in this run. Each allowed removal makes a new ledger: counting the few removed
+        rather than every state keeps a run of many removals on a 1000-machine fleet linear."""
+        if self.producing_in_states is None:
+            return sum(1 for iid, state in self.states.items() if state is S.PRODUCING and iid not in self.removed)
+        return self.producing_in_states - sum(1 for iid in self.removed if self.states.get(iid) is S.PRODUCING)
 
     def launched_within(self, now: datetime, window_s: float = RATE_WINDOW_S) -> int:
         since = now - timedelta(seconds=window_s)
@@ -164,4 +171,5 @@ def ledger_from(
         outbid=frozenset(outbid),
         placements=placements,
         removals_in_flight=removals_in_flight(removals, snapshot, now),
+        producing_in_states=sum(1 for state in states.values() if state is S.PRODUCING),
     )
