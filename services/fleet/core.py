@@ -234,7 +234,6 @@ class FleetCore:
         now_s = now.timestamp()
         shown = [record for _, record in sorted(self.instances.items()) if record.state is not S.GONE]
         lines, spend = self._lines.lines(shown, now_s, self.config.throughput_window_s)
-        self._lines.forget({line.instance_id for line in lines})
         return FleetSnapshot(
             occurred_at=now,
             source=SOURCE,

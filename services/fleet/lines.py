@@ -133,13 +133,17 @@ class SnapshotLines:
         self, records: Iterable[InstanceRecord], now_s: float, throughput_window_s: float
     ) -> tuple[list[InstanceLine], float]:
         """The lines of `records` in their order, and what they commit per hour added up in that order (the
-        snapshot's spend, from each line's figure kept with it rather than worked out again per snapshot)."""
+        snapshot's spend, from each line's figure kept with it rather than worked out again per snapshot). Lines
+        kept for instances not among `records` (gone or forgotten) are dropped."""
         lines: list[InstanceLine] = []
         spend = 0.0
         for record in records:
             cached = self._line(record, now_s, record.throughput_tasks_per_h(now_s, throughput_window_s))
             lines.append(cached.line)
             spend += cached.committed_usd_per_h
+        # every line just shown is kept, so a cache no larger than the snapshot holds nothing else to drop
+        if len(self._cached) > len(lines):
+            self._forget({line.instance_id for line in lines})
         return lines, spend
 
     def _line(self, record: InstanceRecord, now_s: float, throughput_tasks_per_h: float | None) -> _Cached:
@@ -204,7 +208,7 @@ class SnapshotLines:
         self._cached[record.instance_id] = fresh
         return fresh
 
-    def forget(self, kept_ids: set[int]) -> None:
+    def _forget(self, kept_ids: set[int]) -> None:
         """Drop the lines of instances no longer shown (gone or forgotten)."""
         for instance_id in [i for i in self._cached if i not in kept_ids]:
             del self._cached[instance_id]

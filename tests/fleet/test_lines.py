@@ -44,6 +44,22 @@ def test_a_gone_instance_leaves_the_lines() -> None:
     assert core.snapshot(T0).instances == []
 
 
+def test_only_the_last_snapshots_lines_are_kept() -> None:
+    """An instance left out of a snapshot (gone, forgotten) leaves the kept lines: memory follows the fleet, not
+    every instance ever shown. Shown again, its line is built anew; a line shown throughout is kept."""
+    core = FleetCore()
+    core.observe_instance(observed(S.LOADING, T0, 2), T0)
+    core.observe_instance(observed(S.LOADING, T0, 3), T0)
+    records = [core.instances[2], core.instances[3]]
+    lines = SnapshotLines()
+    now_s, window_s = T0.timestamp(), core.config.throughput_window_s
+    (first_2, first_3), _ = lines.lines(records, now_s, window_s)
+    [kept_2], _ = lines.lines(records[:1], now_s, window_s)
+    (again_2, again_3), _ = lines.lines(records, now_s, window_s)
+    assert kept_2 is first_2 and again_2 is first_2
+    assert again_3 is not first_3 and again_3 == first_3
+
+
 def test_a_line_moved_only_by_tasks_is_the_line_a_fresh_build_gives() -> None:
     """A producer's line after completions is copied from its validated line with what tasks move; it must equal,
     field for field, the line validated from scratch, and a settled change must validate the whole line again."""

@@ -464,7 +464,8 @@ class PredictiveAdapter:
             if reported.last_task_s is not None and machine.last_task_s <= reported.last_task_s:
                 continue
             reported.last_task_s = machine.last_task_s
-            workers.setdefault(machine.gpu_model, []).append(f"worker-{machine.instance_id}")
+            worker_id = f"worker-{machine.instance_id}"
+            workers.setdefault(machine.gpu_model, []).append(worker_id)
             self.task_seq += 1
             # validated like any event (pydantic's validation is faster than its model_construct, too)
             event = TaskEvent(
@@ -474,12 +475,13 @@ class PredictiveAdapter:
                 kind="completed",
                 task_id=f"task-{self.task_seq}",
                 task_type=TASK_TYPE,
-                worker_id=f"worker-{machine.instance_id}",
+                worker_id=worker_id,
                 instance_id=machine.instance_id,
                 gpu_model=machine.gpu_model,
                 duration_s=view.task_s,
             )
-            refs += self._refs(self.fleet.observe_task(event, now))
+            if transitions := self.fleet.observe_task(event, now):  # most completions move nothing
+                refs += self._refs(transitions)
         # demand keeps the workers that produced within its shortest window (15 min)
         at = now - timedelta(seconds=30)
         for gpu_model, ids in sorted(workers.items()):
