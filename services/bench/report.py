@@ -35,7 +35,8 @@ class SuiteReport(BaseModel):
     errors: list[Annotated[str, Field(max_length=500)]] = Field(default_factory=list, max_length=50)
     facts: dict[MetricName, Annotated[str, Field(max_length=200)]] = Field(default_factory=dict, max_length=32)
     started_at: UtcDatetime
-    duration_s: float = Field(ge=0)
+    # the suite runs for minutes; an infinite duration was stored as null and then failed every read of the report
+    duration_s: float = Field(ge=0, le=86400, allow_inf_nan=False)
 
     @property
     def failed_checks(self) -> list[str]:

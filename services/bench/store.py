@@ -6,6 +6,7 @@ once and no other, so what strangers can put in Redis is bounded by the machines
 
 from __future__ import annotations
 
+from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from services.bench.collect import PendingGpuBench
@@ -48,8 +49,15 @@ class BenchStore:
         return True
 
     async def report(self, label: str) -> SuiteReport | None:
+        """The stored report of `label`; None when there is none or it no longer reads as a report (one stored by
+        an older, looser version): a host's report that cannot be read is no report, never a stuck sweep."""
         raw = await self.redis.get(self._report_key(label))
-        return None if raw is None else SuiteReport.model_validate_json(raw)
+        if raw is None:
+            return None
+        try:
+            return SuiteReport.model_validate_json(raw)
+        except ValidationError:
+            return None
 
     async def add_pending(self, bench: PendingGpuBench) -> None:
         await self.redis.hset(self._pending_key, str(bench.instance_id), bench.model_dump_json())

@@ -77,9 +77,16 @@ def judge_gpu(report: SuiteReport, reference: GpuReference | None, thresholds: T
         return Judgement("fail", {}, f"{label}: fail: " + "; ".join(problems), model)
     if not report.metrics:
         return Judgement("fail", {}, f"{label}: fail: nothing was measured", model)
+    if not report.checks:
+        # the suite checks every result it times: a report without checks says nothing of correctness
+        return Judgement("fail", {}, f"{label}: fail: no correctness check was reported", model)
     if report.device == "cpu" or reference is None:
         why = "no GPU reference applies to a CPU run" if report.device == "cpu" else "no reference for this GPU"
         return Judgement("pass", {}, f"{label}: {why}: judged on correctness only (all checks passed)", model)
+    # a metric left out is no metric at 100%: the suite measures them all (the task time only when one is set)
+    missing = sorted(name for name in reference.expected_metrics() if name != TASK and name not in report.metrics)
+    if missing:
+        return Judgement("fail", {}, f"{label}: fail: {', '.join(missing)} not reported", model)
 
     ratios = ratios_to_reference(report.metrics, reference.expected_metrics())
     implausible = {name: r for name, r in ratios.items() if r > IMPLAUSIBLE_ABOVE_RATIO}

@@ -19,7 +19,13 @@ SCHEMA_VERSION: Literal[1] = 1
 
 def _as_utc(moment: datetime) -> datetime:
     # most moments are already UTC: returned as they are (a fleet snapshot validates thousands of them)
-    return moment if moment.tzinfo is UTC else moment.astimezone(UTC)
+    if moment.tzinfo is UTC:
+        return moment
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        # 9999-12-31T23:59-23:59 is past the last UTC moment Python holds: a validation error, not a crash
+        raise ValueError("a moment outside the range of UTC datetimes") from None
 
 
 UtcDatetime = Annotated[AwareDatetime, AfterValidator(_as_utc)]

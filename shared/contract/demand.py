@@ -9,6 +9,8 @@ from pydantic import Field
 
 from shared.contract.base import ContractModel, Event, ToleratesUnknownFields, UtcDatetime
 
+MAX_TASK_DURATION_S = 7 * 86400.0
+
 TaskEventKind = Literal["submitted", "started", "completed", "failed"]
 
 
@@ -23,7 +25,15 @@ class TaskEvent(Event, ToleratesUnknownFields):
     # instances are launched with their vast id in the environment, so a worker can report it
     instance_id: int | None = None
     gpu_model: str | None = Field(default=None, max_length=64)
-    duration_s: float | None = Field(default=None, ge=0, description="run time of a completed/failed task")
+    # a week bounds any task of a job system whose tasks take minutes; an infinite one would make every worker
+    # look busy for ever and leave NaN in demand's windows once it left them
+    duration_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_TASK_DURATION_S,
+        allow_inf_nan=False,
+        description="run time of a completed/failed task",
+    )
 
 
 class QueueDepth(ContractModel, ToleratesUnknownFields):

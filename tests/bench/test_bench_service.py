@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -130,9 +131,20 @@ async def test_bad_reports_are_refused_with_the_reason(
         negative = {**suite_report(1, 1.0), "metrics": {"matmul_bf16_tflops": -1.0}}
         assert (await client.post("/bench/report", json=negative, headers=good)).status_code == 422
 
+        # an endless run was stored as null and then failed every read of the report, the sweep's with it
+        endless = json.dumps({**suite_report(1, 1.0), "duration_s": float("inf")}, default=str)  # `Infinity`
+        refused = await client.post(
+            "/bench/report", content=endless, headers={**good, "content-type": "application/json"}
+        )
+        assert refused.status_code == 422 and "duration_s" in refused.text
+        # a moment past the last UTC datetime: refused as invalid, not a server error
+        beyond = {**suite_report(1, 1.0), "started_at": "9999-12-31T23:59:59-23:59"}
+        refused = await client.post("/bench/report", json=beyond, headers=good)
+        assert refused.status_code == 422 and "started_at" in refused.text
+
     registry = ctx.metrics.registry
     assert registry.get_sample_value("fleetpilot_bench_reports_total", {"outcome": "unauthorized"}) == 1
-    assert registry.get_sample_value("fleetpilot_bench_reports_total", {"outcome": "invalid"}) == 3
+    assert registry.get_sample_value("fleetpilot_bench_reports_total", {"outcome": "invalid"}) == 5
 
 
 async def test_without_a_configured_token_every_report_is_refused() -> None:

@@ -187,3 +187,18 @@ def test_a_slower_machine_never_gets_a_better_verdict(model: str, share: float, 
     faster_verdict = judge_gpu(report_at(model, share), reference, Thresholds()).verdict
     slower_verdict = judge_gpu(report_at(model, share * slower), reference, Thresholds()).verdict
     assert VERDICT_ORDER[slower_verdict] >= VERDICT_ORDER[faster_verdict]
+
+
+def test_a_report_that_leaves_out_a_metric_or_every_check_fails() -> None:
+    """A host writes its own report: what it leaves out is no metric at 100% and no check passed."""
+    reference = reference_for("RTX 4090")
+    complete = report_at("RTX 4090", 1.0)
+    assert judge_gpu(complete, reference, Thresholds()).verdict == "pass"
+    fewer = {name: value for name, value in complete.metrics.items() if name != MEMORY_COPY}
+    judgement = judge_gpu(report_at("RTX 4090", 1.0, metrics=fewer), reference, Thresholds())
+    assert judgement.verdict == "fail" and MEMORY_COPY in judgement.explanation
+    unchecked = judge_gpu(report_at("RTX 4090", 1.0, checks={}), reference, Thresholds())
+    assert unchecked.verdict == "fail" and "check" in unchecked.explanation
+    # the task time is measured only where the operator set a task: its absence alone is no failure
+    without_task = {name: value for name, value in complete.metrics.items() if name != TASK}
+    assert judge_gpu(report_at("RTX 4090", 1.0, metrics=without_task), reference, Thresholds()).verdict == "pass"

@@ -294,6 +294,28 @@ def test_times_are_utc_and_naive_times_are_refused() -> None:
         c.TaskEvent(occurred_at=datetime(2026, 3, 2, 9, 0), source="t", kind="submitted", task_id="x")
 
 
+def test_a_moment_beyond_the_last_utc_datetime_is_a_validation_error() -> None:
+    """A producer's `9999-12-31T23:59:59-23:59` lies past what Python can hold in UTC: refused like any bad field,
+    so a consumer dead-letters it (an OverflowError escaped validation and answered a host's report with a 500)."""
+    with pytest.raises(pydantic.ValidationError, match="occurred_at"):
+        c.QueueSnapshot.model_validate_json(
+            '{"occurred_at": "9999-12-31T23:59:59-23:59", "source": "jobs", "queues": []}'
+        )
+
+
+@pytest.mark.parametrize("duration", ["Infinity", "1e400", "-1", str(8 * 86400)])
+def test_a_task_duration_must_be_a_real_length_of_time(duration: str) -> None:
+    """An endless or negative run, or one longer than a week, is nonsense from the job system: one endless duration
+    made every worker look busy in demand's windows and left NaN there once it aged out."""
+    text = (
+        '{"occurred_at": "2026-03-02T08:00:00Z", "source": "jobs", "kind": "completed", "task_id": "t1",'
+        f' "duration_s": {duration}}}'
+    )
+    with pytest.raises(pydantic.ValidationError, match="duration_s"):
+        c.TaskEvent.model_validate_json(text)
+    assert c.TaskEvent.model_validate_json(text.replace(duration, "240.0")).duration_s == 240.0
+
+
 def test_every_event_carries_the_envelope() -> None:
     for event in EXAMPLES:
         dumped = json.loads(event.model_dump_json())
