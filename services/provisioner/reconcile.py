@@ -235,6 +235,8 @@ class Reconciliation:
     incidents: list[Incident] = field(default_factory=list)
     # (instance, its state, what vast's list showed) where the lifecycle refused the move: once per change vast shows
     refused: list[tuple[int, InstanceState, InstanceState]] = field(default_factory=list)
+    # (instance, why) for rows that were read but made no sense as an instance: kept as known, never adopted
+    unreadable: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def to_publish(self) -> list[KnownInstance]:
@@ -259,34 +261,13 @@ def reconcile(
     seen: set[int] = set(unreadable_ids)
     for row in listed:
         seen.add(row.id)
-        current = known.get(row.id)
-        if current is not None and current.state is InstanceState.GONE:
-            # gone is terminal (shared/lifecycle.py): a destroyed instance vast still lists (its delete is
-            # asynchronous) is never revived into a state nobody will act on; the caller destroys it again after a
-            # few lists
-            result.known[row.id] = current.model_copy(update={"listed_after_gone": current.listed_after_gone + 1})
-            continue
-        if current is None:
-            owner = owner_of(row.label, deployment_id)
-            if owner is not None:
-                result.foreign.append(row)  # someone else's, or another deployment's: report, never touch
-                if owner:
-                    result.foreign_owners[row.id] = owner
-                continue
-            adopted = from_vast(row, now, adopted=True, unknown_price_usd_per_h=unknown_price_usd_per_h)
-            result.known[row.id] = adopted
-            result.adopted.append(adopted)
-            if (incident := incident_for(adopted, now)) is not None:
-                result.incidents.append(incident)
-            continue
-        updated, observed = _as_listed(current, row, now)
-        result.known[row.id] = updated
-        if _observably_different(current, updated):
-            result.changed.append(updated)
-            if updated.state is not observed:
-                result.refused.append((row.id, current.state, observed))
-            if updated.state is not current.state and (incident := incident_for(updated, now)) is not None:
-                result.incidents.append(incident)
+        try:
+            _reconcile_row(result, known.get(row.id), row, now, unknown_price_usd_per_h, deployment_id)
+        except (ValueError, OverflowError) as error:
+            # one row that makes no sense (a stranger's answer) is left as it was known: the rest of the list
+            # still reconciles (an adopted row's odd field once failed the whole list, every round)
+            _drop_row(result, row.id)
+            result.unreadable.append((row.id, str(error).splitlines()[0][:200]))
     for instance_id, current in known.items():
         if instance_id in seen:
             if instance_id not in result.known:  # listed, but its row was unreadable: kept as it was
@@ -300,6 +281,54 @@ def reconcile(
         if missed.state is InstanceState.GONE:
             result.gone.append(missed)
     return result
+
+
+def _drop_row(result: Reconciliation, instance_id: int) -> None:
+    """Whatever a row that failed half way wrote into `result`."""
+    result.known.pop(instance_id, None)
+    result.adopted = [i for i in result.adopted if i.instance_id != instance_id]
+    result.changed = [i for i in result.changed if i.instance_id != instance_id]
+    result.refused = [r for r in result.refused if r[0] != instance_id]
+    result.incidents = [i for i in result.incidents if i.instance_id != instance_id]
+
+
+def _reconcile_row(
+    result: Reconciliation,
+    current: KnownInstance | None,
+    row: VastInstance,
+    now: datetime,
+    unknown_price_usd_per_h: float,
+    deployment_id: str,
+) -> None:
+    """One listed row into `result`: a gone instance stays gone, a stranger's is reported, one of ours unknown so
+    far is adopted, a known one takes what vast lists now."""
+    if current is not None and current.state is InstanceState.GONE:
+        # gone is terminal (shared/lifecycle.py): a destroyed instance vast still lists (its delete is
+        # asynchronous) is never revived into a state nobody will act on; the caller destroys it again after a
+        # few lists
+        result.known[row.id] = current.model_copy(update={"listed_after_gone": current.listed_after_gone + 1})
+        return
+    if current is None:
+        owner = owner_of(row.label, deployment_id)
+        if owner is not None:
+            result.foreign.append(row)  # someone else's, or another deployment's: report, never touch
+            if owner:
+                result.foreign_owners[row.id] = owner
+            return
+        adopted = from_vast(row, now, adopted=True, unknown_price_usd_per_h=unknown_price_usd_per_h)
+        result.known[row.id] = adopted
+        result.adopted.append(adopted)
+        if (incident := incident_for(adopted, now)) is not None:
+            result.incidents.append(incident)
+        return
+    updated, observed = _as_listed(current, row, now)
+    result.known[row.id] = updated
+    if _observably_different(current, updated):
+        result.changed.append(updated)
+        if updated.state is not observed:
+            result.refused.append((row.id, current.state, observed))
+        if updated.state is not current.state and (incident := incident_for(updated, now)) is not None:
+            result.incidents.append(incident)
 
 
 def second_rents_of_a_slot(

@@ -60,6 +60,9 @@ class Reconciling(ProvisionerState):
             return self._failure(command, verb, error)
         return None
 
+    def _list_endpoint(self) -> str:
+        return "list_v0" if self.config.instance_list_api == "v0" else "list_v1"
+
     async def _list_all(self) -> InstanceListing:
         if self.config.instance_list_api == "v0":
             return await self.client.list_instances_v0()
@@ -93,6 +96,11 @@ class Reconciling(ProvisionerState):
         )
         for instance_id, state, observed in outcome.refused:
             self._refused(instance_id, state, observed)
+        for instance_id, why in outcome.unreadable:
+            log.warning(
+                "vast.ai listed instance %s with a row that makes no sense, kept as known: %s", instance_id, why
+            )
+            self.metrics.vast.rows_skipped.labels(self._list_endpoint()).inc()
         started = self._learn_startups(outcome.known, now)
         self.known = outcome.known
         for incident in outcome.incidents:

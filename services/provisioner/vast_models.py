@@ -58,6 +58,35 @@ def pull_s(gb: float, inet_down_mbps: float) -> float:
 LenientFloat = Annotated[float | None, BeforeValidator(_number_or_none)]
 LenientFlag = Annotated[bool | None, BeforeValidator(_flag_or_none)]
 
+# the latest moment an instance's `start_date` can mean (2100-01-01): past it, or at 0 or below, it means nothing
+LATEST_START_S = 4_102_444_800.0
+# more GPUs than any vast machine has: a count past it is no count
+MOST_GPUS = 64
+
+
+def _price_or_none(value: Any) -> float | None:
+    """A price an instance is billed at: a finite number of dollars, zero or more; anything else is unknown (the
+    budget then counts the most it would pay). A negative price read as such made room in the budget."""
+    number = _number_or_none(value)
+    return number if number is not None and number >= 0 else None
+
+
+def _moment_or_none(value: Any) -> float | None:
+    number = _number_or_none(value)
+    return number if number is not None and 0 < number < LATEST_START_S else None
+
+
+def _gpus_or_none(value: Any) -> int | None:
+    number = _number_or_none(value)
+    return int(number) if number is not None and number == int(number) and 1 <= number <= MOST_GPUS else None
+
+
+# what vast says of an instance we pay for: read strictly for sense, an odd value reads as unknown, never as a
+# number that moves the budget or the row's readability (one odd row adopted failed the whole reconciliation)
+InstancePrice = Annotated[float | None, BeforeValidator(_price_or_none)]
+InstanceMoment = Annotated[float | None, BeforeValidator(_moment_or_none)]
+InstanceGpus = Annotated[int | None, BeforeValidator(_gpus_or_none)]
+
 
 class VastOffer(BaseModel):
     """An offer from `POST /api/v0/bundles/`; the fields ranking reads are typed, the rest kept as extras."""
@@ -105,13 +134,13 @@ class VastInstance(BaseModel):
     cur_state: str | None = None
     status_msg: str | None = None
     label: str | None = None
-    dph_total: float | None = None
-    dph_base: float | None = None
+    dph_total: InstancePrice = None
+    dph_base: InstancePrice = None
     machine_id: int | None = None
     host_id: int | None = None
     gpu_name: str | None = None
-    num_gpus: int | None = None
-    start_date: float | None = None
+    num_gpus: InstanceGpus = None
+    start_date: InstanceMoment = None
     next_state: str | None = None
     is_bid: LenientFlag = None  # interruptible: paused when outbid, resumed when its bid is the highest again
     min_bid: LenientFloat = None

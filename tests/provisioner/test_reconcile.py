@@ -202,6 +202,47 @@ def test_nulls_vast_sends_are_read_and_an_unknown_price_is_never_zero() -> None:
     assert reconcile(before, [row_read], NOW, gone_after_missing_lists=2).known[7].price_usd_per_h == 0.5
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("dph_total", -1.6), ("dph_total", "NaN"), ("dph_total", "Infinity"), ("dph_base", -0.2),
+     ("start_date", 1e20), ("start_date", "NaN"), ("start_date", -5), ("num_gpus", -4), ("num_gpus", 1000),
+     ("num_gpus", 1.5)],
+)  # fmt: skip
+def test_a_nonsense_price_moment_or_gpu_count_reads_as_unknown(field: str, value: object) -> None:
+    """A stranger's number is read for sense: a negative price made room in the budget, and a moment past any date
+    or a price of NaN failed the whole reconciliation at every list. Unknown is what the row says then: an
+    adopted instance counts the most we would pay, a known one keeps what it had."""
+    raw = {"id": 7, "label": launch_label("k", 0), "actual_status": "running", "intended_status": "running",
+           "dph_total": 0.3, "dph_base": 0.25, "start_date": NOW.timestamp(), "num_gpus": 1, field: value}  # fmt: skip
+    read = VastInstance.model_validate(raw)
+    assert getattr(read, field) is None
+    outcome = reconcile({}, [read], NOW, gone_after_missing_lists=2)
+    [adopted] = outcome.adopted
+    assert adopted.price_usd_per_h in (0.3, 0.25, PRICE_CAP) and adopted.price_usd_per_h >= 0
+    assert adopted.num_gpus >= 1 and adopted.created_at <= NOW
+    before = {7: known(7, launch_label("k", 0), InstanceState.LOADING)}
+    assert reconcile(before, [read], NOW, gone_after_missing_lists=2).known[7].price_usd_per_h >= 0
+
+
+def test_a_row_that_fails_half_way_is_kept_as_known_and_the_rest_reconciles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever in one row still breaks its reading (a field not yet read for sense) is that row's problem: it is
+    kept as it was known, reported with the reason, and every other row reconciles."""
+    real_incident_for = core.incident_for
+
+    def breaks_on_8(instance: KnownInstance, now: datetime) -> object:
+        if instance.instance_id == 8:
+            raise OverflowError("timestamp out of range")
+        return real_incident_for(instance, now)
+
+    monkeypatch.setattr(core, "incident_for", breaks_on_8)
+    before = {8: known(8, launch_label("k", 1), InstanceState.LOADING)}
+    listed = [row(7, launch_label("k", 0), "running"), row(8, launch_label("k", 1), "exited")]
+    outcome = reconcile(before, listed, NOW, gone_after_missing_lists=2)
+    assert [i.instance_id for i in outcome.adopted] == [7]
+    assert outcome.known[8] == before[8] and all(i.instance_id != 8 for i in outcome.changed)
+    assert outcome.unreadable == [(8, "timestamp out of range")]
+
+
 STORAGE_USD_PER_H = 0.003 * 20 / 730
 FULL_PRICE = 0.5 + STORAGE_USD_PER_H  # vast's dph_total: the GPU and the disk
 

@@ -534,7 +534,8 @@ async def test_odd_rows_and_foreign_instances_do_not_blind_the_fleet(
     simulator.world.row_overrides[notebook.instance_id] = {"dph_total": None, "dph_base": None, "new_field": [1]}
     async with running_provisioner(settings, sim_clock, url) as service:
         await eventually(lambda: bus.observed_of(ours.instance_id))
-        simulator.world.row_overrides[ours.instance_id] = {"num_gpus": "two", "start_date": "yesterday"}
+        # (an odd count or moment alone now reads as unknown: the row stays readable, see test_reconcile)
+        simulator.world.row_overrides[ours.instance_id] = {"gpu_name": ["two"], "actual_status": {"at": "yesterday"}}
         for _ in range(QUIET.gone_after_missing_lists + 1):  # lists in which our row is unreadable
             sim_clock.advance(QUIET.reconcile_interval_s)
             await asyncio.sleep(0.3)
