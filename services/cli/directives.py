@@ -53,7 +53,10 @@ def parse_when(text: str, now: datetime) -> datetime:
     """A moment in UTC from what an operator types; ValueError naming what is expected."""
     text = text.strip()
     if match := _DURATION.match(text):
-        return now + timedelta(seconds=float(match[1]) * _UNIT_S[match[2]])
+        try:
+            return now + timedelta(seconds=float(match[1]) * _UNIT_S[match[2]])
+        except (OverflowError, ValueError):  # "99999999d": past the last date there is
+            raise ValueError(f"{text!r}: too far from now (a directive lives 31 days at most)") from None
     if re.fullmatch(r"\d{1,2}:\d{2}", text):
         hour, minute = (int(part) for part in text.split(":"))
         if hour > 23 or minute > 59:
@@ -62,9 +65,9 @@ def parse_when(text: str, now: datetime) -> datetime:
         return today if today > now else today + timedelta(days=1)
     try:
         moment = datetime.fromisoformat(text)
-    except ValueError:
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except (OverflowError, ValueError):  # not a moment, or one past the last UTC datetime
         raise ValueError(f"{text!r}: expected {WHEN_HELP}") from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def value_of(directive: Directive) -> str:

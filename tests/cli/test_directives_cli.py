@@ -36,6 +36,10 @@ def test_moments_are_utc_times_of_day_iso_moments_or_durations_from_now() -> Non
     for wrong in ("tomorrow", "25:00", "4 hours"):
         with pytest.raises(ValueError, match=r"expected|not a time of day"):
             parse_when(wrong, NOW)
+    # past the last date there is: one clear line, not an OverflowError's traceback
+    for too_far in ("99999999d", "9999999999999999999999h", "9999-12-31T23:59:59-23:59"):
+        with pytest.raises(ValueError, match=r"too far|expected"):
+            parse_when(too_far, NOW)
 
 
 def test_each_kind_takes_its_value_in_plain_words() -> None:
