@@ -93,7 +93,7 @@ class DemandCore:
         # a producer's clock running ahead must not open buckets in the future
         at_s = min(event.occurred_at.timestamp(), now_s)
         bucket = int(at_s // self.bucket_s)
-        if not self.overall.accepts(bucket):
+        if self._before_every_window(at_s, now_s) or not self.overall.accepts(bucket):
             self.too_late_events += 1
             return IngestOutcome.TOO_LATE
         self._observed(at_s)
@@ -178,7 +178,7 @@ class DemandCore:
         if not self.seen.first_time(snapshot.event_id):
             return IngestOutcome.DUPLICATE
         at_s = min(snapshot.occurred_at.timestamp(), now.timestamp())
-        if self.queue is not None and at_s < self.queue.at_s:
+        if self._before_every_window(at_s, now.timestamp()) or (self.queue is not None and at_s < self.queue.at_s):
             return IngestOutcome.TOO_LATE
         self._observed(at_s)
         pending: dict[str, int] = {}
@@ -191,6 +191,11 @@ class DemandCore:
         self.queue = QueueView(at_s, counted, running, pending if counted != pending else None)
         self.pending_estimate = sum(counted.values())
         return IngestOutcome.APPLIED
+
+    def _before_every_window(self, at_s: float, now_s: float) -> bool:
+        """Older than the longest window: too late to count, and never the moment demand began watching (a first
+        message stamped 1970 made the windows read as watched for hours and an echo of zeros be published)."""
+        return at_s < now_s - self.config.longest_window_s
 
     def _confirmed_rises(self, reported: dict[str, int]) -> dict[str, int]:
         previous = self.queue

@@ -185,6 +185,25 @@ def test_an_event_older_than_the_longest_window_is_counted_and_ignored() -> None
     assert core.evaluate(now).signal.windows[-1].arrival_rate_per_h == pytest.approx(1 / 6, rel=0.01)
 
 
+def test_a_first_message_stamped_long_ago_is_too_late_not_the_start_of_watching() -> None:
+    """A job system's first message with an unset clock (1970) counted as the moment demand began watching: every
+    window read as watched for hours (a steady 120/h read 15/h over 6 h) and an echo of zeros was published as a
+    day's history. Older than the longest window, it is too late, counted like any late event."""
+    core = DemandCore()
+    ancient = datetime(1970, 1, 1, tzinfo=UTC)
+    stale_queue = QueueSnapshot(occurred_at=ancient, source="jobs", queues=[queue("default", 0)])
+    assert core.observe_queue(stale_queue, T0) == IngestOutcome.TOO_LATE
+    assert core.ingest(task("submitted", ancient, "unset-clock"), T0) == IngestOutcome.TOO_LATE
+    assert core.too_late_events == 1
+    for minute in range(45):
+        at = T0 + timedelta(minutes=minute)
+        core.ingest(task("submitted", at, f"s{minute}-a"), at)
+        core.ingest(task("submitted", at, f"s{minute}-b"), at)
+    signal = core.evaluate(T0 + timedelta(minutes=45)).signal
+    assert {w.window_s: round(w.arrival_rate_per_h) for w in signal.windows} == {900: 120, 3600: 120, 21600: 120}
+    assert signal.season is None
+
+
 def test_a_backlog_the_fleet_cannot_clear_within_a_startup_time_is_under_provisioned() -> None:
     h = Harness()
     h.jobs.add_worker("w1")
