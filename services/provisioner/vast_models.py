@@ -97,9 +97,11 @@ class VastOffer(BaseModel):
     machine_id: int | None = None
     host_id: int | None = None
     gpu_name: str
-    num_gpus: int = Field(default=1, ge=1)
-    # an offer without a price cannot be ranked or budgeted: a null here makes the row unreadable (skipped)
-    dph_total: float = Field(ge=0)
+    # a count past any machine's ranked a host's offer as nearly free per task: such a row is unreadable (skipped)
+    num_gpus: int = Field(default=1, ge=1, le=MOST_GPUS)
+    # an offer without a price cannot be ranked or budgeted, and one at $0 would rank first whatever it is: a null
+    # or a price of zero or less makes the row unreadable (skipped)
+    dph_total: float = Field(gt=0)
     reliability: float | None = None
     reliability2: float | None = None
     verified: bool | None = None

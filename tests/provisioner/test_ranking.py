@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from services.provisioner.host_history import (
     HALF_LIFE_S,
@@ -252,3 +253,13 @@ def test_a_launch_that_takes_the_last_slots_ranks_the_fastest_machine_per_slot_f
 
 
 ANY_WITH_5090 = OfferConstraints(allowed_gpu_models=("RTX 3090", "RTX 5090"), max_price_usd_per_h=1.0)
+
+
+@pytest.mark.parametrize(("field", "value"), [("dph_total", 0.0), ("dph_total", -0.1), ("num_gpus", 1000)])
+def test_an_offer_at_no_price_or_with_more_gpus_than_a_machine_has_is_no_offer(field: str, value: float) -> None:
+    """A host lists its own offer: at $0/h, or with 1,000 GPUs, it would rank first at nearly nothing per task.
+    Such a row does not read as an offer (the client skips it, logged and counted, and ranks the rest)."""
+    row = {"id": 1, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.4, "reliability2": 0.99, field: value}
+    with pytest.raises(ValidationError, match=field):
+        VastOffer.model_validate(row)
+    assert VastOffer.model_validate({**row, field: 0.4 if field == "dph_total" else 8}).id == 1
