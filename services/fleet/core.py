@@ -40,6 +40,8 @@ SOURCE = "fleet"
 # before the provisioner sees its machine, but a replayed week of events must not fill memory.
 UNCLAIMED_INSTANCES_KEPT = 1000
 UNCLAIMED_EVENTS_KEPT = 50  # per instance: the first (it dates the registration) and the latest
+# workers named per instance, the latest kept: a machine runs one per GPU or a few pipelined, never hundreds
+MAX_WORKERS_PER_INSTANCE = 64
 
 # how often an idle, unregistered machine is looked at again (cheap: one heap entry per such machine)
 IDLE_RECHECK_S = 60.0
@@ -140,6 +142,11 @@ class FleetCore:
         if event.worker_id is not None and event.worker_id not in self.worker_instance:
             self.worker_instance[event.worker_id] = instance_id
             record.workers.append(event.worker_id)
+            if len(record.workers) > MAX_WORKERS_PER_INSTANCE:
+                # a job system naming a worker per task would grow the record (and its saved copy) for ever
+                oldest = record.workers.pop(0)
+                if self.worker_instance.get(oldest) == instance_id:
+                    del self.worker_instance[oldest]
         if record.gpu_model is None and event.gpu_model:
             record.gpu_model = event.gpu_model
         if record.last_task_at_s is None or at_s > record.last_task_at_s:

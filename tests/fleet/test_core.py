@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.fleet.config import FleetSettings
-from services.fleet.core import UNCLAIMED_INSTANCES_KEPT, FleetCore, InstanceRecord
+from services.fleet.core import MAX_WORKERS_PER_INSTANCE, UNCLAIMED_INSTANCES_KEPT, FleetCore, InstanceRecord
 from services.fleet.lines import format_line
 from services.fleet.saved import SavedMeta, meta_of, restored_core, take_changes
 from shared.contract import (
@@ -378,3 +378,18 @@ def test_gone_instances_are_forgotten_after_a_day() -> None:
     core.check(T0 + timedelta(hours=25, seconds=1))
     assert ID not in core.instances
     assert take_changes(core) == ([], [ID])
+
+
+def test_an_instance_keeps_only_its_latest_workers_names() -> None:
+    """A job system that names a worker per task would grow the record, its saved copy and fleet's worker map for
+    ever: the latest MAX_WORKERS_PER_INSTANCE names are kept, and the machine is still known by its own id."""
+    core = FleetCore()
+    start = producing(core, T0)
+    for n in range(MAX_WORKERS_PER_INSTANCE + 100):
+        at = start + timedelta(seconds=n)
+        event = task("completed", at, task_id=f"t{n}").model_copy(update={"worker_id": f"per-task-{n}"})
+        core.observe_task(event, at)
+    record = core.instances[ID]
+    assert len(record.workers) == MAX_WORKERS_PER_INSTANCE and record.workers[-1] == f"per-task-{n}"
+    assert len(core.worker_instance) == MAX_WORKERS_PER_INSTANCE and "per-task-0" not in core.worker_instance
+    assert record.tasks_completed >= MAX_WORKERS_PER_INSTANCE + 100 and record.state is S.PRODUCING
