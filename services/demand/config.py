@@ -70,6 +70,9 @@ class DemandSettings(BaseSettings):
     max_task_types: int = Field(
         default=64, ge=1, description="most task types tracked (a bad job system cannot grow memory without end)"
     )
+    max_gpu_models: int = Field(
+        default=32, ge=1, description="most GPU models measured apart (a fleet rents a handful; the rest count overall)"
+    )
     seen_event_ids: int = Field(default=50_000, ge=100, description="event ids remembered for de-duplication")
 
     # Inputs from the job system that one mistake can swing: `fleetpilot publish queue default=10^20` was once

@@ -340,9 +340,13 @@ class DemandCore:
             series = self.by_type[task_type] = BucketSeries(self.window_buckets)
         return series
 
-    def _gpu_series(self, gpu_model: str) -> BucketSeries:
+    def _gpu_series(self, gpu_model: str) -> BucketSeries | None:
+        """The model's series; None for a new model past `max_gpu_models` (counted overall and by task type only:
+        a job system naming a GPU per host grew the series, the saved state and the signal without bound)."""
         series = self.by_gpu.get(gpu_model)
         if series is None:
+            if len(self.by_gpu) >= self.config.max_gpu_models:
+                return None
             series = self.by_gpu[gpu_model] = BucketSeries(self.window_buckets)
         return series
 

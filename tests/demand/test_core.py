@@ -204,6 +204,23 @@ def test_a_first_message_stamped_long_ago_is_too_late_not_the_start_of_watching(
     assert signal.season is None
 
 
+def test_gpu_models_past_the_cap_count_overall_and_are_not_measured_apart() -> None:
+    """A job system that names a GPU per host grew a series per name, the saved state and the signal without
+    bound (10,000 names: 509 MB and a 730 kB signal). Past `max_gpu_models` a new name counts overall only."""
+    core = DemandCore(DemandSettings(max_gpu_models=3))
+    core.observe_queue(QueueSnapshot(occurred_at=T0, source="jobs", queues=[queue("default", 100)]), T0)
+    for n in range(10):
+        for k in range(2):  # a worker's pace is measured from its second completion on
+            at = T0 + timedelta(seconds=n + 30 * k)
+            event = TaskEvent(occurred_at=at, source="jobs", kind="completed", task_id=f"t{n}-{k}", worker_id=f"w{n}",
+                              gpu_model=f"RTX 4090 host-{n}", duration_s=30.0)  # fmt: skip
+            assert core.ingest(event, at) == IngestOutcome.APPLIED
+    assert sorted(core.by_gpu) == ["RTX 4090 host-0", "RTX 4090 host-1", "RTX 4090 host-2"]
+    signal = core.evaluate(T0 + timedelta(minutes=1)).signal
+    assert len(signal.throughput_by_gpu_model_tasks_per_h) <= 3
+    assert signal.windows[0].completion_rate_per_h == pytest.approx(20 * 3600 / core.config.min_rate_span_s)
+
+
 def test_a_backlog_the_fleet_cannot_clear_within_a_startup_time_is_under_provisioned() -> None:
     h = Harness()
     h.jobs.add_worker("w1")
