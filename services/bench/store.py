@@ -6,11 +6,15 @@ once and no other, so what strangers can put in Redis is bounded by the machines
 
 from __future__ import annotations
 
+import logging
+
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from services.bench.collect import PendingGpuBench
 from services.bench.report import SuiteReport
+
+log = logging.getLogger(__name__)
 
 # A finished request is remembered this long, so a redelivered request is not benchmarked twice.
 DONE_TTL_S = 7 * 86_400
@@ -56,7 +60,9 @@ class BenchStore:
             return None
         try:
             return SuiteReport.model_validate_json(raw)
-        except ValidationError:
+        except ValidationError as error:
+            log.warning("bench: the stored report of %s no longer reads as a report, taken as none: %s", label,
+                        str(error).splitlines()[0])  # fmt: skip
             return None
 
     async def add_pending(self, bench: PendingGpuBench) -> None:

@@ -147,6 +147,18 @@ async def test_bad_reports_are_refused_with_the_reason(
     assert registry.get_sample_value("fleetpilot_bench_reports_total", {"outcome": "invalid"}) == 5
 
 
+async def test_a_stored_report_that_no_longer_reads_is_no_report(settings: Settings, redis_server: Any) -> None:
+    """A report stored by a looser version (an endless run kept as null) failed every read, the overdue sweep's
+    with it: it reads as no report now, so the request ends `unknown` like any report that never came."""
+    redis = Redis.from_url(settings.redis_url)
+    store = BenchStore(redis, settings.subjects.prefix, 600)
+    stored = {**suite_report(7, 1.0), "duration_s": None}
+    await redis.set(f"{settings.subjects.prefix}:bench:report:instance-7", json.dumps(stored, default=str))
+    assert await store.report("instance-7") is None
+    assert await store.report("instance-8") is None
+    await redis.aclose()
+
+
 async def test_without_a_configured_token_every_report_is_refused() -> None:
     from prometheus_client import CollectorRegistry
 
