@@ -84,11 +84,12 @@ def judge_gpu(report: SuiteReport, reference: GpuReference | None, thresholds: T
         why = "no GPU reference applies to a CPU run" if report.device == "cpu" else "no reference for this GPU"
         return Judgement("pass", {}, f"{label}: {why}: judged on correctness only (all checks passed)", model)
     # a metric left out is no metric at 100%: the suite measures them all (the task time only when one is set)
-    missing = sorted(name for name in reference.expected_metrics() if name != TASK and name not in report.metrics)
+    expected = reference.expected_metrics()
+    missing = sorted(name for name in expected if name != TASK and name not in report.metrics)
     if missing:
         return Judgement("fail", {}, f"{label}: fail: {', '.join(missing)} not reported", model)
 
-    ratios = ratios_to_reference(report.metrics, reference.expected_metrics())
+    ratios = ratios_to_reference(report.metrics, expected)
     implausible = {name: r for name, r in ratios.items() if r > IMPLAUSIBLE_ABOVE_RATIO}
     if implausible:
         listed = ", ".join(f"{name} at {_percent(r)}" for name, r in sorted(implausible.items()))

@@ -177,8 +177,9 @@ class DemandCore:
         step, a real surge is counted whole a snapshot later (a minute, against hours of startup)."""
         if not self.seen.first_time(snapshot.event_id):
             return IngestOutcome.DUPLICATE
-        at_s = min(snapshot.occurred_at.timestamp(), now.timestamp())
-        if self._before_every_window(at_s, now.timestamp()) or (self.queue is not None and at_s < self.queue.at_s):
+        now_s = now.timestamp()
+        at_s = min(snapshot.occurred_at.timestamp(), now_s)
+        if self._before_every_window(at_s, now_s) or (self.queue is not None and at_s < self.queue.at_s):
             return IngestOutcome.TOO_LATE
         self._observed(at_s)
         pending: dict[str, int] = {}

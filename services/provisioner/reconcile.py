@@ -266,7 +266,6 @@ def reconcile(
         except (ValueError, OverflowError) as error:
             # one row that makes no sense (a stranger's answer) is left as it was known: the rest of the list
             # still reconciles (an adopted row's odd field once failed the whole list, every round)
-            _drop_row(result, row.id)
             result.unreadable.append((row.id, str(error).splitlines()[0][:200]))
     for instance_id, current in known.items():
         if instance_id in seen:
@@ -283,15 +282,6 @@ def reconcile(
     return result
 
 
-def _drop_row(result: Reconciliation, instance_id: int) -> None:
-    """Whatever a row that failed half way wrote into `result`."""
-    result.known.pop(instance_id, None)
-    result.adopted = [i for i in result.adopted if i.instance_id != instance_id]
-    result.changed = [i for i in result.changed if i.instance_id != instance_id]
-    result.refused = [r for r in result.refused if r[0] != instance_id]
-    result.incidents = [i for i in result.incidents if i.instance_id != instance_id]
-
-
 def _reconcile_row(
     result: Reconciliation,
     current: KnownInstance | None,
@@ -301,7 +291,8 @@ def _reconcile_row(
     deployment_id: str,
 ) -> None:
     """One listed row into `result`: a gone instance stays gone, a stranger's is reported, one of ours unknown so
-    far is adopted, a known one takes what vast lists now."""
+    far is adopted, a known one takes what vast lists now. Everything is worked out before anything is written, so
+    a row that raises leaves `result` as it was."""
     if current is not None and current.state is InstanceState.GONE:
         # gone is terminal (shared/lifecycle.py): a destroyed instance vast still lists (its delete is
         # asynchronous) is never revived into a state nobody will act on; the caller destroys it again after a
@@ -316,18 +307,21 @@ def _reconcile_row(
                 result.foreign_owners[row.id] = owner
             return
         adopted = from_vast(row, now, adopted=True, unknown_price_usd_per_h=unknown_price_usd_per_h)
+        incident = incident_for(adopted, now)
         result.known[row.id] = adopted
         result.adopted.append(adopted)
-        if (incident := incident_for(adopted, now)) is not None:
+        if incident is not None:
             result.incidents.append(incident)
         return
     updated, observed = _as_listed(current, row, now)
+    changed = _observably_different(current, updated)
+    incident = incident_for(updated, now) if changed and updated.state is not current.state else None
     result.known[row.id] = updated
-    if _observably_different(current, updated):
+    if changed:
         result.changed.append(updated)
         if updated.state is not observed:
             result.refused.append((row.id, current.state, observed))
-        if updated.state is not current.state and (incident := incident_for(updated, now)) is not None:
+        if incident is not None:
             result.incidents.append(incident)
 
 
