@@ -35,6 +35,9 @@ class PendingGpuBench(ContractModel):
     listed_gpu_model: str | None = Field(
         default=None, max_length=64, description="the GPU vast lists for the instance: what it is judged against"
     )
+    listed_num_gpus: int | None = Field(
+        default=None, ge=1, le=64, description="how many GPUs vast lists for it: the report must show as many"
+    )
 
 
 def pending_from_request(request: BenchRequest, report_timeout_s: float) -> PendingGpuBench:
@@ -47,6 +50,7 @@ def pending_from_request(request: BenchRequest, report_timeout_s: float) -> Pend
         deadline=request.occurred_at + timedelta(seconds=report_timeout_s),
         label=request.label,
         listed_gpu_model=request.gpu_model,
+        listed_num_gpus=request.num_gpus,
     )
 
 

@@ -84,6 +84,7 @@ class BenchRequests:
             report,
             instance_id=instance_id,
             listed_gpu_model=pending.listed_gpu_model,
+            listed_num_gpus=pending.listed_num_gpus,
             thresholds=self.thresholds,
             cpu_reports=self.config.cpu_reports,
         )

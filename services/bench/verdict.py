@@ -120,10 +120,13 @@ def judge_rented(
     listed_gpu_model: str | None,
     thresholds: Thresholds,
     cpu_reports: CpuReports = "fail",
+    listed_num_gpus: int | None = None,
 ) -> Judgement:
     """A rented machine's report, judged against the GPU vast lists for it: the host's own claims decide nothing.
 
     Unknown or unlisted models fail: without a reference any numbers would pass, and a pass lets a machine in.
+    A machine that shows fewer GPUs than vast lists (one dead, or hidden from the container) fails too: it is
+    billed for all of them and the suite measures only the first, so its speed says nothing of the missing ones.
     """
     listed = canonical_gpu_model(listed_gpu_model)
     if report.instance_id != instance_id:
@@ -142,6 +145,9 @@ def judge_rented(
         return Judgement(
             "fail", {}, f"{listed}: fail: the machine reports {report.gpu_name!r}, vast lists {listed}", listed
         )
+    if listed_num_gpus is not None and report.gpu_count < listed_num_gpus:
+        shown = f"{report.gpu_count} GPU" + ("" if report.gpu_count == 1 else "s")
+        return Judgement("fail", {}, f"{listed}: fail: the machine shows {shown}, vast lists {listed_num_gpus}", listed)
     return replace(judge_gpu(report, reference, thresholds), gpu_model=listed)
 
 

@@ -140,6 +140,7 @@ class FleetRuntime:
                 # from vast's listing via the provisioner: bench trusts these, never the host's own claims
                 label=record.label if record else None,
                 gpu_model=record.gpu_model if record else t.gpu_model,
+                num_gpus=record.num_gpus if record else None,
             )
             await publish_event(self.ctx.broker, subjects.bench_request, request, stream=BENCH.name(subjects))
 

@@ -22,6 +22,9 @@ class BenchRequest(Event):
     # a GPU bench of a rented instance is judged only on the report its own token proves, against vast's listing
     label: str | None = Field(default=None, max_length=256, description="the instance's label (ours, from vast)")
     gpu_model: str | None = Field(default=None, max_length=64, description="the GPU vast lists for the instance")
+    num_gpus: int | None = Field(
+        default=None, ge=1, le=64, description="how many GPUs vast lists for the instance: a report showing fewer fails"
+    )
 
 
 class BenchResult(Event):

@@ -84,6 +84,7 @@ def gpu_request(
     occurred_at: datetime = NOW,
     gpu_model: str | None = "H100 SXM",
     label: str | None = None,
+    num_gpus: int | None = None,
 ) -> BenchRequest:
     """fleet's request for a registered instance, with the label and GPU it learned from vast's listing."""
     if instance_id is not None:
@@ -95,6 +96,7 @@ def gpu_request(
         kind="gpu",
         label=label,
         gpu_model=gpu_model if instance_id is not None else None,
+        num_gpus=num_gpus if instance_id is not None else None,
     )
 
 

@@ -19,7 +19,7 @@ from services.bench.references import (
     reference_for,
 )
 from services.bench.report import SuiteReport
-from services.bench.verdict import Thresholds, gpu_result, judge_gpu
+from services.bench.verdict import Thresholds, gpu_result, judge_gpu, judge_rented
 from shared.gpu_models import CATALOG
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
@@ -202,3 +202,21 @@ def test_a_report_that_leaves_out_a_metric_or_every_check_fails() -> None:
     # the task time is measured only where the operator set a task: its absence alone is no failure
     without_task = {name: value for name, value in complete.metrics.items() if name != TASK}
     assert judge_gpu(report_at("RTX 4090", 1.0, metrics=without_task), reference, Thresholds()).verdict == "pass"
+
+
+@pytest.mark.parametrize(
+    ("shown", "listed", "verdict"), [(1, 4, "fail"), (3, 4, "fail"), (4, 4, "pass"), (8, 4, "pass")]
+)
+def test_a_machine_showing_fewer_gpus_than_vast_lists_fails(shown: int, listed: int, verdict: str) -> None:
+    """Billed for every listed GPU, measured on the first: a dead or hidden GPU is caught only by the count."""
+    report = report_at("RTX 4090", 1.0, gpu_count=shown)
+    judgement = judge_rented(
+        report, instance_id=33032712, listed_gpu_model="RTX 4090", thresholds=Thresholds(), listed_num_gpus=listed
+    )
+    assert judgement.verdict == verdict, judgement.explanation
+    if verdict == "fail":
+        plural = "" if shown == 1 else "s"
+        assert judgement.explanation == f"RTX 4090: fail: the machine shows {shown} GPU{plural}, vast lists {listed}"
+    # a request from before the count was listed (None) is judged on the model and the speed alone
+    unlisted = judge_rented(report, instance_id=33032712, listed_gpu_model="RTX 4090", thresholds=Thresholds())
+    assert unlisted.verdict == "pass"

@@ -134,7 +134,7 @@ async def test_a_machine_walks_its_lifecycle_over_the_bus(
     async with running_fleet(settings, sim_clock):
         await bus.observed(101, S.LOADING)
         sim_clock.advance(3600)
-        await bus.observed(101, S.RUNNING)
+        await bus.observed(101, S.RUNNING, num_gpus=2)
         running = await eventually(lambda: bus.transition(S.RUNNING))
         assert (running.instance_id, running.from_state) == (101, S.LOADING)
         assert (await eventually(lambda: bus.trigger("p0", TriggerReason.INSTANCE_RUNNING))).instance_id == 101
@@ -142,7 +142,9 @@ async def test_a_machine_walks_its_lifecycle_over_the_bus(
         await bus.task(101, "started", "t1")
         await eventually(lambda: bus.transition(S.REGISTERED))
         request = await js.get_last_msg(BENCH.name(settings.subjects), settings.subjects.bench_request)
-        assert BenchRequest.model_validate_json(request.data).instance_id == 101
+        asked = BenchRequest.model_validate_json(request.data)
+        # judged against vast's listing: its GPU model and how many GPUs it is billed for
+        assert (asked.instance_id, asked.gpu_model, asked.num_gpus) == (101, "RTX 4090", 2)
 
         verdict = BenchResult(
             occurred_at=sim_clock.now(), source="bench", instance_id=101, kind="gpu", device="cuda", verdict="pass"
@@ -155,7 +157,7 @@ async def test_a_machine_walks_its_lifecycle_over_the_bus(
 
         snapshot = await bus.ask_snapshot()
         [line] = snapshot.instances
-        assert line.line.startswith("#101 RTX 4090 producing $0.50/h 1.1h up")
+        assert line.line.startswith("#101 2x RTX 4090 producing $0.50/h 1.1h up")
         assert snapshot.producing_instances == 1 and snapshot.spend_usd_per_h == 0.5
 
         drain = DrainInstance(

@@ -182,10 +182,13 @@ async def test_made_up_speed_or_a_claimed_gpu_fails_against_what_vast_lists(
         602: (suite_report(602, 1.0), "RTX 4090"),  # an H100's numbers from a machine vast lists as a 4090
         603: (suite_report(603, 1.0), "Tesla K80"),  # a model no reference covers
         604: ({**suite_report(604, 1.0), "device": "cpu"}, "H100 SXM"),  # a CPU run from a GPU machine
+        605: (suite_report(605, 1.0), "H100 SXM"),  # an H100's numbers from one of the four GPUs vast lists
     }
+    listed_gpus = {605: 4}
     async with over_http(app) as base_url:
         for instance_id, (report, listed) in cases.items():
-            await request_bench(js, settings, gpu_request(instance_id, gpu_model=listed))
+            request = gpu_request(instance_id, gpu_model=listed, num_gpus=listed_gpus.get(instance_id))
+            await request_bench(js, settings, request)
             assert (await post_report(base_url, report)).status_code == 202
         await eventually(lambda: len(results) == len(cases))
     verdicts = {r.instance_id: r for r in results}
@@ -194,6 +197,7 @@ async def test_made_up_speed_or_a_claimed_gpu_fails_against_what_vast_lists(
     assert "vast lists RTX 4090" in verdicts[602].explanation
     assert "no reference for the listed GPU 'Tesla K80'" in verdicts[603].explanation
     assert "CPU run" in verdicts[604].explanation
+    assert verdicts[605].explanation == "H100 SXM: fail: the machine shows 1 GPU, vast lists 4"
 
 
 async def _pending(settings: Settings, instance_id: int) -> bool:
