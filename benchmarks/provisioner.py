@@ -31,7 +31,7 @@ from services.provisioner.host_history import HostHistory, Incident, IncidentKin
 from services.provisioner.metrics import ProvisionerMetrics
 from services.provisioner.operations import Provisioner
 from services.provisioner.ranking import OfferConstraints, ThroughputKnowledge, rank
-from services.provisioner.settings import ProvisionerSettings
+from services.provisioner.settings import DOCUMENTED_SPACING_S, ProvisionerSettings
 from services.provisioner.store import ProvisionerStore
 from services.provisioner.vast_client import VastClient
 from services.provisioner.vast_models import VastOffer
@@ -57,8 +57,8 @@ KEY = "bench-key"
 START = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 MODELS = ("RTX 4090", "RTX 5090", "RTX 3090")
 BENCH_CONFIG = ProvisionerSettings(
-    spacing_s={},
-    rate_limited_wait_s={},
+    spacing_s=dict.fromkeys(DOCUMENTED_SPACING_S, 0.0),
+    rate_limited_wait_s=dict.fromkeys(DOCUMENTED_SPACING_S, 0.0),
     backoff_initial_s=0.0,
     backoff_max_s=0.0,
     allowed_gpu_models=list(MODELS),

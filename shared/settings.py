@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BeforeValidator, Field, SecretStr
+from pydantic import BeforeValidator, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.clock import Clock, ClockControl, GovernedClock, RealClock, ScaledClock
@@ -23,7 +23,9 @@ from shared.subjects import Subjects
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FLEETPILOT_", env_file=None, extra="ignore")
+    # every settings class refuses inf and NaN: inf passes gt=0, and a heartbeat of inf never ran again while
+    # /health said healthy, a budget of inf switched the provisioner's budget off
+    model_config = SettingsConfigDict(env_prefix="FLEETPILOT_", env_file=None, extra="ignore", allow_inf_nan=False)
 
     # bus
     nats_url: str = Field(default="nats://127.0.0.1:4222", description="comma-separated for a cluster")
@@ -92,6 +94,23 @@ class Settings(BaseSettings):
     )
     clock_offset_s: float = Field(default=0.0, description="how far this process's governed clock runs ahead (tests)")
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, url: str) -> str:
+        # redis-py's own rule, said at start-up rather than in a traceback from the first connection
+        if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"expected redis://, rediss:// or unix://, e.g. redis://127.0.0.1:6379/0; got {url!r}")
+        return url
+
+    @field_validator("vast_api_url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        # (Ollama's own client reads a bare host:port, so ollama_host is left to it)
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"expected an http:// or https:// URL with a host, got {url!r}")
+        return url
+
     @cached_property
     def subjects(self) -> Subjects:
         return Subjects(self.subject_prefix)
@@ -137,3 +156,4 @@ def split_commas(value: Any) -> Any:
 # wrong value in a 50-line traceback); NoDecode hands the raw string to split_commas instead
 CommaSeparatedStrings = Annotated[list[str], NoDecode, BeforeValidator(split_commas)]
 CommaSeparatedInts = Annotated[list[int], NoDecode, BeforeValidator(split_commas)]
+CommaSeparatedIntTuple = Annotated[tuple[int, ...], NoDecode, BeforeValidator(split_commas)]

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.bench.collect import DEFAULT_REPORT_TIMEOUT_S
 from services.bench.serving_stats import DEFAULT_LEVELS, ServingWorkload
 from services.bench.verdict import CpuReports, Thresholds
+from shared.settings import CommaSeparatedIntTuple
 
 
 class BenchSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FLEETPILOT_BENCH_", env_file=None, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="FLEETPILOT_BENCH_", env_file=None, extra="ignore", allow_inf_nan=False
+    )
 
     # The deployment's report secret: each instance's token is an HMAC of its label under it (tokens.py);
     # `fleetpilot run bench` refuses to start without it.
@@ -45,7 +48,9 @@ class BenchSettings(BaseSettings):
     )
     local_min_time_s: float | None = Field(default=None, gt=0, description="per measurement, for local runs")
 
-    serving_levels: tuple[int, ...] = Field(default=DEFAULT_LEVELS, description="JSON in the environment: [1,8,32]")
+    serving_levels: CommaSeparatedIntTuple = Field(
+        default=DEFAULT_LEVELS, description="concurrency levels of the serving sweep, comma-separated: 1,8,32"
+    )
     serving_requests_per_level: int | None = Field(
         default=None, ge=1, description="requests per concurrency level (default: max(4 x level, 16))"
     )
@@ -57,6 +62,16 @@ class BenchSettings(BaseSettings):
     serving_api_key: SecretStr | None = Field(
         default=None, description="API key of the endpoint the serving sweep measures (secret)"
     )
+
+    @model_validator(mode="after")
+    def _fail_below_degraded(self) -> BenchSettings:
+        # checked here, where the variables are named, not when the service builds its verdict lines
+        if self.fail_below_share > self.degraded_below_share:
+            raise ValueError(
+                f"FLEETPILOT_BENCH_FAIL_BELOW_SHARE={self.fail_below_share:g} is above "
+                f"FLEETPILOT_BENCH_DEGRADED_BELOW_SHARE={self.degraded_below_share:g}: expected fail at most degraded"
+            )
+        return self
 
     def thresholds(self) -> Thresholds:
         return Thresholds(degraded_below_share=self.degraded_below_share, fail_below_share=self.fail_below_share)

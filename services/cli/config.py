@@ -113,11 +113,13 @@ def configuration_problems() -> list[str]:
     """Unknown FLEETPILOT_* variables and contradicting settings, one line each (services/cli/config_checks.py);
     a value that is not acceptable on its own raises pydantic's ValidationError instead."""
     from services.cli.config_checks import inconsistencies, unknown_variables
+    from services.decider.config import DeciderSettings
     from services.provisioner.settings import ProvisionerSettings
     from shared.settings import Settings
 
     variables = [variable for _, variable, _, _ in reference_rows()]
-    return unknown_variables(os.environ, variables) + inconsistencies(Settings(), ProvisionerSettings())
+    contradictions = inconsistencies(Settings(), ProvisionerSettings(), DeciderSettings())
+    return unknown_variables(os.environ, variables) + contradictions
 
 
 def refuse_problems() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 
+from services.decider.config import DeciderSettings
 from services.provisioner.settings import ProvisionerSettings
 from shared import gpu_models
 from shared.settings import Settings
@@ -41,9 +42,18 @@ def unknown_variables(environment: Mapping[str, str], settings_variables: Iterab
     return problems
 
 
-def inconsistencies(settings: Settings, provisioner: ProvisionerSettings) -> list[str]:
+def inconsistencies(
+    settings: Settings, provisioner: ProvisionerSettings, decider: DeciderSettings | None = None
+) -> list[str]:
     """One line per pair of settings that contradict each other, naming both variables and their values."""
     problems = []
+    if decider is not None and decider.min_producers_while_queued > settings.max_instances:
+        # more producers kept than may exist: no producer is ever removed while work waits, even for the budget
+        # or an operator's cap
+        problems.append(
+            f"FLEETPILOT_DECIDER_MIN_PRODUCERS_WHILE_QUEUED={decider.min_producers_while_queued} is above "
+            f"FLEETPILOT_MAX_INSTANCES={settings.max_instances}: expected at most the instances the fleet may have"
+        )
     normal, emergency = settings.normal_max_price_usd_per_h, settings.emergency_max_price_usd_per_h
     if normal > emergency:
         problems.append(

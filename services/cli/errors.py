@@ -44,12 +44,22 @@ def describe_settings_error(error: ValidationError) -> str:
     settings_class = settings_classes_by_name().get(error.title)
     problems = []
     for item in error.errors():
-        field = str(item["loc"][0]) if item["loc"] else ""
-        variable = environment_variable(settings_class, field) if field else error.title
+        if not item["loc"]:  # a check of several settings at once: its words name the variables
+            problems.append(_said(item["msg"]))
+            continue
+        variable = environment_variable(settings_class, str(item["loc"][0]))
         got = item.get("input")
         value = f"={got!r}" if isinstance(got, str | int | float) else ""
-        problems.append(f"{variable}{value}: {item['msg'].lower()}")
+        problems.append(f"{variable}{value}: {_said(item['msg'])}")
     return "; ".join(problems)
+
+
+def _said(message: str) -> str:
+    """pydantic's message as a line's clause: its prefix for a validator's own words dropped, a first word in
+    lower case (a validator names variables in capitals, which lowering the whole message lost)."""
+    message = message.removeprefix("Value error, ")
+    first_word = message.split(" ", 1)[0]
+    return message[:1].lower() + message[1:] if first_word[1:].islower() else message
 
 
 def describe_undecodable_setting(error: SettingsError) -> str:

@@ -77,6 +77,7 @@ def wire(
         PredictivePolicy(config.policy_config()),
         advisor or load_advisor(config.advisor, ctx),
     )
+    ctx.health_checks.append(decider.not_deciding)
     replica = f"decider-{config.replica_id}"
 
     # FastStream warns that a durable push consumer does not scale across instances: here that is the point,

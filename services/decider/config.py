@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import uuid
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.decider.guardrails import GuardrailConfig
@@ -15,7 +16,9 @@ from shared.streams import DEFAULT_COMMAND_TTL_S
 
 
 class DeciderSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FLEETPILOT_DECIDER_", env_file=None, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="FLEETPILOT_DECIDER_", env_file=None, extra="ignore", allow_inf_nan=False
+    )
 
     # names this process in run ids and its own trigger consumers (every replica sees every trigger)
     replica_id: str = Field(
@@ -64,7 +67,8 @@ class DeciderSettings(BaseSettings):
     # unset: as many launches per hour as the fleet may have instances, so a cold start or a step up can reach
     # the fleet it needs within one startup time (20/h against 40 instances took two startups, and a surge
     # building had its launches refused for the rate alone)
-    max_launches_per_h: int | None = Field(default=None, ge=0, description="unset: the max_instances setting")
+    # 0 is refused, not read as "no limit" or as a freeze that no audit line explains: a directive stops launches
+    max_launches_per_h: int | None = Field(default=None, ge=1, description="unset: the max_instances setting")
     min_producers_while_queued: int = Field(
         default=1, ge=0, description="guardrail: producers never removed below this while tasks wait"
     )
@@ -91,6 +95,23 @@ class DeciderSettings(BaseSettings):
     advisor_timeout_s: float = Field(
         default=600.0, gt=0, description="the advisor's whole run is cut off after this; the policy then decides"
     )
+
+    @field_validator("advisor")
+    @classmethod
+    def _advisor_found(cls, spec: str) -> str:
+        """A misspelt advisor is named at start-up in one line, not in a traceback once the service is wired."""
+        if not spec:
+            return spec
+        module_name, _, attribute = spec.partition(":")
+        if not module_name or not attribute:
+            raise ValueError(f"expected 'package.module:factory', got {spec!r}")
+        try:
+            found = importlib.util.find_spec(module_name) is not None
+        except ImportError:  # a parent package that does not exist
+            found = False
+        if not found:
+            raise ValueError(f"no module {module_name!r} to take the advisor from")
+        return spec
 
     def policy_config(self) -> PolicyConfig:
         return PolicyConfig(park=self.park, bid_share=self.bid_share, mpc=self.mpc)

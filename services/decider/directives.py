@@ -7,6 +7,7 @@ configured limits (shared/contract/directives.py); `check_new` refuses one that 
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -108,6 +109,13 @@ def check_new(directive: Directive, configured: GuardrailConfig) -> str | None:
         return (
             f"${directive.max_usd_per_h:.2f}/h is {relation} the configured budget "
             f"${configured.budget_usd_per_h:.2f}/h: a directive can only tighten the limits"
+        )
+    if isinstance(directive, DrainBy) and directive.drain_by >= directive.expires_at:
+        # it would end the moment it is due: the cap of zero and the launch stop lapse with it, and the policy
+        # launches again right after the drain
+        return (
+            f"the directive ends at {directive.expires_at:%a %H:%M} UTC, the moment the drain is due: give an "
+            "expiry after the drain, for as long as the fleet must stay given back"
         )
     # A lever switched on is accepted as well as off: park and bids are the policy's choice of how to serve the
     # demand (a stopped disk, a cheaper bid), not a limit, and every action they lead to still passes the
@@ -220,7 +228,8 @@ def effect(directive: Directive, snapshot: FleetSnapshot | None, configured: Gua
     if isinstance(directive, ExcludeGpuModel):
         model = gpu_models.normalised(directive.gpu_model)
         on_it = [line for line in staying if line.gpu_model and gpu_models.normalised(line.gpu_model) == model]
-        return f"no new {directive.gpu_model} until {until}: {_stay(on_it)}{fleet_now}"
+        unheard = _unheard_of(directive.gpu_model, lines)
+        return f"no new {directive.gpu_model} until {until}: {_stay(on_it)}{fleet_now}{unheard}"
     if isinstance(directive, ExcludeHost):
         there = [line for line in staying if line.host_id == directive.host_id]
         return f"nothing new on host {directive.host_id} until {until}: {_stay(there, ' there')}{fleet_now}"
@@ -264,6 +273,19 @@ def _stay(lines: Sequence[InstanceLine], where: str = "") -> str:
     parked = sum(1 for line in lines if line.state is S.PARKED)
     text = f"{len(lines) - parked} running{where} stay until given back"
     return text + (f", {parked} parked not resumed" if parked else "")
+
+
+def _unheard_of(gpu_model: str, lines: Sequence[InstanceLine]) -> str:
+    """A warning for a model neither the catalogue nor the fleet knows: vast lists more models than the catalogue,
+    so it is excluded as written, but a misspelt one ("RTX 4009") excludes nothing the operator meant."""
+    if gpu_models.find(gpu_model) is not None:
+        return ""
+    known = {*gpu_models.CATALOG, *(line.gpu_model for line in lines if line.gpu_model)}
+    if gpu_models.normalised(gpu_model) in {gpu_models.normalised(name) for name in known}:
+        return ""
+    close = difflib.get_close_matches(gpu_model, sorted(known), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f" (warning: {gpu_model!r} is no model the catalogue or the fleet knows, excluded as written{hint})"
 
 
 def _ids(removals: Sequence[DirectiveRemoval]) -> str:

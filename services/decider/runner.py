@@ -42,6 +42,8 @@ from shared.contract import (
 )
 from shared.service import ServiceContext
 
+# three runs in a row that raised (a retry a second apart each): not a blip, the decider has stopped deciding
+FAILED_RUNS_UNHEALTHY = 3
 STOP_TIMEOUT_S = 10.0  # a run in progress when the service stops may finish (an advisor call is cut short)
 
 log = logging.getLogger("fleetpilot.decider")
@@ -83,6 +85,9 @@ class Decider:
         self._stopping = False
         self._suppressed_seen: dict[str, int] = {}
         self.last_record: DecisionRecord | None = None  # an operator's question is answered from it too
+        # runs that raised since the last one that did not, and the latest error: /health says so from a few on
+        self.failed_runs_in_a_row = 0
+        self.last_run_error = ""
 
     # --- triggers in --------------------------------------------------------------------------------------
 
@@ -126,10 +131,24 @@ class Decider:
                 continue
             try:
                 await self.run_batch(batch)
-            except Exception:
+                self.failed_runs_in_a_row = 0
+            except Exception as error:
                 log.exception("decider run failed; triggers kept for the next one")
+                self.failed_runs_in_a_row += 1
+                self.last_run_error = f"{type(error).__name__}: {error}"[:200]
                 if self.scheduler.running:
                     self.scheduler.abandon(self.ctx.clock.now() + timedelta(seconds=self.config.lock_retry_s))
+
+    def not_deciding(self) -> str | None:
+        """A health check: a decider whose loop died, or whose every run raises, decides nothing, whatever its
+        connections say (both were seen with /health answering healthy)."""
+        task = self._loop_task
+        if task is not None and task.done() and not task.cancelled() and not self._stopping:
+            error = task.exception()
+            return f"the decider's loop stopped: {type(error).__name__}: {error}"[:300]
+        if self.failed_runs_in_a_row < FAILED_RUNS_UNHEALTHY:
+            return None
+        return f"the last {self.failed_runs_in_a_row} decider runs failed (latest: {self.last_run_error})"
 
     async def _sleep_until(self, wake_at: datetime | None, now: datetime) -> None:
         """Until the scheduler's next deadline or a new trigger, whichever comes first."""

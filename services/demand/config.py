@@ -5,16 +5,21 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.settings import CommaSeparatedIntTuple
+
 HOUR_S = 3600
 
 
 class DemandSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FLEETPILOT_DEMAND_", env_file=None, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="FLEETPILOT_DEMAND_", env_file=None, extra="ignore", allow_inf_nan=False
+    )
 
     # Windows: 15 min sees a change quickly, 1 h smooths minute noise, 6 h covers a machine's whole startup.
-    windows_s: tuple[int, ...] = Field(
+    windows_s: CommaSeparatedIntTuple = Field(
         default=(900, 3600, 21600),
-        description="windows published (s): 15 min sees a change, 1 h smooths noise, 6 h spans a start-up",
+        description="windows published (s, comma-separated): 15 min sees a change, 1 h smooths noise, 6 h spans a "
+        "start-up",
     )
     bucket_s: int = Field(default=60, gt=0, description="width of one counting bucket")
     # A machine takes 1-2 h to arrive, so only demand that has outrun the fleet for half an hour is worth one.

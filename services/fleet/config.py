@@ -7,7 +7,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class FleetSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FLEETPILOT_FLEET_", env_file=None, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="FLEETPILOT_FLEET_", env_file=None, extra="ignore", allow_inf_nan=False
+    )
 
     # A healthy machine goes from rent to running in 1-2 h (image pull included); three is stuck.
     stuck_loading_s: float = Field(

@@ -17,6 +17,12 @@ class FleetUnknown(Exception):
     """The instance list could not be read: the fleet is unknown, not empty."""
 
 
+class LeaseLost(Exception):
+    """The fleet lease lapsed during a command: another replica may be changing the fleet, so this one stops
+    before its next step. Not answered: the command is redelivered, and a launch finds the instances it already
+    rented by their labels."""
+
+
 Outcome = Literal["refused", "failed"]
 
 # the first entry the error is an instance of answers (a refused key and a missing machine are vast errors too)

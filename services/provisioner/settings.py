@@ -5,7 +5,7 @@ The budget and the price caps are shared with the decider and live in `shared.se
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.bench.config import BenchSettings
@@ -36,7 +36,9 @@ DEFAULT_MIN_CUDA = 12.8
 
 
 class ProvisionerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FLEETPILOT_PROVISIONER_", env_file=None, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="FLEETPILOT_PROVISIONER_", env_file=None, extra="ignore", allow_inf_nan=False
+    )
 
     # offer constraints
     allowed_gpu_models: CommaSeparatedStrings = Field(
@@ -136,12 +138,36 @@ class ProvisionerSettings(BaseSettings):
         default=120.0, gt=0, description="JetStream ack wait for a command (a launch may take several creates)"
     )
     # replicas take turns changing the fleet through a Redis lease; a crashed holder's lease expires after this
+    # at least a second: Redis counts it in whole milliseconds, and the holder renews it every third of it
     lease_ttl_s: float = Field(
         default=120.0,
-        gt=0,
+        ge=1.0,
         description="replicas take turns through a Redis lease; a crashed holder's expires after this",
     )
     lease_poll_s: float = Field(default=0.5, gt=0, description="how often a replica tries to take the lease")
+
+    @field_validator("allowed_gpu_models")
+    @classmethod
+    def _some_gpu_model(cls, models: list[str]) -> list[str]:
+        # an empty variable (an unset shell variable in `...=$MODELS`) would allow nothing: no launch, ever
+        if not models:
+            raise ValueError("empty: name at least one GPU model, or leave the variable unset for the default list")
+        return models
+
+    @field_validator("spacing_s", "rate_limited_wait_s")
+    @classmethod
+    def _per_endpoint(cls, waits: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        """The endpoints named change; the others keep vast.ai's documented waits (one endpoint set replaced the
+        whole table, and every other endpoint went unspaced into vast's rate limits). A name vast has no endpoint
+        for, or a negative wait, is refused."""
+        documented = DOCUMENTED_SPACING_S if info.field_name == "spacing_s" else DOCUMENTED_RATE_LIMITED_WAIT_S
+        unknown = sorted(set(waits) - set(documented))
+        if unknown:
+            raise ValueError(f"no endpoint {', '.join(map(repr, unknown))}; expected some of {', '.join(documented)}")
+        negative = sorted(name for name, wait_s in waits.items() if wait_s < 0)
+        if negative:
+            raise ValueError(f"a negative wait for {', '.join(map(repr, negative))}; expected 0 or more seconds")
+        return {**documented, **waits}
 
     @classmethod
     def from_environment(cls) -> ProvisionerSettings:

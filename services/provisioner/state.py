@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 
 from services.provisioner import budget
 from services.provisioner.budget import BudgetLimits, Commitment, DaySpend
-from services.provisioner.errors import answer_for
+from services.provisioner.errors import LeaseLost, answer_for
 from services.provisioner.host_history import (
     HostHistory,
 )
@@ -103,6 +103,9 @@ class ProvisionerState:
         # instances whose latest observation NATS has not acknowledged: published again after the next list
         self._unpublished: set[int] = set()
         self._foreign_ids: set[int] = set()
+        # the fleet lease a command holds (`_exclusive`), and whether it lapsed under it
+        self._lease_token = ""
+        self._lease_lost = False
 
     @property
     def unknown_price_usd_per_h(self) -> float:
@@ -147,17 +150,42 @@ class ProvisionerState:
                 await heartbeat()  # waiting for another replica is progress too: no redelivery meanwhile
                 await self.clock.sleep(self.config.lease_poll_s)
                 token = await self.store.try_lease(FLEET_LEASE, self.config.lease_ttl_s)
-            self._lease_token = token
+            self._lease_token, self._lease_lost = token, False
+            renewing = asyncio.create_task(self._renew_while_held(token), name="provisioner-fleet-lease")
             try:
                 await self._load()
                 yield
             finally:
+                renewing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renewing
                 await self.store.release_lease(FLEET_LEASE, token)
 
+    async def _renew_while_held(self, token: str) -> None:
+        """Renews the lease every third of its life while a command holds it. A vast.ai call with its retries
+        (5 × 30 s and the waits between) outlasts the 120 s lease, and renewing only between steps let a second
+        replica take the fleet mid-create. Wall time, as Redis expires the lease in wall time."""
+        while True:
+            await asyncio.sleep(self.config.lease_ttl_s / 3)
+            try:
+                renewed = await self.store.renew_lease(FLEET_LEASE, token, self.config.lease_ttl_s)
+            except Exception:  # Redis away: the lease may still stand; the next step's keep-alive finds out
+                log.warning("the fleet lease could not be renewed (Redis?); trying again", exc_info=True)
+                continue
+            if not renewed:
+                self._lease_lost = True
+                return
+
     async def _keep_alive(self, heartbeat: Heartbeat) -> None:
-        """Before each slow step: tell JetStream the command is in progress and keep the lease."""
+        """Before each slow step: tell JetStream the command is in progress, and stop if the lease lapsed."""
         await heartbeat()
-        await self.store.renew_lease(FLEET_LEASE, self._lease_token, self.config.lease_ttl_s)
+        ttl_s = self.config.lease_ttl_s
+        if self._lease_lost or not await self.store.renew_lease(FLEET_LEASE, self._lease_token, ttl_s):
+            self._lease_lost = True
+            raise LeaseLost(
+                f"the fleet lease lapsed mid-command (FLEETPILOT_PROVISIONER_LEASE_TTL_S={ttl_s:g}): "
+                "another replica may be changing the fleet; stopped before the next step, the command is retried"
+            )
 
     async def _load(self) -> None:
         self.known = await self.store.load_instances()

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from services.cli.config import SETTINGS_CLASSES, load_class, markdown_reference, reference_rows
+from services.provisioner.settings import (
+    DOCUMENTED_RATE_LIMITED_WAIT_S,
+    DOCUMENTED_SPACING_S,
+    ProvisionerSettings,
+)
 from tests.cli.conftest import RunCli
 from tests.cli.test_mistakes import assert_one_clear_line
 
@@ -35,6 +42,40 @@ def test_every_settings_class_is_listed() -> None:
                 if isinstance(value, type) and issubclass(value, BaseSettings) and value.__module__ == module.name
             }
     assert found <= listed, f"not in SETTINGS_CLASSES: {sorted(c.__name__ for c in found - listed)}"
+
+
+def test_no_number_setting_takes_infinity_or_nan() -> None:
+    """inf passes gt=0: a heartbeat of inf stopped every decision, a budget of inf switched the budget off."""
+    accepted = []
+    for _, spec in SETTINGS_CLASSES:
+        settings_class = load_class(spec)
+        for name, field in settings_class.model_fields.items():
+            if "float" not in str(field.annotation):
+                continue
+            for bad in (math.inf, -math.inf, math.nan):
+                value = {"search": bad} if "dict" in str(field.annotation) else bad
+                try:
+                    settings_class(**{name: value})
+                except ValidationError:
+                    continue
+                accepted.append(f"{settings_class.__name__}.{name}={bad}")
+    assert accepted == []
+
+
+def test_one_endpoints_spacing_keeps_the_others_documented() -> None:
+    spaced = ProvisionerSettings(spacing_s={"search": 10.0})
+    assert spaced.spacing_s == {**DOCUMENTED_SPACING_S, "search": 10.0}
+    assert ProvisionerSettings().rate_limited_wait_s == DOCUMENTED_RATE_LIMITED_WAIT_S
+
+
+def test_windows_and_levels_are_comma_separated_or_json(run_cli: RunCli) -> None:
+    done = run_cli(
+        "config", "--effective", FLEETPILOT_DEMAND_WINDOWS_S="900,3600", FLEETPILOT_BENCH_SERVING_LEVELS="[1, 4]"
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in done.stdout.splitlines() if line.startswith("FLEET")}
+    assert rows["FLEETPILOT_DEMAND_WINDOWS_S"] == "900, 3600  (env)"
+    assert rows["FLEETPILOT_BENCH_SERVING_LEVELS"] == "1, 4  (env)"
 
 
 def test_effective_values_say_where_each_came_from(run_cli: RunCli, tmp_path: Path) -> None:
@@ -90,8 +131,43 @@ def test_an_unreadable_list_or_mapping_is_one_line(run_cli: RunCli, variable: st
         ({"FLEETPILOT_NORMAL_MAX_PRICE_USD_PER_H": "1.5"}, ["FLEETPILOT_EMERGENCY_MAX_PRICE_USD_PER_H=1.2"]),
         ({"FLEETPILOT_BUDGET_USD_PER_H": "1"}, ["FLEETPILOT_EMERGENCY_MAX_PRICE_USD_PER_H=1.2", "budget"]),
         ({"FLEETPILOT_PROVISIONER_ALLOWED_GPU_MODELS": "RTX 4090,GTX 1080"}, ["'GTX 1080'", "RTX 5090"]),
+        ({"FLEETPILOT_DECIDER_HEARTBEAT_S": "inf"}, ["FLEETPILOT_DECIDER_HEARTBEAT_S='inf'", "finite number"]),
+        ({"FLEETPILOT_BUDGET_USD_PER_H": "inf"}, ["FLEETPILOT_BUDGET_USD_PER_H='inf'", "finite number"]),
+        ({"FLEETPILOT_PROVISIONER_LEASE_TTL_S": "0.0005"}, ["LEASE_TTL_S='0.0005'", "greater than or equal to 1"]),
+        ({"FLEETPILOT_PROVISIONER_ALLOWED_GPU_MODELS": ""}, ["ALLOWED_GPU_MODELS", "empty", "leave the variable"]),
+        ({"FLEETPILOT_DECIDER_MAX_LAUNCHES_PER_H": "0"}, ["MAX_LAUNCHES_PER_H='0'", "greater than or equal to 1"]),
+        (
+            {"FLEETPILOT_DECIDER_MIN_PRODUCERS_WHILE_QUEUED": "10", "FLEETPILOT_MAX_INSTANCES": "4"},
+            ["MIN_PRODUCERS_WHILE_QUEUED=10 is above FLEETPILOT_MAX_INSTANCES=4"],
+        ),
+        ({"FLEETPILOT_PROVISIONER_SPACING_S": '{"craete": 9}'}, ["SPACING_S", "no endpoint 'craete'", "create"]),
+        ({"FLEETPILOT_PROVISIONER_SPACING_S": '{"destroy": -5}'}, ["SPACING_S", "a negative wait for 'destroy'"]),
+        ({"FLEETPILOT_REDIS_URL": "localhost:6379"}, ["FLEETPILOT_REDIS_URL='localhost:6379'", "redis://"]),
+        ({"FLEETPILOT_VAST_API_URL": "console.vast.ai"}, ["FLEETPILOT_VAST_API_URL", "https://"]),
+        ({"FLEETPILOT_DECIDER_ADVISOR": "no.such.module:factory"}, ["ADVISOR", "no module 'no.such.module'"]),
+        (
+            {"FLEETPILOT_BENCH_FAIL_BELOW_SHARE": "0.9"},
+            ["FLEETPILOT_BENCH_FAIL_BELOW_SHARE=0.9 is above FLEETPILOT_BENCH_DEGRADED_BELOW_SHARE=0.8"],
+        ),
     ],
-    ids=["no instances", "normal above emergency", "cap above budget", "unknown GPU"],
+    ids=[
+        "no instances",
+        "normal above emergency",
+        "cap above budget",
+        "unknown GPU",
+        "endless heartbeat",
+        "endless budget",
+        "lease shorter than a millisecond",
+        "no GPU allowed",
+        "no launch per hour",
+        "more producers kept than instances",
+        "a misspelt endpoint",
+        "a negative spacing",
+        "redis without its scheme",
+        "vast without its scheme",
+        "an advisor that is not there",
+        "fail above degraded",
+    ],
 )
 def test_settings_that_contradict_each_other_are_refused(
     run_cli: RunCli, settings: dict[str, str], named: list[str]

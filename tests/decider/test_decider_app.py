@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import pytest
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from services.decider.advisor import AdvisorOutcome, DeciderPorts, RunInputs
+from services.decider.app import wire
+from services.decider.config import DeciderSettings
 from services.decider.guardrails import GuardrailRule
+from shared.clock import RealClock
 from shared.contract import (
     AgentTrace,
     DeadLetter,
@@ -23,11 +29,13 @@ from shared.contract import (
     Trigger,
     TriggerReason,
 )
+from shared.service import ServiceContext
 from shared.settings import Settings
 from shared.streams import OPERATOR, TRIGGERS
 from sim.infra import RedisServer
 from tests.decider.factories import producing, signal, snapshot
 from tests.decider.harness import (
+    FAST,
     audit_log,
     collect,
     publish,
@@ -378,3 +386,28 @@ async def test_triggers_during_a_run_give_one_follow_up_run(
         assert {r.event_id for r in audit.items[1].triggers} == {t.event_id for t in during}
         await asyncio.sleep(0.3)
         assert len(audit.items) == 2
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ("heartbeat_s", r"the decider's loop stopped: OverflowError"),  # the scheduler raised outside any run
+        ("lock_ttl_s", r"the last \d+ decider runs failed \(latest: OverflowError"),  # raised in each run
+    ],
+)
+async def test_a_decider_that_stopped_deciding_says_so_on_its_health(
+    settings: Settings, nc: NatsClient, js: JetStreamContext, setting: str, said: str
+) -> None:
+    """An infinite heartbeat or lock life (what the settings now refuse) stopped every decision while /health
+    answered healthy."""
+    config = DeciderSettings(**FAST).model_copy(update={setting: math.inf})
+    ctx = ServiceContext("decider", settings, RealClock())
+    app, _ = wire(ctx, None, config=config)
+    await app.start()
+    try:
+        await short_fleet(js, settings)
+        await publish_trigger(js, settings, trigger())
+        reasons = await eventually(lambda: ctx.unhealthy_reasons(connected=True))
+        assert len(reasons) == 1 and re.match(said, reasons[0]), reasons
+    finally:
+        await app.stop()

@@ -347,6 +347,25 @@ def test_a_directive_that_would_loosen_or_change_nothing_is_refused() -> None:
         directive(SetLever, 7, lever="park", state="off"),
     ]
     assert [check_new(d, CONFIGURED) for d in accepted] == [None] * len(accepted)
+    # a drain due the moment the directive ends would lift its cap and launch stop right after the drain
+    assert check_new(directive(DrainBy, 8, drain_by=NOW + timedelta(hours=6)), CONFIGURED) == (
+        "the directive ends at Mon 18:00 UTC, the moment the drain is due: give an expiry after the drain, for as"
+        " long as the fleet must stay given back"
+    )
+
+
+def test_an_exclusion_of_a_model_nobody_knows_warns_and_suggests_the_near_one() -> None:
+    fleet = snapshot(NOW, [line(140, S.PRODUCING, NOW, gpu_model="RTX 4080")])
+    typo, unlisted, rented = (
+        effect(directive(ExcludeGpuModel, n, gpu_model=model), fleet, CONFIGURED, NOW)
+        for n, model in [(1, "RTX 4009"), (2, "Quadro K4000"), (3, "rtx 4080")]
+    )
+    assert typo.endswith(
+        "(warning: 'RTX 4009' is no model the catalogue or the fleet knows, excluded as written; did you mean "
+        "RTX 4090?)"
+    )
+    assert "warning" in unlisted and "did you mean" not in unlisted
+    assert "warning" not in rented  # not in the catalogue, but the fleet rents it
 
 
 def test_the_effect_of_each_kind_in_numbers() -> None:

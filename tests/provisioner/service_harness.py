@@ -11,7 +11,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from services.provisioner.app import ProvisionerService, assemble
-from services.provisioner.settings import ProvisionerSettings
+from services.provisioner.settings import DOCUMENTED_SPACING_S, ProvisionerSettings
 from shared.bus import event_headers
 from shared.clock import Clock
 from shared.contract import InstanceObserved, ProvisionCommand, ProvisionResult, VastAccountObserved
@@ -24,9 +24,10 @@ from tests.helpers import eventually
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 
 # no client-side spacing or backoff waits (the quiet simulator has no rate limits), a reconcile an hour
+NO_WAITS = dict.fromkeys(DOCUMENTED_SPACING_S, 0.0)
 QUIET = ProvisionerSettings(
-    spacing_s={},
-    rate_limited_wait_s={},
+    spacing_s=NO_WAITS,
+    rate_limited_wait_s=NO_WAITS,
     backoff_initial_s=0.0,
     backoff_max_s=0.0,
     max_attempts=3,

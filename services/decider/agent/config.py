@@ -9,7 +9,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class AgentConfig(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FLEETPILOT_AGENT_", env_file=None, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="FLEETPILOT_AGENT_", env_file=None, extra="ignore", allow_inf_nan=False
+    )
 
     # an 8B model on one GPU answers a 12k-token prompt in seconds; a minute means it is gone. Eight rounds of
     # it stay inside the decider's advisor timeout (600 s)
