@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import nats
 import nats.errors
@@ -17,6 +18,9 @@ from faststream.nats import NatsBroker
 from nats.aio.client import Client as NatsClient
 from prometheus_client import make_asgi_app
 from pydantic import SecretStr
+from redis.exceptions import AuthenticationError, AuthorizationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
 from shared.bus import build_broker, faststream_logger, nats_connect_options
@@ -25,7 +29,7 @@ from shared.consumer_lag import poll_consumer_lag
 from shared.contract import ToleratesUnknownFields
 from shared.live_mode import refuse_unsafe_live_start
 from shared.metrics import BusMetrics
-from shared.settings import Settings
+from shared.settings import Settings, without_credentials
 from shared.streams import wait_for_streams
 from shared.subjects import Subjects
 
@@ -35,6 +39,8 @@ NATS_WAIT_FIRST_S = 0.5
 NATS_WAIT_MAX_S = 15.0
 NATS_CONNECT_TIMEOUT_S = 2.0
 HEALTH_PING_TIMEOUT_S = 2.0
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -122,6 +128,35 @@ class ServiceContext:
         reasons = [] if connected else [f"not connected to NATS at {self.settings.nats_url_for_humans}"]
         return reasons + [reason for check in self.health_checks if (reason := check()) is not None]
 
+    async def read_redis(self, read: Callable[[], Awaitable[T]], what: str) -> T:
+        """`read()` once Redis answers: a service that must restore its state before its first message, started
+        before its Redis (compose and k8s start them together), logs where it looks and retries with backoff
+        while /health says why it is not ready; it exited with a traceback. A refused password is raised."""
+        waiting = f"waiting for Redis at {without_credentials(self.settings.redis_url)} to read {what}"
+
+        def why_not_ready() -> str:
+            return waiting
+
+        def report(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            delay_s = state.next_action.sleep if state.next_action else 0.0
+            self.log.warning("%s (%s); next try in %.1f s", waiting, error or "no answer", delay_s)
+
+        retrying = AsyncRetrying(
+            wait=wait_exponential(multiplier=NATS_WAIT_FIRST_S, max=NATS_WAIT_MAX_S),
+            retry=retry_if_exception(redis_unreachable),
+            before_sleep=report,
+            reraise=True,
+        )
+        self.health_checks.append(why_not_ready)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    found = await read()
+        finally:
+            self.health_checks.remove(why_not_ready)
+        return found
+
     async def bind_streams(self) -> None:
         """Wait until the streams exist: they are created by the admin step (`fleetpilot streams ensure`),
         never by a service, whose NATS user may not create, update or purge one.
@@ -153,6 +188,13 @@ async def connect_once(settings: Settings) -> NatsClient:
     )
 
 
+def redis_unreachable(error: BaseException) -> bool:
+    """Worth waiting for: Redis did not answer. A refused password or command is not (it will not change)."""
+    if isinstance(error, AuthenticationError | AuthorizationError):
+        return False
+    return isinstance(error, RedisConnectionError | RedisTimeoutError | OSError)
+
+
 def is_unreachable(error: BaseException) -> bool:
     """Worth waiting for: no server answered. A refusal of the credentials is not (it will not change)."""
     if "authorization" in str(error).lower() or "authentication" in str(error).lower():
@@ -180,6 +222,7 @@ class ServiceApp(AsgiFastStream):
         )
         self.ctx = ctx
         self.consumer_lag: list[asyncio.Task[None]] = []
+        self.restores = []
         self.after_startup(self.report_consumer_lag)
         self.on_shutdown(self.stop_reporting_consumer_lag)
 
@@ -190,6 +233,10 @@ class ServiceApp(AsgiFastStream):
 
     async def stop_reporting_consumer_lag(self) -> None:
         await stop_tasks(self.consumer_lag)
+
+    # what a service reads back from Redis before it takes its first message: run once the HTTP server is up (a
+    # wait for Redis shows on /health, and SIGTERM stops it), not in an on_startup hook, which blocks the server
+    restores: list[Callable[[], Awaitable[None]]]
 
     # set by the process entry point: how to stop the whole process when starting cannot succeed
     stop_process: Callable[[], None] | None = None
@@ -206,6 +253,8 @@ class ServiceApp(AsgiFastStream):
             await asyncio.Event().wait()  # no subscriber, no timer loop: the shutdown under way cancels this
             return
         await self.ctx.bind_streams()
+        for restore in self.restores:
+            await restore()
         await super()._start_broker()
 
 
@@ -221,7 +270,7 @@ def health(ctx: ServiceContext) -> GetHandler:
     return respond
 
 
-def asgi_app(ctx: ServiceContext) -> AsgiFastStream:
+def asgi_app(ctx: ServiceContext) -> ServiceApp:
     """The service as an ASGI app: the broker, plus /metrics (its own registry) and /health."""
     return ServiceApp(ctx)
 

@@ -71,11 +71,13 @@ class DemandRuntime:
         self.unanswered_checkpoints: dict[str, int] = {}
         self.tasks: list[asyncio.Task[None]] = []
         self.stopping = False
+        self.restored = False  # until the saved state has been read from Redis
         self.dead_letters = next(m for m in ctx.broker.middlewares if isinstance(m, DeadLetterMiddleware))
 
     async def restore(self) -> None:
         try:
-            state, seen_ids = await self.store.load()
+            state, seen_ids = await self.ctx.read_redis(self.store.load, "demand's saved state")
+            self.restored = True  # read (what it says, if anything, is taken or set aside below)
             if state is None:
                 log.info("no saved demand state: starting with empty windows")
                 return
@@ -230,6 +232,8 @@ class DemandRuntime:
         self.stopping = True
         await stop_tasks(self.tasks)
         self.tasks = []
+        if not self.restored:  # stopped while waiting for Redis: an empty state must not overwrite the saved one
+            return
         try:
             await self.checkpoint()
         except Exception:
@@ -258,7 +262,7 @@ def build(ctx: ServiceContext, config: DemandSettings | None = None) -> AsgiFast
         await runtime.checkpoint_observation()
 
     app = asgi_app(ctx)
-    app.on_startup(runtime.restore)
+    app.restores.append(runtime.restore)  # before its first message, once Redis answers
     app.after_startup(runtime.start)
     app.on_shutdown(runtime.stop)
     app.after_shutdown(runtime.close)

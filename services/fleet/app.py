@@ -50,11 +50,13 @@ class FleetRuntime:
         self.lock = asyncio.Lock()
         self.timer: asyncio.Task[None] | None = None
         self.stopping = False
+        self.restored = False  # until the saved state has been read from Redis
         self.last_snapshot_s: float | None = None
 
     async def restore(self) -> None:
         try:
-            records, meta = await self.store.load()
+            records, meta = await self.ctx.read_redis(self.store.load, "fleet's saved state")
+            self.restored = True  # read (what it says, if anything, is taken or set aside below)
             if not records and meta is None:
                 log.info("no saved fleet state: starting empty")
                 return
@@ -190,6 +192,8 @@ class FleetRuntime:
         self.stopping = True
         if self.timer is not None:
             await stop_tasks([self.timer])
+        if not self.restored:  # stopped while waiting for Redis: an empty state must not overwrite the saved one
+            return
         try:
             await self.save()
         except Exception:
@@ -232,7 +236,7 @@ def build(ctx: ServiceContext, config: FleetSettings | None = None) -> AsgiFastS
         await answer_request(ctx.broker, ctx.metrics, msg, runtime.core.snapshot(clock.now()))
 
     app = asgi_app(ctx)
-    app.on_startup(runtime.restore)
+    app.restores.append(runtime.restore)  # before its first message, once Redis answers
     app.after_startup(runtime.start)
     app.on_shutdown(runtime.stop)
     app.after_shutdown(runtime.close)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -35,6 +36,7 @@ from shared.contract import (
 from shared.service import ServiceContext
 from shared.settings import Settings
 from shared.streams import BENCH, COMMANDS, DEMAND, INSTANCES, LATEST, TRIGGERS
+from sim.infra import RedisServer
 from tests.helpers import eventually
 
 S = InstanceState
@@ -240,3 +242,24 @@ async def test_silent_producers_with_tasks_queued_are_dead_and_raise_p0(
         assert "59 tasks were queued" in failed.detail
         assert (await eventually(lambda: bus.trigger("p0", TriggerReason.ALL_PRODUCERS_SILENT))).instance_id is None
         assert (await eventually(lambda: bus.trigger("p0", TriggerReason.INSTANCE_DEAD))).instance_id == 7
+
+
+async def test_fleet_started_before_its_redis_waits_for_it_and_says_so(
+    settings: Settings, js: JetStreamContext, nc: NatsClient, sim_clock: SimulatedClock, redis_server: RedisServer
+) -> None:
+    """compose and k8s start Redis beside the services: fleet exited with a traceback when Redis was not up yet."""
+    redis_server.stop()
+    ctx = ServiceContext("fleet", settings, sim_clock)
+    app = build(ctx, CONFIG)
+    starting = asyncio.create_task(app.start())
+    try:
+        reasons = await eventually(lambda: ctx.unhealthy_reasons(connected=True))
+        assert reasons == [f"waiting for Redis at {settings.redis_url} to read fleet's saved state"]
+        assert not starting.done()
+        redis_server.start()
+        await asyncio.wait_for(starting, timeout=30)
+        assert ctx.unhealthy_reasons(connected=True) == []
+        bus = Bus(js, nc, settings, sim_clock)
+        assert (await bus.ask_snapshot()).instances == []
+    finally:
+        await app.stop()
