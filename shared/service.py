@@ -253,8 +253,19 @@ class ServiceApp(AsgiFastStream):
             await asyncio.Event().wait()  # no subscriber, no timer loop: the shutdown under way cancels this
             return
         await self.ctx.bind_streams()
-        for restore in self.restores:
-            await restore()
+        try:
+            for restore in self.restores:
+                await restore()
+        except Exception as error:  # waiting cannot help (a refused Redis password): the service stops
+            self.ctx.log.error("cannot restore %s's saved state: %s: %s", self.ctx.name, type(error).__name__, error)
+            if self.stop_process is None:
+                raise
+            # after start-up this runs in the background: left alone, the service would serve /health healthy
+            # with no subscriber at all
+            self.fatal_error = error
+            self.stop_process()
+            await asyncio.Event().wait()  # the shutdown under way cancels this
+            return
         await super()._start_broker()
 
 

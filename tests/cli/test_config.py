@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from services.cli.config import SETTINGS_CLASSES, load_class, markdown_reference, reference_rows
+from services.provisioner import vast_client
 from services.provisioner.settings import (
     DOCUMENTED_RATE_LIMITED_WAIT_S,
     DOCUMENTED_SPACING_S,
+    ENDPOINTS,
     ProvisionerSettings,
 )
 from tests.cli.conftest import RunCli
@@ -63,8 +66,11 @@ def test_no_number_setting_takes_infinity_or_nan() -> None:
 
 
 def test_one_endpoints_spacing_keeps_the_others_documented() -> None:
-    spaced = ProvisionerSettings(spacing_s={"search": 10.0})
-    assert spaced.spacing_s == {**DOCUMENTED_SPACING_S, "search": 10.0}
+    spaced = ProvisionerSettings(spacing_s={"search": 10.0, "invoices": 2.0})
+    assert spaced.spacing_s == {**DOCUMENTED_SPACING_S, "search": 10.0, "invoices": 2.0}
+    # every endpoint the client spaces by name may be set (the invoices query has no documented limit)
+    called = set(re.findall(r'_call\(\s*"(\w+)"', Path(vast_client.__file__).read_text()))
+    assert called == ENDPOINTS
     assert ProvisionerSettings().rate_limited_wait_s == DOCUMENTED_RATE_LIMITED_WAIT_S
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -10,6 +11,7 @@ from nats.aio.client import Client as NatsClient
 from nats.errors import NoRespondersError
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
+from redis.exceptions import AuthenticationError
 
 from services.fleet.app import build
 from services.fleet.config import FleetSettings
@@ -262,4 +264,24 @@ async def test_fleet_started_before_its_redis_waits_for_it_and_says_so(
         bus = Bus(js, nc, settings, sim_clock)
         assert (await bus.ask_snapshot()).instances == []
     finally:
+        await app.stop()
+
+
+async def test_fleet_whose_redis_refuses_its_password_stops_instead_of_serving_healthy(
+    settings: Settings, sim_clock: SimulatedClock, redis_server: RedisServer
+) -> None:
+    """Waiting cannot help a refused password: the process stops (as the entry point's stop_process does),
+    where it kept serving /health healthy with no subscriber at all."""
+    wrong = settings.model_copy(update={"redis_url": f"redis://nobody:wrong@127.0.0.1:{redis_server.port}/0"})
+    app = build(ServiceContext("fleet", wrong, sim_clock), CONFIG)
+    stopped: list[bool] = []
+    app.stop_process = lambda: stopped.append(True)
+    starting = asyncio.create_task(app.start())
+    try:
+        await eventually(lambda: stopped)
+        assert isinstance(app.fatal_error, AuthenticationError)
+    finally:
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
         await app.stop()
