@@ -56,9 +56,10 @@ NAME = "provisioner"
 KEY = "bench-key"
 START = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 MODELS = ("RTX 4090", "RTX 5090", "RTX 3090")
+NO_WAITS = dict.fromkeys(DOCUMENTED_SPACING_S, 0.0)  # the stand-in has no rate limits to space calls for
 BENCH_CONFIG = ProvisionerSettings(
-    spacing_s=dict.fromkeys(DOCUMENTED_SPACING_S, 0.0),
-    rate_limited_wait_s=dict.fromkeys(DOCUMENTED_SPACING_S, 0.0),
+    spacing_s=NO_WAITS,
+    rate_limited_wait_s=NO_WAITS,
     backoff_initial_s=0.0,
     backoff_max_s=0.0,
     allowed_gpu_models=list(MODELS),

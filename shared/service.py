@@ -33,10 +33,10 @@ from shared.settings import Settings, without_credentials
 from shared.streams import wait_for_streams
 from shared.subjects import Subjects
 
-# a service waiting for NATS tries again after 0.5, 1, 2, 4 ... s, never more than 15 s apart (a broker that
-# comes back is found within 15 s; a long outage costs one log line per 15 s)
-NATS_WAIT_FIRST_S = 0.5
-NATS_WAIT_MAX_S = 15.0
+# a service waiting for NATS or Redis tries again after 0.5, 1, 2, 4 ... s, never more than 15 s apart (a server
+# that comes back is found within 15 s; a long outage costs one log line per 15 s)
+WAIT_FIRST_S = 0.5
+WAIT_MAX_S = 15.0
 NATS_CONNECT_TIMEOUT_S = 2.0
 HEALTH_PING_TIMEOUT_S = 2.0
 
@@ -89,19 +89,7 @@ class ServiceContext:
         backoff, while /health says why it is not ready and SIGTERM still stops it (the wait runs after the
         HTTP server is up, inside a task uvicorn's shutdown cancels)."""
         url = self.settings.nats_url_for_humans
-
-        def report(state: RetryCallState) -> None:
-            error = state.outcome.exception() if state.outcome else None
-            delay_s = state.next_action.sleep if state.next_action else 0.0
-            self.log.warning(
-                "waiting for NATS at %s (%s); next try in %.1f s", url, describe_nats_error(error), delay_s
-            )
-
-        retrying = AsyncRetrying(
-            wait=wait_exponential(multiplier=NATS_WAIT_FIRST_S, max=NATS_WAIT_MAX_S),
-            retry=retry_if_exception(is_unreachable),
-            before_sleep=report,
-        )
+        retrying = self._waiting(f"waiting for NATS at {url}", is_unreachable, describe_nats_error)
         try:
             async for attempt in retrying:
                 with attempt:
@@ -137,17 +125,7 @@ class ServiceContext:
         def why_not_ready() -> str:
             return waiting
 
-        def report(state: RetryCallState) -> None:
-            error = state.outcome.exception() if state.outcome else None
-            delay_s = state.next_action.sleep if state.next_action else 0.0
-            self.log.warning("%s (%s); next try in %.1f s", waiting, error or "no answer", delay_s)
-
-        retrying = AsyncRetrying(
-            wait=wait_exponential(multiplier=NATS_WAIT_FIRST_S, max=NATS_WAIT_MAX_S),
-            retry=retry_if_exception(redis_unreachable),
-            before_sleep=report,
-            reraise=True,
-        )
+        retrying = self._waiting(waiting, redis_unreachable, lambda error: str(error or "no answer"))
         self.health_checks.append(why_not_ready)
         try:
             async for attempt in retrying:
@@ -156,6 +134,26 @@ class ServiceContext:
         finally:
             self.health_checks.remove(why_not_ready)
         return found
+
+    def _waiting(
+        self,
+        waiting: str,
+        worth_waiting: Callable[[BaseException], bool],
+        describe: Callable[[BaseException | None], str],
+    ) -> AsyncRetrying:
+        """Tries with backoff while the error is `worth_waiting`, one warning line per try; any other error is
+        raised at once."""
+
+        def report(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            delay_s = state.next_action.sleep if state.next_action else 0.0
+            self.log.warning("%s (%s); next try in %.1f s", waiting, describe(error), delay_s)
+
+        return AsyncRetrying(
+            wait=wait_exponential(multiplier=WAIT_FIRST_S, max=WAIT_MAX_S),
+            retry=retry_if_exception(worth_waiting),
+            before_sleep=report,
+        )
 
     async def bind_streams(self) -> None:
         """Wait until the streams exist: they are created by the admin step (`fleetpilot streams ensure`),
@@ -222,7 +220,9 @@ class ServiceApp(AsgiFastStream):
         )
         self.ctx = ctx
         self.consumer_lag: list[asyncio.Task[None]] = []
-        self.restores = []
+        # what a service reads back from Redis before it takes its first message: run once the HTTP server is up
+        # (a wait for Redis shows on /health, and SIGTERM stops it), not in an on_startup hook, which blocks it
+        self.restores: list[Callable[[], Awaitable[None]]] = []
         self.after_startup(self.report_consumer_lag)
         self.on_shutdown(self.stop_reporting_consumer_lag)
 
@@ -233,10 +233,6 @@ class ServiceApp(AsgiFastStream):
 
     async def stop_reporting_consumer_lag(self) -> None:
         await stop_tasks(self.consumer_lag)
-
-    # what a service reads back from Redis before it takes its first message: run once the HTTP server is up (a
-    # wait for Redis shows on /health, and SIGTERM stops it), not in an on_startup hook, which blocks the server
-    restores: list[Callable[[], Awaitable[None]]]
 
     # set by the process entry point: how to stop the whole process when starting cannot succeed
     stop_process: Callable[[], None] | None = None

@@ -42,12 +42,10 @@ def unknown_variables(environment: Mapping[str, str], settings_variables: Iterab
     return problems
 
 
-def inconsistencies(
-    settings: Settings, provisioner: ProvisionerSettings, decider: DeciderSettings | None = None
-) -> list[str]:
+def inconsistencies(settings: Settings, provisioner: ProvisionerSettings, decider: DeciderSettings) -> list[str]:
     """One line per pair of settings that contradict each other, naming both variables and their values."""
     problems = []
-    if decider is not None and decider.min_producers_while_queued > settings.max_instances:
+    if decider.min_producers_while_queued > settings.max_instances:
         # more producers kept than may exist: no producer is ever removed while work waits, even for the budget
         # or an operator's cap
         problems.append(

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
 from services.provisioner.metrics import VastApiMetrics
-from services.provisioner.settings import DOCUMENTED_SPACING_S, ProvisionerSettings
+from services.provisioner.settings import ProvisionerSettings
 from services.provisioner.vast_client import (
     AmbiguousCreate,
     InstanceNotFound,
@@ -27,12 +27,11 @@ from sim.vast.scenario import Endpoint, OfferSpec, Scenario
 from sim.vast.server import ScriptedFault
 from tests.helpers import eventually
 from tests.provisioner.conftest import AdvancingClock
+from tests.provisioner.service_harness import NO_WAITS
 from tests.sim_vast.harness import API_KEY, StartVast
 
 REQUEST = {"image": "worker:1", "disk": 20, "label": "fleetpilot:k:0"}
-NO_SPACING = ProvisionerSettings(
-    spacing_s=dict.fromkeys(DOCUMENTED_SPACING_S, 0.0), backoff_initial_s=1.0, backoff_max_s=8.0, max_attempts=5
-)
+NO_SPACING = ProvisionerSettings(spacing_s=NO_WAITS, backoff_initial_s=1.0, backoff_max_s=8.0, max_attempts=5)
 
 
 def offers(n: int, price: float = 0.5) -> list[OfferSpec]:

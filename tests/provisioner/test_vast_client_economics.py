@@ -5,17 +5,16 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 
-from services.provisioner.settings import DOCUMENTED_SPACING_S, ProvisionerSettings
+from services.provisioner.settings import ProvisionerSettings
 from services.provisioner.vast_client import BidTooLow, InstanceNotFound, VastClient, VastRequestError
 from shared.clock import SimulatedClock
 from sim.vast.scenario import Endpoint, OfferSpec, Scenario
 from tests.provisioner.conftest import AdvancingClock
+from tests.provisioner.service_harness import NO_WAITS
 from tests.sim_vast.harness import API_KEY, StartVast
 
 REQUEST = {"image": "worker:1", "disk": 20, "label": "fleetpilot:k:0", "target_state": "running"}
-NO_SPACING = ProvisionerSettings(
-    spacing_s=dict.fromkeys(DOCUMENTED_SPACING_S, 0.0), backoff_initial_s=1.0, backoff_max_s=8.0, max_attempts=5
-)
+NO_SPACING = ProvisionerSettings(spacing_s=NO_WAITS, backoff_initial_s=1.0, backoff_max_s=8.0, max_attempts=5)
 TEN_MINUTES = {"startup_s": {"min": 600, "max": 600}}
 
 
