@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.decider.policy import PolicyConfig, PredictivePolicy, recommend
-from services.decider.policy.forecast import backlog_after, learned_startup_s
+from services.decider.policy.forecast import backlog_after, damped_ahead_s, learned_startup_s
 from services.demand.core import DemandCore
 from services.demand.saved import restored, saved_of
 from shared.contract import (
@@ -262,16 +262,32 @@ def test_a_significant_one_hour_ramp_launches_before_arrivals_exceed_capacity() 
     # demand still says steady and arrivals are under capacity, but they rise by 400/h every hour
     ramp = [window(900, 900), window(3600, 800, trend_per_h2=400), window(21600, 700)]
     rec = recommend(signal(NOW, rate_per_h=800, windows=ramp, producing_workers=8), fleet, NOW)
-    # from the 15 min rate, 400/h² over startup (1.5 h) + half the window (1 h) + half the 15 min window would be
-    # 1950/h: capped at twice the rate
-    assert rec.figures.arrival_forecast_per_h == 1800
+    # from the 15 min rate, 400/h² over startup (1.5 h) + half the window (1 h) + half the 15 min window: 2.625 h
+    # ahead, carried 3 h × (1 − e^(−2.625/3)) = 1.75 h by the damped trend, 900 + 400 × 1.75 ≈ 1600/h
+    assert rec.figures.arrival_forecast_per_h == pytest.approx(900 + 400 * 3 * (1 - math.exp(-2.625 / 3)), abs=0.01)
     assert [plan.reason for plan in rec.launches] == [LaunchReason.SUSTAINED_DEMAND]
     assert rec.launch_count >= 7
+    assert "arrivals rising 400/h per hour, damped over 3h" in rec.explanation
+    # in a straight line it would be 900 + 400 × 2.625 = 1950/h: capped at twice the rate
+    straight = PolicyConfig(trend_damping_s=0.0)
+    rec = recommend(signal(NOW, rate_per_h=800, windows=ramp, producing_workers=8), fleet, NOW, straight)
+    assert rec.figures.arrival_forecast_per_h == 1800
     flat = [window(900, 800), window(3600, 800), window(21600, 700)]
     assert recommend(signal(NOW, rate_per_h=800, windows=flat, producing_workers=8), fleet, NOW).is_hold
     # a slope inside the minute noise (≈ 98/h² at 800/h) is not extrapolated
     noise = [window(900, 820), window(3600, 800, trend_per_h2=150), window(21600, 700)]
     assert recommend(signal(NOW, rate_per_h=800, windows=noise, producing_workers=8), fleet, NOW).is_hold
+
+
+def test_a_damped_trend_follows_the_slope_for_the_next_hour_and_never_carries_it_past_its_damping_time() -> None:
+    """τ(1 − e^(−h/τ)) at τ = 3 h: within a quarter hour of the straight line for the next hour, 1.75 h for the 2.6 h
+    a first morning's slope was carried to the horizon's middle, and never more than 3 h however far ahead."""
+    three_h = 3 * HOUR_S
+    assert damped_ahead_s(HOUR_S, three_h) == pytest.approx(0.85 * HOUR_S, abs=0.01 * HOUR_S)
+    assert damped_ahead_s(2.625 * HOUR_S, three_h) == pytest.approx(1.75 * HOUR_S, abs=0.01 * HOUR_S)
+    assert damped_ahead_s(100 * HOUR_S, three_h) < three_h
+    assert damped_ahead_s(0.0, three_h) == 0.0
+    assert damped_ahead_s(2.625 * HOUR_S, 0.0) == 2.625 * HOUR_S  # no damping: a straight line
 
 
 def test_a_step_is_not_extrapolated_as_a_ramp() -> None:

@@ -64,6 +64,12 @@ class PolicyConfig:
     # a rising trend is extrapolated to the middle of the horizon, never beyond this multiple of the rate
     # (fitted: see sim/world/fitted.py)
     trend_cap_factor: float = 2.0
+    # how far a rise is believed to go on: a damped trend (Gardner and McKenzie's, in continuous time) adds
+    # slope × τ(1 − e^(−h/τ)) at h hours ahead instead of slope × h, so the next hour follows the slope and a rise
+    # seen for an hour is never extrapolated beyond slope × τ. A first morning's hour slope, carried 3 h to the
+    # middle of the horizon at its steepest, planned twice the coming peak and gave the machines back when the
+    # slope gate closed (fitted: see sim/world/fitted.py; 0 extrapolates in a straight line)
+    trend_damping_s: float = 3 * 3600.0
     # demand's echo of a day ago is scaled by today's level ÷ that day's; below the lower bound today is not
     # that day (a queue that stopped, a weekend after a weekday at ≈ 0.4) and the echo is not used; above the
     # upper one its shape is kept at that ratio (forecast.seasonal_forecast)

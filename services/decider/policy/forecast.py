@@ -265,19 +265,31 @@ def base_arrival_rate_per_h(signal: DemandSignal, slope_per_h2: float = 0.0) -> 
 
 
 def arrival_forecast_per_h(
-    signal: DemandSignal, horizon_mid_s: float, cap_factor: float, *, slope_per_h2: float
+    signal: DemandSignal, horizon_mid_s: float, cap_factor: float, *, slope_per_h2: float, damping_s: float = 0.0
 ) -> float:
     """Base rate, extrapolated along a significant rising slope to the middle of the planning horizon, capped.
 
-    The shortest window's mean lies half a window in the past, so the extrapolation starts from there. A
-    falling trend is not extrapolated: shrinking is decided by the keep rate, idle time and hysteresis.
+    The shortest window's mean lies half a window in the past, so the extrapolation starts from there. The slope
+    is damped (`damped_ahead_s`) when `damping_s` is set. A falling trend is not extrapolated: shrinking is
+    decided by the keep rate, idle time and hysteresis.
     """
     rate = base_arrival_rate_per_h(signal, slope_per_h2)
     short = signal.window_near(0)
     if slope_per_h2 <= 0 or short is None:
         return rate
-    lag_s = short.window_s / 2
-    return min(rate + slope_per_h2 * (horizon_mid_s + lag_s) / 3600, rate * cap_factor)
+    ahead_s = damped_ahead_s(horizon_mid_s + short.window_s / 2, damping_s)
+    return min(rate + slope_per_h2 * ahead_s / 3600, rate * cap_factor)
+
+
+def damped_ahead_s(ahead_s: float, damping_s: float) -> float:
+    """How far ahead a damped trend carries the slope: τ(1 − e^(−h/τ)), close to h within τ, never beyond τ.
+
+    The continuous form of Gardner and McKenzie's damped trend (1985), whose forecasts beat straight-line trends on
+    the M competitions' series: the evidence for a rise is an hour of arrivals, and a rise that has lasted that
+    long is as likely to flatten within hours as to go on. `damping_s` 0: a straight line."""
+    if damping_s <= 0:
+        return ahead_s
+    return damping_s * -math.expm1(-ahead_s / damping_s)
 
 
 def ceil_machines(machines: float, slack: float) -> int:

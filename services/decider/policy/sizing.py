@@ -158,7 +158,9 @@ def _rates(signal: DemandSignal, now: datetime, startup_s: float, config: Policy
     # arrivals until new machines land: the mean of the base rate and the forecast at the startup horizon
     rate_now = (
         base_arrival_rate_per_h(signal, slope_per_h2)
-        + arrival_forecast_per_h(signal, startup_s, config.trend_cap_factor, slope_per_h2=slope_per_h2)
+        + arrival_forecast_per_h(
+            signal, startup_s, config.trend_cap_factor, slope_per_h2=slope_per_h2, damping_s=config.trend_damping_s
+        )
     ) / 2
     season = seasonal_forecast(
         signal,
@@ -176,7 +178,9 @@ def _rates(signal: DemandSignal, now: datetime, startup_s: float, config: Policy
         keep_rate = max(season.keep_rate_per_h, signal.sustained_arrival_rate_per_h)
     else:
         horizon_mid_s = startup_s + config.planning_window_s / 2
-        rate_up = arrival_forecast_per_h(signal, horizon_mid_s, config.trend_cap_factor, slope_per_h2=slope_per_h2)
+        rate_up = arrival_forecast_per_h(
+            signal, horizon_mid_s, config.trend_cap_factor, slope_per_h2=slope_per_h2, damping_s=config.trend_damping_s
+        )
         keep_rate = keep_arrival_rate_per_h(signal, startup_s, declining, config.trend_window_s)
     return _Rates(
         slope_per_h2=slope_per_h2,
@@ -316,6 +320,8 @@ def numbers(s: Sizing, config: PolicyConfig) -> str:
     return (
         f"need {s.target} machines for {s.rate_up:.0f} tasks/h"
         + (f" (a day ago's shape ×{s.season.level_ratio:.2f})" if s.season is not None else "")
+        + (f" (arrivals rising {s.slope_per_h2:.0f}/h per hour, damped over {config.trend_damping_s / 3600:g}h)"
+           if s.season is None and s.slope_per_h2 > 0 else "")
         + f" at {s.thr:.0f}/h each over {s.startup_s / 3600:.1f}h startup"
         f" + {config.planning_window_s / 3600:.1f}h window"
         + (f" (+{s.backlog_at_horizon:.0f} tasks backlog then, {s.drain_machines:.1f} machines to drain in"
