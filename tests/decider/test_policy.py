@@ -272,6 +272,7 @@ def test_a_significant_one_hour_ramp_launches_before_arrivals_exceed_capacity() 
     straight = PolicyConfig(trend_damping_s=0.0)
     rec = recommend(signal(NOW, rate_per_h=800, windows=ramp, producing_workers=8), fleet, NOW, straight)
     assert rec.figures.arrival_forecast_per_h == 1800
+    assert "arrivals rising 400/h per hour)" in rec.explanation
     flat = [window(900, 800), window(3600, 800), window(21600, 700)]
     assert recommend(signal(NOW, rate_per_h=800, windows=flat, producing_workers=8), fleet, NOW).is_hold
     # a slope inside the minute noise (≈ 98/h² at 800/h) is not extrapolated

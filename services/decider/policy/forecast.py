@@ -284,9 +284,9 @@ def arrival_forecast_per_h(
 def damped_ahead_s(ahead_s: float, damping_s: float) -> float:
     """How far ahead a damped trend carries the slope: τ(1 − e^(−h/τ)), close to h within τ, never beyond τ.
 
-    The continuous form of Gardner and McKenzie's damped trend (1985), whose forecasts beat straight-line trends on
-    the M competitions' series: the evidence for a rise is an hour of arrivals, and a rise that has lasted that
-    long is as likely to flatten within hours as to go on. `damping_s` 0: a straight line."""
+    The continuous form of Gardner and McKenzie's damped trend (1985), a benchmark the M competitions found hard
+    to beat: an hour of arrivals says how steep a rise is, not how long it goes on, and a straight line carried
+    hours ahead bets on the longest. `damping_s` 0: a straight line."""
     if damping_s <= 0:
         return ahead_s
     return damping_s * -math.expm1(-ahead_s / damping_s)

@@ -320,7 +320,8 @@ def numbers(s: Sizing, config: PolicyConfig) -> str:
     return (
         f"need {s.target} machines for {s.rate_up:.0f} tasks/h"
         + (f" (a day ago's shape ×{s.season.level_ratio:.2f})" if s.season is not None else "")
-        + (f" (arrivals rising {s.slope_per_h2:.0f}/h per hour, damped over {config.trend_damping_s / 3600:g}h)"
+        + (f" (arrivals rising {s.slope_per_h2:.0f}/h per hour"
+           + (f", damped over {config.trend_damping_s / 3600:g}h)" if config.trend_damping_s > 0 else ")")
            if s.season is None and s.slope_per_h2 > 0 else "")
         + f" at {s.thr:.0f}/h each over {s.startup_s / 3600:.1f}h startup"
         f" + {config.planning_window_s / 3600:.1f}h window"
