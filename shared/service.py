@@ -242,11 +242,7 @@ class ServiceApp(AsgiFastStream):
         try:
             await self.ctx.wait_for_nats()
         except nats.errors.Error as error:  # the credentials were refused (already said in the log)
-            if self.stop_process is None:
-                raise
-            self.fatal_error = error
-            self.stop_process()
-            await asyncio.Event().wait()  # no subscriber, no timer loop: the shutdown under way cancels this
+            await self._stop_for(error)
             return
         await self.ctx.bind_streams()
         try:
@@ -254,15 +250,19 @@ class ServiceApp(AsgiFastStream):
                 await restore()
         except Exception as error:  # waiting cannot help (a refused Redis password): the service stops
             self.ctx.log.error("cannot restore %s's saved state: %s: %s", self.ctx.name, type(error).__name__, error)
-            if self.stop_process is None:
-                raise
-            # after start-up this runs in the background: left alone, the service would serve /health healthy
-            # with no subscriber at all
-            self.fatal_error = error
-            self.stop_process()
-            await asyncio.Event().wait()  # the shutdown under way cancels this
+            await self._stop_for(error)
             return
         await super()._start_broker()
+
+    async def _stop_for(self, error: Exception) -> None:
+        """Starting cannot succeed: stop the whole process (re-raised where no entry point set `stop_process`).
+        After start-up this runs in the background: left alone, the service would serve /health healthy with no
+        subscriber at all."""
+        if self.stop_process is None:
+            raise error
+        self.fatal_error = error
+        self.stop_process()
+        await asyncio.Event().wait()  # no subscriber, no timer loop: the shutdown under way cancels this
 
 
 def health(ctx: ServiceContext) -> GetHandler:
