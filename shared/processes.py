@@ -19,12 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def ephemeral_port_range() -> tuple[int, int]:
     """The ports the kernel hands out as the local end of outgoing connections (Linux's default otherwise)."""
     try:
@@ -34,21 +28,30 @@ def ephemeral_port_range() -> tuple[int, int]:
         return 32768, 60999
 
 
-def free_port_outside_ephemeral(rng: random.Random | None = None, attempts: int = 200) -> int:
-    """A free port below the ephemeral range, for a listener that binds it later: a port from `free_port` can be
-    taken meanwhile as the local end of some outgoing connection (a NATS node dialling its peers took a peer's
-    route port so, and that node could not start), one outside the range never is."""
+_handed_out: set[int] = set()
+
+
+def free_port(rng: random.Random | None = None, attempts: int = 200) -> int:
+    """A free port for a listener that binds it later, never the same one twice in this process.
+
+    Drawn below the ephemeral range: a port the kernel hands out (bind to 0) can be taken meanwhile as the local
+    end of some outgoing connection (a NATS node dialling its peers took a peer's route port so), and two draws
+    in a row can return the same port (a nats-server was given one port for clients and monitoring, and could
+    not start). Neither can happen to a port drawn here."""
     low, _ = ephemeral_port_range()
     draw = rng or random.SystemRandom()
     for _ in range(attempts):
         port = draw.randint(max(1025, low // 2), max(1026, low - 1))
+        if port in _handed_out:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
-    return free_port()
+        _handed_out.add(port)
+        return port
+    raise OSError(f"no free port below {low} after {attempts} draws")
 
 
 def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
@@ -63,12 +66,17 @@ def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> N
         process.wait()
 
 
-def wait_for_port(port: int, timeout_s: float = 10.0) -> None:
+def wait_for_port(port: int, timeout_s: float = 10.0, process: subprocess.Popen[bytes] | None = None) -> None:
+    """Something listens on `port`; given the `process` that should, that process itself, and a ProcessLookupError
+    as soon as it has exited (a server that could not bind is not waited for, nor mistaken for whoever holds
+    the port)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise ProcessLookupError(f"the process for 127.0.0.1:{port} exited with {process.returncode}")
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.settimeout(0.2)
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
+            if sock.connect_ex(("127.0.0.1", port)) == 0 and (process is None or serves_on(process.pid, port)):
                 return
         time.sleep(0.02)
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout_s}s")

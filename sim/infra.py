@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nats
 
-from shared.processes import free_port, free_port_outside_ephemeral, stop_process, wait_for_port
+from shared.processes import free_port, stop_process, wait_for_port
 from shared.streams import ensure_streams
 from shared.subjects import Subjects
 
@@ -74,8 +74,8 @@ class LocalServer:
             # its own process group: a Ctrl-C at a terminal stops its users first (Stack.close), then it
             self.process = subprocess.Popen(self.command(), stdout=log_file, stderr=subprocess.STDOUT, process_group=0)
         try:
-            wait_for_port(self.port)
-        except TimeoutError:
+            wait_for_port(self.port, process=self.process)
+        except (TimeoutError, ProcessLookupError):
             self.kill()
             raise RuntimeError(f"{self.name} did not start; its log:\n{self.log_path.read_text()[-2000:]}") from None
 
@@ -198,7 +198,7 @@ class NatsCluster:
     as FLEETPILOT_NATS_URL takes them)."""
 
     def __init__(self, workdir: Path, size: int = 3, config_file: Path | None = None) -> None:
-        cluster_ports = [free_port_outside_ephemeral() for _ in range(size)]
+        cluster_ports = [free_port() for _ in range(size)]
         routes = tuple(f"nats://127.0.0.1:{port}" for port in cluster_ports)
         self.nodes = [
             NatsServer(
