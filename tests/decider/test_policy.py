@@ -267,12 +267,17 @@ def test_a_significant_one_hour_ramp_launches_before_arrivals_exceed_capacity() 
     assert rec.figures.arrival_forecast_per_h == pytest.approx(900 + 400 * 3 * (1 - math.exp(-2.625 / 3)), abs=0.01)
     assert [plan.reason for plan in rec.launches] == [LaunchReason.SUSTAINED_DEMAND]
     assert rec.launch_count >= 7
-    assert "arrivals rising 400/h per hour, damped over 3h" in rec.explanation
-    # in a straight line it would be 900 + 400 × 2.625 = 1950/h: capped at twice the rate
+    assert "arrivals rising 400/h per hour, damped over 3h)" in rec.explanation
+    # in a straight line it would be 900 + 400 × 2.625 = 1950/h: capped at twice the rate, and the reader told so
     straight = PolicyConfig(trend_damping_s=0.0)
     rec = recommend(signal(NOW, rate_per_h=800, windows=ramp, producing_workers=8), fleet, NOW, straight)
     assert rec.figures.arrival_forecast_per_h == 1800
-    assert "arrivals rising 400/h per hour)" in rec.explanation
+    assert "arrivals rising 400/h per hour, held at ×2 the current rate)" in rec.explanation
+    # a damped slope steep enough to pass the cap says both
+    steep = [window(900, 900), window(3600, 800, trend_per_h2=1600), window(21600, 700)]
+    rec = recommend(signal(NOW, rate_per_h=800, windows=steep, producing_workers=8), fleet, NOW)
+    assert rec.figures.arrival_forecast_per_h == 1800
+    assert "arrivals rising 1600/h per hour, damped over 3h, held at ×2 the current rate)" in rec.explanation
     flat = [window(900, 800), window(3600, 800), window(21600, 700)]
     assert recommend(signal(NOW, rate_per_h=800, windows=flat, producing_workers=8), fleet, NOW).is_hold
     # a slope inside the minute noise (≈ 98/h² at 800/h) is not extrapolated

@@ -48,6 +48,7 @@ class Sizing:
     season: SeasonalForecast | None
     rate_up: float  # the planning rate: what new machines must serve
     rate_keep: float  # the rate the fleet keeps serving
+    trend_capped: bool  # `rate_up` is the rising trend held at `trend_cap_factor` × the current rate
     offsets: list[float]  # seconds until each machine on the way produces, sorted
     arriving: int
     # each machine on the way (in `offsets` order) as a multiple of `thr`: its GPU model's pace
@@ -118,6 +119,7 @@ def size(
         season=rates.season,
         rate_up=rates.rate_up,
         rate_keep=rates.rate_keep,
+        trend_capped=rates.trend_capped,
         offsets=arrivals.offsets,
         arriving=arrivals.arriving,
         arriving_weights=arrivals.weights,
@@ -147,6 +149,7 @@ class _Rates:
     season: SeasonalForecast | None
     rate_up: float
     rate_keep: float
+    trend_capped: bool  # the rise, carried ahead, would pass `trend_cap_factor` × the rate: held there
 
 
 def _rates(signal: DemandSignal, now: datetime, startup_s: float, config: PolicyConfig) -> _Rates:
@@ -182,6 +185,11 @@ def _rates(signal: DemandSignal, now: datetime, startup_s: float, config: Policy
             signal, horizon_mid_s, config.trend_cap_factor, slope_per_h2=slope_per_h2, damping_s=config.trend_damping_s
         )
         keep_rate = keep_arrival_rate_per_h(signal, startup_s, declining, config.trend_window_s)
+    trend_capped = (
+        season is None
+        and slope_per_h2 > 0
+        and rate_up >= base_arrival_rate_per_h(signal, slope_per_h2) * config.trend_cap_factor
+    )
     return _Rates(
         slope_per_h2=slope_per_h2,
         declining=declining,
@@ -189,6 +197,7 @@ def _rates(signal: DemandSignal, now: datetime, startup_s: float, config: Policy
         season=season,
         rate_up=rate_up,
         rate_keep=max(rate_up, keep_rate),
+        trend_capped=trend_capped,
     )
 
 
@@ -321,8 +330,9 @@ def numbers(s: Sizing, config: PolicyConfig) -> str:
         f"need {s.target} machines for {s.rate_up:.0f} tasks/h"
         + (f" (a day ago's shape ×{s.season.level_ratio:.2f})" if s.season is not None else "")
         + (f" (arrivals rising {s.slope_per_h2:.0f}/h per hour"
-           + (f", damped over {config.trend_damping_s / 3600:g}h)" if config.trend_damping_s > 0 else ")")
-           if s.season is None and s.slope_per_h2 > 0 else "")
+           + (f", damped over {config.trend_damping_s / 3600:g}h" if config.trend_damping_s > 0 else "")
+           + (f", held at ×{config.trend_cap_factor:g} the current rate" if s.trend_capped else "")
+           + ")" if s.season is None and s.slope_per_h2 > 0 else "")
         + f" at {s.thr:.0f}/h each over {s.startup_s / 3600:.1f}h startup"
         f" + {config.planning_window_s / 3600:.1f}h window"
         + (f" (+{s.backlog_at_horizon:.0f} tasks backlog then, {s.drain_machines:.1f} machines to drain in"
