@@ -63,7 +63,7 @@ NAME = "policy"
 BUNDLED_NAME = "policy_bundled"
 SCENARIO = Path(__file__).resolve().parent.parent / "sim" / "world" / "scenarios" / "bench.yaml"
 # FleetPilot's policy and the baselines; its variants with vast's other levers have their own table (--levers)
-LEVERS = ("predictive-on-demand", "predictive-park", "predictive-bids", "predictive-levers")
+LEVERS = ("predictive-on-demand", "predictive-park", "predictive-bids", "predictive-levers", "predictive-standby")
 ON_DEMAND = LEVERS[0]  # what each lever is measured against: the policy renting on-demand only
 SIMULATED = tuple(p for p in POLICY_FACTORIES if p not in LEVERS[1:])
 LEVERS_NAME = "policy_levers"

@@ -87,6 +87,13 @@ class DeciderSettings(BaseSettings):
     bid_share: float = Field(
         default=0.0, ge=0, le=1, description="share of forecast or sustained growth launched as interruptible bids"
     )
+    standby_fraction: float = Field(
+        default=0.0,
+        ge=0,
+        le=5,
+        description="a standby pool of loaded, parked machines kept at this multiple of the machines the demand "
+        "needs (with park on): insurance for flash crowds, off by default",
+    )
 
     # the advisor (LLM agent): "package.module:factory", factory(ctx) -> Advisor; empty runs the policy alone
     advisor: str = Field(
@@ -114,7 +121,9 @@ class DeciderSettings(BaseSettings):
         return spec
 
     def policy_config(self) -> PolicyConfig:
-        return PolicyConfig(park=self.park, bid_share=self.bid_share, mpc=self.mpc)
+        return PolicyConfig(
+            park=self.park, bid_share=self.bid_share, mpc=self.mpc, standby_fraction=self.standby_fraction
+        )
 
     def trigger_config(self) -> TriggerConfig:
         return TriggerConfig(

@@ -77,6 +77,8 @@ POLICY_FACTORIES: dict[str, Callable[[GuardrailConfig], WorldPolicy]] = {
     "predictive-rules": _predictive_with("predictive-rules", park=True, mpc=False),
     "predictive-bids": _predictive_with("predictive-bids", park=False, bid_share=0.5),
     "predictive-levers": _predictive_with("predictive-levers", park=True, bid_share=0.5),
+    # parking with a standby pool of loaded machines (PolicyConfig.standby_fraction; off by default)
+    "predictive-standby": _predictive_with("predictive-standby", park=True, standby_fraction=1.0),
     "reactive": lambda guardrails: ReactivePolicy(),
     "target-tracking": lambda guardrails: TargetTrackingPolicy(),
     "aws-predictive": lambda guardrails: AwsPredictivePolicy(),
@@ -106,6 +108,7 @@ LEVER_POLICIES = (
     "predictive-rules",
     "predictive-bids",
     "predictive-levers",
+    "predictive-standby",
     "vast-serverless",
 )
 

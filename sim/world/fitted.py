@@ -230,6 +230,21 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         " (4), diurnal 0.867 → 0.814, random-walk 0.845 → 0.777, flash-crowd 0.908 → 0.915",
     ),
     FittedConstant(
+        name="PolicyConfig.standby_fraction",
+        value=0.0,
+        families=EVERY_FAMILY,
+        seeds=EVERY_TRAIN_AND_SELECTION_SEED,
+        note="the standby pool of loaded, parked machines (growth.standby_short), off: measured at a52b27c on every"
+        " family, each trace ÷ its best runnable baseline (geometric mean over seeds, then families; traces worse):"
+        " train seeds 100-104, off 0.6634 (5), ×0.25 0.6743 (4), ×0.5 0.6825 (3), ×1 0.7065 (11); selection seeds"
+        " 105-109, off 0.7335 (7), ×1 0.7697 (10). Flash crowds gain (train 0.929 → 0.803 at ×1, 0.775 at ×2;"
+        " selection 1.119 → 0.976 at ×1, 0.857 at ×2), every smooth family loses (train diurnal 0.932 → 1.017,"
+        " weekly 0.783 → 0.960, where delay was already nil and the pool is machine-hours only). ×0.25 and ×0.5 were"
+        " measured on a draft that also topped the pool up in runs that resumed parked machines and kept its"
+        " machines on the way without counting surplus producers; a draft that counted parked machines at their"
+        " chance of resuming and topped up in any run gave 0.7144 (11) at ×1",
+    ),
+    FittedConstant(
         name="PolicyConfig.season_level_window_s",
         value=900.0,
         families=EVERY_FAMILY,

@@ -155,3 +155,57 @@ def test_a_paused_bids_capacity_is_replaced_at_once_from_the_parked_pool() -> No
     rec = recommend(steady, snapshot(NOW, [*producing(4, NOW), paused, *pool]), NOW, levers)
     assert [(plan.instance_id, plan.reason) for plan in rec.resumes] == [(700, LaunchReason.REPLACEMENT)]
     assert rec.removals == ()  # the paused bid is kept: vast may start it again within the give-up time
+
+
+STANDBY = PolicyConfig(park=True, standby_fraction=1.0)
+
+
+def steady(rate_per_h: float, producing_workers: int) -> DemandSignal:
+    return signal(
+        NOW,
+        rate_per_h=rate_per_h,
+        producing_workers=producing_workers,
+        windows=[window(900, rate_per_h), window(3600, rate_per_h), window(21600, rate_per_h)],
+    )
+
+
+def test_a_standby_pool_is_launched_in_a_quiet_run_and_counts_what_is_parked_already() -> None:
+    # 4 producers serve 480/h: the demand needs 4; a pool of 1 × 4 lacks 4, then 1 with 3 parked
+    fleet = producing(4, NOW)
+    rec = recommend(steady(480, 4), snapshot(NOW, fleet), NOW, STANDBY)
+    assert [(plan.count, plan.reason) for plan in rec.launches] == [(4, LaunchReason.MINIMUM_FLEET)]
+    assert "standby pool short by 4 (×1 of 4 kept)" in rec.explanation
+    pool = [parked(200 + i, parked_for_s=20 * HOUR_S) for i in range(3)]
+    rec = recommend(steady(480, 4), snapshot(NOW, [*fleet, *pool]), NOW, STANDBY)
+    assert [plan.count for plan in rec.launches] == [1]  # parked machines count whole, however long they waited
+    rec = recommend(steady(480, 4), snapshot(NOW, [*fleet, *pool, parked(203, 600)]), NOW, STANDBY)
+    assert rec.is_hold
+    # off by default, and nothing without parking
+    assert recommend(steady(480, 4), snapshot(NOW, fleet), NOW).is_hold
+    no_parking = PolicyConfig(park=False, standby_fraction=1.0)
+    assert recommend(steady(480, 4), snapshot(NOW, fleet), NOW, no_parking).is_hold
+
+
+def test_the_standby_pool_waits_while_the_demand_launches_and_its_machines_are_not_given_back_while_loading() -> None:
+    # a sustained rise launches for the demand: no standby in that run
+    rec = recommend(rising(1200), snapshot(NOW, producing(4, NOW)), NOW, STANDBY)
+    assert all(plan.reason is not LaunchReason.MINIMUM_FLEET for plan in rec.launches)
+    assert "standby" not in rec.explanation
+    # 10 machines on the way beside 4 producers that serve the demand: without a pool 6 go back while loading
+    # (twice the kept 4 stay: arriving_keep_factor); with a pool of 2 × 4, its 8 stay until they produce (then,
+    # idle, they are parked like any surplus producer)
+    on_the_way = [
+        line(500 + i, InstanceState.LOADING, NOW, created_ago_s=1800 - i, state_for_s=1800 - i, last_task_ago_s=None)
+        for i in range(10)
+    ]
+    fleet = snapshot(NOW, [*producing(4, NOW), *on_the_way])
+    assert len(recommend(steady(480, 4), fleet, NOW, PARKING).removals) == 6
+    assert len(recommend(steady(480, 4), fleet, NOW, PolicyConfig(park=True, standby_fraction=2.0)).removals) == 2
+
+
+def test_the_standby_fraction_is_a_decider_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLEETPILOT_DECIDER_STANDBY_FRACTION", "1.5")
+    assert DeciderSettings().policy_config().standby_fraction == 1.5
+    monkeypatch.setenv("FLEETPILOT_DECIDER_STANDBY_FRACTION", "-1")
+    with pytest.raises(ValueError, match="standby_fraction"):
+        DeciderSettings()

@@ -259,10 +259,15 @@ def test_the_levers_benchmark_divides_each_lever_by_the_on_demand_policy(
     record = family["traces"][0]
     on_demand = record["predictive-on-demand"]["objective_usd"]
     assert record["predictive-on-demand"]["ratio_to_on_demand"] == 1.0
-    for lever in ("predictive-park", "predictive-bids", "predictive-levers"):
+    for lever in ("predictive-park", "predictive-bids", "predictive-levers", "predictive-standby"):
         assert record[lever]["ratio_to_on_demand"] == pytest.approx(record[lever]["objective_usd"] / on_demand, 1e-3)
         assert family["ratio_to_on_demand"][lever] == record[lever]["ratio_to_on_demand"]  # one seed: its own
-    assert set(result["geomean_ratio_to_on_demand"]) == {"predictive-park", "predictive-bids", "predictive-levers"}
+    assert set(result["geomean_ratio_to_on_demand"]) == {
+        "predictive-park",
+        "predictive-bids",
+        "predictive-levers",
+        "predictive-standby",
+    }
 
 
 def test_the_levers_benchmark_with_runs_shows_what_parking_is_worth_to_a_run_that_knows_the_future(

@@ -124,6 +124,13 @@ class PolicyConfig:
     # startup for every machine (flash-crowd train seed 101: 1.49 → 1.04 of the best baseline); a GPU parked
     # that long is free again at exp(−0.05 × 48) ≈ 9%, and growth counts it at that chance (sim/world/fitted.py)
     park_max_s: float = 48 * 3600.0
+    # a standby pool: with parking on, machines are launched (in a run that launches nothing for the demand) until
+    # the machines parked, resuming or draining and the surplus beyond the kept demand reach this multiple of the
+    # machines the demand needs; they load, produce until idle and are parked. vast's Serverless keeps 2.5× its
+    # hot workers stopped and loaded ("cold_mult"), which met flash crowds hours sooner than machines launched when
+    # they came. Insurance, not a forecast: it pays where crowds come unannounced and costs where they do not, so
+    # it is off by default (the measured trade: sim/world/README.md, "A standby pool")
+    standby_fraction: float = 0.0
     # a resumed machine produces again after vast's restart (minutes) and its worker's registration
     resume_s: float = 900.0
     # vast keeps a parked machine's disk, not its GPU: another renter may take the GPU while it waits, and the

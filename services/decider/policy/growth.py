@@ -13,7 +13,7 @@ from services.decider.policy.config import PolicyConfig
 from services.decider.policy.fleet_view import FleetView
 from services.decider.policy.forecast import ceil_machines, rank_gpu_models
 from services.decider.policy.mpc import MpcChoice
-from services.decider.policy.parking import gpu_taken_per_h, resume_chance
+from services.decider.policy.parking import gpu_taken_per_h, resume_chance, standby_held, standby_target
 from services.decider.policy.sizing import Sizing
 from shared.contract import FleetSnapshot, InstanceLine, LaunchPriority, LaunchReason, ParkOutcomes
 
@@ -52,8 +52,10 @@ def grow(
         growth = 0
     when = now or snapshot.occurred_at
     replacements, growth, resumes = _resume_first(s, fleet, config, replacements, growth, when, snapshot.park_outcomes)
+    standby = standby_short(s, fleet, config, replacements + growth + len(resumes))
     replacements = min(replacements, config.max_launches_per_decision)
     growth = min(growth, config.max_launches_per_decision - replacements)
+    standby = min(standby, config.max_launches_per_decision - replacements - growth)
     launches: list[LaunchPlan] = []
     note = ""
     if replacements or growth:
@@ -67,7 +69,23 @@ def grow(
             reason = growth_reason(s, mpc is not None)
             plan, note = _with_bids(growth, priority, reason, gpu_models, s, fleet, snapshot, config)
             launches.append(plan)
+    if standby and not s.stalled_state:
+        launches.append(LaunchPlan(standby, "normal", LaunchReason.MINIMUM_FLEET, config.preferred_gpu_models))
+        note += f"; standby pool short by {standby} (×{config.standby_fraction:g} of {s.keep} kept)"
     return Growth(launches, resumes, rate_deficit, note)
+
+
+def standby_short(s: Sizing, fleet: FleetView, config: PolicyConfig, launched: int) -> int:
+    """Machines the standby pool lacks, topped up only in a run that launches nothing for the demand: its target
+    less the machines parked, resuming or draining (to be parked) and the fleet's surplus beyond the demand.
+    Parked machines count whole here, not at their chance of resuming: counted at that chance, and topped up in
+    runs that launched for the demand too, the pool cost more (train seeds at ×1: 0.7144 of the best baseline
+    against 0.7037)."""
+    needed = max(s.keep, s.target)
+    target = standby_target(needed, config)
+    if target <= 0 or launched > 0:
+        return 0
+    return max(0, target - standby_held(fleet) - max(0, s.capacity - needed))
 
 
 def lost_machines(s: Sizing, fleet: FleetView) -> int:

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 from services.decider.policy.config import PolicyConfig
+from services.decider.policy.fleet_view import FleetView
 from shared.contract import InstanceLine, ParkOutcomes
 
 
@@ -71,6 +72,16 @@ def parking_pays_for_fleet(lines: list[InstanceLine], history: ParkHistory | Non
     """Whether parking pays for most of the fleet's machines (a decision parks the surplus, whichever it is)."""
     judged = [parking_pays(line, history, config) for line in lines if line.storage_usd_per_h]
     return not judged or sum(judged) * 2 >= len(judged)
+
+
+def standby_target(needed: int, config: PolicyConfig) -> int:
+    """The standby pool for a fleet that needs `needed` machines (none while parking is off)."""
+    return math.ceil(config.standby_fraction * needed) if config.park else 0
+
+
+def standby_held(fleet: FleetView) -> int:
+    """What the standby pool holds: machines parked, resuming, or draining to be parked."""
+    return len(fleet.parked) + len(fleet.resuming) + len(fleet.draining)
 
 
 def describe(outcomes: ParkOutcomes | None) -> str:

@@ -14,6 +14,7 @@ from services.decider.policy.forecast import (
     machines_needed_for_backlog,
     slope_standard_error_per_h2,
 )
+from services.decider.policy.parking import standby_held, standby_target
 from services.decider.policy.sizing import Sizing
 from shared.contract import DemandSignal, InstanceState, RemovalReason
 
@@ -46,9 +47,17 @@ def scale_down_plan(
         margin_fraction=margin,
         queue_empty=s.pending <= len(fleet.producing) * s.thr * config.empty_queue_s / 3600,
         producers_needed=math.ceil(s.rate_keep * (1 + config.busy_drain_headroom_fraction) / s.thr),
-        arriving_needed=max(arriving_needed(signal, s, config), on_the_way_kept),
+        arriving_needed=max(arriving_needed(signal, s, config), on_the_way_kept) + standby_on_the_way(s, fleet, config),
         idle_after_s=idle_after_s(signal, config),
     )
+
+
+def standby_on_the_way(s: Sizing, fleet: FleetView, config: PolicyConfig) -> int:
+    """Machines on the way kept for the standby pool (growth.standby_short) until they produce; idle, they are
+    parked like any surplus producer. Given back while loading, each was launched again at the next quiet run."""
+    needed = max(s.keep, s.target)
+    short = standby_target(needed, config) - standby_held(fleet) - max(0, s.healthy - needed)
+    return min(len(fleet.arriving), max(0, short))
 
 
 def idle_after_s(signal: DemandSignal, config: PolicyConfig) -> float:
