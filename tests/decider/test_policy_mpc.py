@@ -10,6 +10,7 @@ from services.decider.policy import PolicyConfig
 from services.decider.policy.fleet_view import split_fleet
 from services.decider.policy.mpc import (
     SURGE_REMAINING_AGES,
+    MpcChoice,
     capacity_path,
     choose_launches,
     expected_usd,
@@ -126,8 +127,20 @@ def test_dearer_waiting_buys_more_machines() -> None:
 def test_the_explanation_names_the_expected_costs() -> None:
     demand = signal(NOW, rate_per_h=1200, pending=300, above_capacity_for_s=HOUR_S, producing_workers=4)
     rec = recommend(demand, snapshot(NOW, producing(4, NOW)), NOW, MPC)
-    assert "expected $" in rec.explanation and "scenarios" in rec.explanation
+    assert "expected $" in rec.explanation and "holding on the forecast at $" in rec.explanation
     assert f"launch {rec.launch_count}" in rec.explanation
+    assert "1 scenarios" not in rec.explanation and "worst without" not in rec.explanation
+
+
+def test_the_explanation_names_the_scenarios_and_the_worst_when_there_are_several() -> None:
+    many = MpcChoice(launches=3, expected_usd=40, hold_usd=90, driver="surge ends in 2h", scenarios=5,
+                     price_usd_per_h=0.5)  # fmt: skip
+    assert many.describe() == (
+        "; launch 3: expected $40 against $90 holding over 5 scenarios (worst without: surge ends in 2h) at $0.50/h"
+        " each"
+    )
+    assert replace(many, launches=0).describe() == "; expected cost $90 over 5 scenarios, no launch pays"
+    assert replace(many, launches=0, scenarios=1).describe() == "; expected cost $90 on the forecast, no launch pays"
 
 
 def test_a_flash_crowd_is_hedged_at_the_first_run_and_launched_for_more_as_it_lasts() -> None:

@@ -51,11 +51,14 @@ class MpcChoice:
     price_usd_per_h: float
 
     def describe(self) -> str:
+        # one scenario is the forecast itself: "over 1 scenarios (worst without: forecast)" told an operator nothing
+        over = "on the forecast" if self.scenarios == 1 else f"over {self.scenarios} scenarios"
         if self.launches == 0:
-            return f"; expected cost ${self.hold_usd:.0f} over {self.scenarios} scenarios, no launch pays"
+            return f"; expected cost ${self.hold_usd:.0f} {over}, no launch pays"
+        worst = "" if self.scenarios == 1 else f" (worst without: {self.driver})"
         return (
             f"; launch {self.launches}: expected ${self.expected_usd:.0f} against ${self.hold_usd:.0f} holding"
-            f" over {self.scenarios} scenarios (worst without: {self.driver}) at ${self.price_usd_per_h:.2f}/h each"
+            f" {over}{worst} at ${self.price_usd_per_h:.2f}/h each"
         )
 
 
