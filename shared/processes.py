@@ -37,7 +37,8 @@ def free_port(rng: random.Random | None = None, attempts: int = 200) -> int:
     Drawn below the ephemeral range: a port the kernel hands out (bind to 0) can be taken meanwhile as the local
     end of some outgoing connection (a NATS node dialling its peers took a peer's route port so), and two draws
     in a row can return the same port (a nats-server was given one port for clients and monitoring, and could
-    not start). Neither can happen to a port drawn here."""
+    not start). A port drawn here is outside that range and remembered; another process may still bind it first,
+    which a server's start notices (sim/infra.py waits for the server's own process to listen)."""
     low, _ = ephemeral_port_range()
     draw = rng or random.SystemRandom()
     for _ in range(attempts):

@@ -174,7 +174,7 @@ def test_a_standby_pool_is_launched_in_a_quiet_run_and_counts_what_is_parked_alr
     fleet = producing(4, NOW)
     rec = recommend(steady(480, 4), snapshot(NOW, fleet), NOW, STANDBY)
     assert [(plan.count, plan.reason) for plan in rec.launches] == [(4, LaunchReason.MINIMUM_FLEET)]
-    assert "standby pool short by 4 (×1 of 4 kept)" in rec.explanation
+    assert "standby pool short by 4 (×1 of 4 needed)" in rec.explanation
     pool = [parked(200 + i, parked_for_s=20 * HOUR_S) for i in range(3)]
     rec = recommend(steady(480, 4), snapshot(NOW, [*fleet, *pool]), NOW, STANDBY)
     assert [plan.count for plan in rec.launches] == [1]  # parked machines count whole, however long they waited

@@ -58,11 +58,11 @@ def grow(
     standby = min(standby, config.max_launches_per_decision - replacements - growth)
     launches: list[LaunchPlan] = []
     note = ""
+    gpu_models = config.preferred_gpu_models or (
+        rank_gpu_models(fleet.producing) if config.rank_fleet_gpu_models and (replacements or growth or standby) else ()
+    )
     if replacements or growth:
         priority: LaunchPriority = "emergency" if s.healthy == 0 and s.pending > 0 else "normal"
-        gpu_models = config.preferred_gpu_models or (
-            rank_gpu_models(fleet.producing) if config.rank_fleet_gpu_models else ()
-        )
         if replacements:
             launches.append(LaunchPlan(replacements, priority, LaunchReason.REPLACEMENT, gpu_models))
         if growth:
@@ -70,8 +70,8 @@ def grow(
             plan, note = _with_bids(growth, priority, reason, gpu_models, s, fleet, snapshot, config)
             launches.append(plan)
     if standby and not s.stalled_state:
-        launches.append(LaunchPlan(standby, "normal", LaunchReason.MINIMUM_FLEET, config.preferred_gpu_models))
-        note += f"; standby pool short by {standby} (×{config.standby_fraction:g} of {s.keep} kept)"
+        launches.append(LaunchPlan(standby, "normal", LaunchReason.MINIMUM_FLEET, gpu_models))
+        note += f"; standby pool short by {standby} (×{config.standby_fraction:g} of {max(s.keep, s.target)} needed)"
     return Growth(launches, resumes, rate_deficit, note)
 
 
