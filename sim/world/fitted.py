@@ -253,7 +253,8 @@ FITTED_CONSTANTS: list[FittedConstant] = [
         " weekly 0.783 → 0.960, where delay was already nil and the pool is machine-hours only). ×0.25 and ×0.5 were"
         " measured on a draft that also topped the pool up in runs that resumed parked machines and kept its"
         " machines on the way without counting surplus producers; a draft that counted parked machines at their"
-        " chance of resuming and topped up in any run gave 0.7144 (11) at ×1",
+        " chance of resuming and topped up in any run gave 0.7144 (11) at ×1. The same idea as a default had been"
+        " tried at 7937059 and not kept (PolicyConfig.park's note): this is it as an opt-in",
     ),
     FittedConstant(
         name="PolicyConfig.season_level_window_s",
