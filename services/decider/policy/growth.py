@@ -13,7 +13,7 @@ from services.decider.policy.config import PolicyConfig
 from services.decider.policy.fleet_view import FleetView
 from services.decider.policy.forecast import ceil_machines, rank_gpu_models
 from services.decider.policy.mpc import MpcChoice
-from services.decider.policy.parking import gpu_taken_per_h, resume_chance, standby_held, standby_target
+from services.decider.policy.parking import gpu_taken_per_h, resume_chance, standby_lacking
 from services.decider.policy.sizing import Sizing
 from shared.contract import FleetSnapshot, InstanceLine, LaunchPriority, LaunchReason, ParkOutcomes
 
@@ -81,11 +81,7 @@ def standby_short(s: Sizing, fleet: FleetView, config: PolicyConfig, launched: i
     Parked machines count whole here, not at their chance of resuming: counted at that chance, and topped up in
     runs that launched for the demand too, the pool cost more (train seeds at ×1: 0.7144 of the best baseline
     against 0.7037)."""
-    needed = max(s.keep, s.target)
-    target = standby_target(needed, config)
-    if target <= 0 or launched > 0:
-        return 0
-    return max(0, target - standby_held(fleet) - max(0, s.capacity - needed))
+    return 0 if launched > 0 else standby_lacking(max(s.keep, s.target), s.capacity, fleet, config)
 
 
 def lost_machines(s: Sizing, fleet: FleetView) -> int:

@@ -74,14 +74,13 @@ def parking_pays_for_fleet(lines: list[InstanceLine], history: ParkHistory | Non
     return not judged or sum(judged) * 2 >= len(judged)
 
 
-def standby_target(needed: int, config: PolicyConfig) -> int:
-    """The standby pool for a fleet that needs `needed` machines (none while parking is off)."""
-    return math.ceil(config.standby_fraction * needed) if config.park else 0
-
-
-def standby_held(fleet: FleetView) -> int:
-    """What the standby pool holds: machines parked, resuming, or draining to be parked."""
-    return len(fleet.parked) + len(fleet.resuming) + len(fleet.draining)
+def standby_lacking(needed: int, serving: int, fleet: FleetView, config: PolicyConfig) -> int:
+    """Machines the standby pool lacks for a fleet whose demand needs `needed` machines: `standby_fraction` ×
+    `needed` (none while parking is off), less what the pool holds (machines parked, resuming, or draining to be
+    parked) and the surplus of `serving` (the machines counted against the demand) beyond `needed`."""
+    target = math.ceil(config.standby_fraction * needed) if config.park else 0
+    held = len(fleet.parked) + len(fleet.resuming) + len(fleet.draining)
+    return max(0, target - held - max(0, serving - needed))
 
 
 def describe(outcomes: ParkOutcomes | None) -> str:

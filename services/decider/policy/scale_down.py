@@ -14,7 +14,7 @@ from services.decider.policy.forecast import (
     machines_needed_for_backlog,
     slope_standard_error_per_h2,
 )
-from services.decider.policy.parking import standby_held, standby_target
+from services.decider.policy.parking import standby_lacking
 from services.decider.policy.sizing import Sizing
 from shared.contract import DemandSignal, InstanceState, RemovalReason
 
@@ -55,9 +55,7 @@ def scale_down_plan(
 def standby_on_the_way(s: Sizing, fleet: FleetView, config: PolicyConfig) -> int:
     """Machines on the way kept for the standby pool (growth.standby_short) until they produce; idle, they are
     parked like any surplus producer. Given back while loading, each was launched again at the next quiet run."""
-    needed = max(s.keep, s.target)
-    short = standby_target(needed, config) - standby_held(fleet) - max(0, s.healthy - needed)
-    return min(len(fleet.arriving), max(0, short))
+    return min(len(fleet.arriving), standby_lacking(max(s.keep, s.target), s.healthy, fleet, config))
 
 
 def idle_after_s(signal: DemandSignal, config: PolicyConfig) -> float:

@@ -158,9 +158,10 @@ def _rates(signal: DemandSignal, now: datetime, startup_s: float, config: Policy
         signal, config.trend_window_s, config.trend_min_z, config.trend_max_jump_fraction
     )
     declining = falling(signal, config.trend_window_s, config.trend_min_z)
+    base_rate = base_arrival_rate_per_h(signal, slope_per_h2)
     # arrivals until new machines land: the mean of the base rate and the forecast at the startup horizon
     rate_now = (
-        base_arrival_rate_per_h(signal, slope_per_h2)
+        base_rate
         + arrival_forecast_per_h(
             signal, startup_s, config.trend_cap_factor, slope_per_h2=slope_per_h2, damping_s=config.trend_damping_s
         )
@@ -185,11 +186,7 @@ def _rates(signal: DemandSignal, now: datetime, startup_s: float, config: Policy
             signal, horizon_mid_s, config.trend_cap_factor, slope_per_h2=slope_per_h2, damping_s=config.trend_damping_s
         )
         keep_rate = keep_arrival_rate_per_h(signal, startup_s, declining, config.trend_window_s)
-    trend_capped = (
-        season is None
-        and slope_per_h2 > 0
-        and rate_up >= base_arrival_rate_per_h(signal, slope_per_h2) * config.trend_cap_factor
-    )
+    trend_capped = season is None and slope_per_h2 > 0 and rate_up >= base_rate * config.trend_cap_factor
     return _Rates(
         slope_per_h2=slope_per_h2,
         declining=declining,
