@@ -79,6 +79,12 @@ class DemandSettings(BaseSettings):
         default=32, ge=1, description="most GPU models measured apart (a fleet rents a handful; the rest count overall)"
     )
     seen_event_ids: int = Field(default=50_000, ge=100, description="event ids remembered for de-duplication")
+    max_workers: int = Field(
+        default=10_000,
+        ge=1,
+        description="most producers remembered, least recently active forgotten first (a job system naming a "
+        "worker per task cannot grow memory or the saved state without end)",
+    )
 
     # Inputs from the job system that one mistake can swing: `fleetpilot publish queue default=10^20` was once
     # accepted and rented 19 machines in three minutes. A million tasks is ~9 days of a 40-machine fleet's

@@ -51,7 +51,9 @@ class DemandMetrics:
             registry=registry,
         )
         self.producing_workers = Gauge(
-            "fleetpilot_demand_producing_workers", "Workers with a completion in the short window", registry=registry
+            "fleetpilot_demand_producing_workers",
+            "Producers (machines where the events name one) with a completion in the short window",
+            registry=registry,
         )
         self.above_capacity = Gauge(
             "fleetpilot_demand_above_capacity_seconds",

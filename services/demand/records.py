@@ -47,7 +47,7 @@ class TaskCounts:
     busy_completions: int = 0  # completions that followed the same worker's previous one while it had work
     busy_s: float = 0.0  # the worker time those completions took
     gpu_model: str | None = None
-    worker_ids: tuple[str, ...] = ()  # workers that completed a task in this moment
+    producers: tuple[str, ...] = ()  # producers (core.producer_key) that completed a task in this moment
 
 
 class JournalledSeenIds(SeenIds):

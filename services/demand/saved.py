@@ -3,8 +3,11 @@
 Versions (the store's marker, services/demand/store.py):
 - 1 and 2: the same positional JSON (lists whose meaning was their order; 2 only added the marker). Read through
   `from_positional`, which names each field, then validated like version 3.
-- 3: this model, every field named. A field added later gets a default here and the version moves, with a
-  migration test (tests/cli/test_state_versions.py) for each older version.
+- 3: this model, every field named, workers kept under the job system's worker ids.
+- 4: workers and recent producers kept by producer (`core.producer_key`: the machine when its id was known).
+  Version 3 is re-keyed on reading (`producers_keyed`); 1 and 2 are named, then re-keyed.
+A field added later gets a default here and the version moves, with a migration test
+(tests/cli/test_state_versions.py) for each older version.
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from services.demand.config import DemandSettings
-from services.demand.core import DemandCore
+from services.demand.core import DemandCore, producer_key
 from services.demand.records import FleetView, PublishedMark, QueueView, WorkerRecord
 from services.demand.windows import BucketSeries
 from shared.contract import DemandState, DemandTrend
 
-SAVED_VERSION: Literal[3] = 3
+SAVED_VERSION: Literal[4] = 4
 
 
 class Saved(BaseModel):
@@ -39,7 +42,7 @@ class SavedHistory(Saved):
 
 
 class SavedWorker(Saved):
-    worker_id: str
+    producer: str  # core.producer_key
     gpu_model: str | None
     instance_id: int | None
     last_seen_s: float
@@ -69,7 +72,7 @@ class SavedMark(Saved):
 
 
 class SavedDemand(Saved):
-    version: Literal[3] = SAVED_VERSION
+    version: Literal[4] = SAVED_VERSION
     overall: SavedSeries
     by_type: dict[str, SavedSeries]
     by_gpu: dict[str, SavedSeries]
@@ -100,13 +103,13 @@ def saved_of(core: DemandCore) -> SavedDemand:
         by_gpu={name: _series(s) for name, s in core.by_gpu.items()},
         workers=[
             SavedWorker(
-                worker_id=wid,
+                producer=producer,
                 gpu_model=w.gpu_model,
                 instance_id=w.instance_id,
                 last_seen_s=w.last_seen_s,
                 timeline=list(w.timeline),
             )
-            for wid, w in core.workers.items()
+            for producer, w in core.workers.items()
         ],
         recent_producers=list(core.recent_producers.items()),
         types_with_started=sorted(core.types_with_started),
@@ -154,7 +157,7 @@ def restored(saved: SavedDemand, config: DemandSettings | None = None, seen_ids:
     core.by_type = {name: series(s) for name, s in saved.by_type.items()}
     core.by_gpu = {name: series(s) for name, s in saved.by_gpu.items()}
     for w in saved.workers:
-        core.workers[w.worker_id] = WorkerRecord(list(w.timeline), w.gpu_model, w.instance_id, w.last_seen_s)
+        core.workers[w.producer] = WorkerRecord(list(w.timeline), w.gpu_model, w.instance_id, w.last_seen_s)
     core.recent_producers = OrderedDict(saved.recent_producers)
     core.types_with_started = set(saved.types_with_started)
     if (queue := saved.queue) is not None:
@@ -183,11 +186,38 @@ def _series(series: BucketSeries) -> SavedSeries:
     return SavedSeries.model_validate(series.to_state())
 
 
+def producers_keyed(state: dict[str, Any]) -> SavedDemand:
+    """Version 3 (or 1 and 2, once named) as version 4: each worker re-keyed to its producer, the machine when its
+    id was known (of several workers on one machine, the one seen last is kept: its timeline goes on; what the
+    others measured is already in the windows), and the recent producers with it (the latest completion of a
+    machine's workers). Left under their worker ids, a machine's old names would count beside its new one for
+    a short window after the upgrade: capacity twice over, the verdict that gives machines back."""
+    renamed: dict[str, str] = {}
+    workers: dict[str, dict[str, Any]] = {}
+    for worker in state["workers"]:  # oldest first
+        worker_id = worker["worker_id"]
+        producer = producer_key(worker["instance_id"], worker_id) or worker_id
+        renamed[worker_id] = producer
+        workers.pop(producer, None)  # kept in the order of its latest worker
+        workers[producer] = {key: value for key, value in worker.items() if key != "worker_id"} | {"producer": producer}
+    latest: dict[str, float] = {}
+    for worker_id, at_s in state["recent_producers"]:
+        producer = renamed.get(worker_id, worker_id)
+        latest[producer] = max(at_s, latest.get(producer, at_s))
+    return SavedDemand.model_validate(
+        state
+        | {
+            "version": SAVED_VERSION,
+            "workers": list(workers.values()),
+            "recent_producers": sorted(latest.items(), key=lambda item: item[1]),
+        }
+    )
+
+
 def from_positional(state: dict[str, Any]) -> SavedDemand:
-    """Versions 1 and 2: each positional list named, then validated as version 3."""
+    """Versions 1 and 2: each positional list named as version 3 named it, then re-keyed (`producers_keyed`)."""
     queue, fleet, mark = state["queue"], state["fleet"], state["last_published"]
     named: dict[str, Any] = {key: value for key, value in state.items() if key in SavedDemand.model_fields}
-    named["version"] = SAVED_VERSION
     named["workers"] = [
         {"worker_id": wid, "gpu_model": gpu, "instance_id": instance_id, "last_seen_s": seen, "timeline": timeline}
         for wid, gpu, instance_id, seen, timeline in state["workers"]
@@ -214,4 +244,4 @@ def from_positional(state: dict[str, Any]) -> SavedDemand:
         }
     named.setdefault("history", None)  # saved before the seasonal echo existed
     named.setdefault("history_since_s", None)
-    return SavedDemand.model_validate(named)
+    return producers_keyed(named)

@@ -13,14 +13,15 @@ import json
 
 from redis.asyncio import Redis
 
-from services.demand.saved import SavedDemand, from_positional
+from services.demand.saved import SavedDemand, from_positional, producers_keyed
 from shared.redis_client import connect_redis
 from shared.state_version import found_version, marker, restore_plan, say_rebuild
 
 # 2: the version marker is written; the window state and the id memory are what version 1 (no marker) saved.
 # 3: the window state is services/demand/saved.py's model, every field named (1 and 2 were positional lists)
-STATE_VERSION = 3
-MIGRATES_FROM = frozenset({1, 2})
+# 4: workers kept by producer, the machine when known (3 kept the job system's worker ids)
+STATE_VERSION = 4
+MIGRATES_FROM = frozenset({1, 2, 3})
 
 
 # One checkpoint, atomically: the window state, the version marker, the new ids appended to the capped id memory,
@@ -72,8 +73,10 @@ class DemandStore:
         ids = [i.decode() for i in raw_ids]
         if not raw_state:
             return None, ids
-        if version in MIGRATES_FROM:  # positional lists: named, then validated; the next checkpoint writes 3
+        if version in (1, 2):  # positional lists: named, then re-keyed; the next checkpoint writes 4
             return from_positional(json.loads(raw_state)), ids
+        if version == 3:  # workers under the job system's names: re-keyed by producer
+            return producers_keyed(json.loads(raw_state)), ids
         return SavedDemand.model_validate_json(raw_state), ids
 
     async def save(

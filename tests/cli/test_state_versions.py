@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from services.demand.config import DemandSettings
+from services.demand.core import DemandCore
 from services.demand.saved import restored, saved_of
 from services.demand.store import DemandStore
 from services.fleet.config import FleetSettings
@@ -96,7 +97,7 @@ async def test_fleet_drops_a_version_it_does_not_know(
 
 
 @pytest.mark.parametrize("version_marker", [None, marker("demand", 2)], ids=["version 1", "version 2"])
-async def test_demand_restores_the_positional_versions_and_saves_version_3(
+async def test_demand_restores_the_positional_versions_and_saves_version_4(
     redis: Redis, redis_server: RedisServer, version_marker: str | None
 ) -> None:
     saved = version_1("demand")  # version 2 saved the same positional lists, beside a marker
@@ -115,20 +116,57 @@ async def test_demand_restores_the_positional_versions_and_saves_version_3(
     assert core.last_published is not None and core.last_published.state is DemandState.UNDER_PROVISIONED
     assert core.state is DemandState.UNDER_PROVISIONED and core.waiting_since_s == pytest.approx(1772412556.944308)
     await store.save(saved_of(core), [], "after-migration")
-    assert json.loads(await redis.get(store.version_key)) == {"service": "demand", "version": 3}
+    assert json.loads(await redis.get(store.version_key)) == {"service": "demand", "version": 4}
     again, _ = await store.load()
-    assert again == saved_of(core)  # version 3 reads back whole
+    assert again == saved_of(core)  # version 4 reads back whole
     await store.close()
 
 
-async def test_demand_starts_empty_on_a_version_3_state_that_does_not_validate(
+async def test_demand_starts_empty_on_a_version_4_state_that_does_not_validate(
     redis: Redis, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = DemandStore(redis_server.url, NAMESPACE, seen_capacity=1000)
-    await redis.set(store.state_key, json.dumps({"version": 3, "overall": {"head": "soon"}}))
-    await redis.set(store.version_key, marker("demand", 3))
+    await redis.set(store.state_key, json.dumps({"version": 4, "overall": {"head": "soon"}}))
+    await redis.set(store.version_key, marker("demand", 4))
     with pytest.raises(ValidationError):
         await store.load()  # the service's restore logs it and starts with empty windows
+    await store.close()
+
+
+async def test_demand_rekeys_version_3_workers_by_machine(redis: Redis, redis_server: RedisServer) -> None:
+    """Version 3 kept workers under the job system's names. Two processes of machine 7 and a worker outside the
+    fleet, all recent producers: read back as two producers (machine 7, the outside worker), not three, so an
+    upgrade does not count a machine under its old names and its new one at once."""
+    t0 = datetime(2026, 3, 2, 8, tzinfo=UTC).timestamp()
+    state = saved_of(DemandCore()).model_dump(mode="json")
+
+    def worker(worker_id: str, instance_id: int | None, seen_s: float) -> dict[str, Any]:
+        return {
+            "worker_id": worker_id,
+            "gpu_model": "RTX 4090",
+            "instance_id": instance_id,
+            "last_seen_s": t0 + seen_s,
+            "timeline": [[t0 + seen_s - 30, "prove", "RTX 4090", True], [t0 + seen_s, "prove", "RTX 4090", True]],
+        }
+
+    state |= {
+        "version": 3,
+        "workers": [worker("m7-a", 7, 10), worker("outside", None, 15), worker("m7-b", 7, 20)],
+        "recent_producers": [["m7-a", t0 + 10], ["outside", t0 + 15], ["m7-b", t0 + 20]],
+    }
+    store = DemandStore(redis_server.url, NAMESPACE, seen_capacity=1000)
+    await redis.set(store.state_key, json.dumps(state))
+    await redis.set(store.version_key, marker("demand", 3))
+    loaded, _ = await store.load()
+    assert loaded is not None and loaded.version == 4
+    core = restored(loaded, DemandSettings())
+    assert list(core.workers) == ["outside", "instance-7"]
+    assert core.workers["instance-7"].last_seen_s == t0 + 20  # the machine's latest worker goes on
+    assert list(core.recent_producers.items()) == [("outside", t0 + 15), ("instance-7", t0 + 20)]
+    assert core.measure(t0 + 60).producing_workers == 2
+    await store.save(saved_of(core), [], "after-migration")
+    assert json.loads(await redis.get(store.version_key)) == {"service": "demand", "version": 4}
+    assert await store.load() == (saved_of(core), [])
     await store.close()
 
 

@@ -245,6 +245,80 @@ def test_many_workers_for_a_trickle_is_over_provisioned() -> None:
     assert h.last.signal.fleet_capacity_tasks_per_h == 480
 
 
+def named_per_task(harness: Harness) -> None:
+    """The job system names each completion's worker after its task (a pod per task, an attempt id), as some do."""
+    feed = harness.feed
+
+    def renamed(events: list[TaskEvent], snapshot: QueueSnapshot | None, now: datetime) -> None:
+        for i, event in enumerate(events):
+            if event.kind == "completed" and event.worker_id is not None:
+                events[i] = event.model_copy(update={"worker_id": f"{event.worker_id}/{event.task_id}"})
+        feed(events, snapshot, now)
+
+    harness.feed = renamed  # type: ignore[method-assign]
+
+
+def test_a_worker_named_per_task_on_a_known_machine_counts_as_that_machine() -> None:
+    """Three machines, behind their load, whose job system names a worker per task: counted by those names they
+    read as ~90 workers at 15 tasks/h, over-provisioned with 140 tasks queued. The machines are the producers."""
+    h = Harness()
+    for i in range(3):
+        h.jobs.add_worker(f"w{i}", instance_id=100 + i)
+    named_per_task(h)
+    h.run(60, arrivals_per_h=500)
+    signal = h.last.signal
+    assert signal.state is DemandState.UNDER_PROVISIONED
+    assert signal.producing_workers == 3
+    assert signal.per_worker_throughput_tasks_per_h == pytest.approx(120, rel=0.05)
+
+
+def test_a_worker_named_per_task_without_a_machine_is_no_producer() -> None:
+    """Without the machine's id a name seen once is no producer: the fleet is read short (arrivals above what
+    it shows), never over-provisioned with work waiting."""
+    h = Harness()
+    for i in range(3):
+        h.jobs.add_worker(f"w{i}")
+    named_per_task(h)
+    evaluations = h.run(60, arrivals_per_h=500)
+    assert DemandState.OVER_PROVISIONED not in states(evaluations)
+    assert h.last.signal.state is DemandState.UNDER_PROVISIONED
+    assert h.last.signal.producing_workers == 0
+    assert h.last.signal.pending_tasks > 100
+
+
+def test_a_machine_whose_processes_are_workers_is_one_producer_at_the_machines_pace() -> None:
+    """Eight single-slot worker processes on one machine (a job system naming a worker per process): the machine
+    finishes 120 tasks/h, what the decider sizes with; counted per process it read as eight at 15/h."""
+    h = Harness()
+    for process in range(8):
+        h.jobs.add_worker(f"m7-p{process}", slots=1, instance_id=7)
+    h.run(90, arrivals_per_h=200)
+    signal = h.last.signal
+    assert signal.producing_workers == 1
+    assert signal.per_worker_throughput_tasks_per_h == pytest.approx(120, rel=0.05)
+    assert signal.fleet_capacity_tasks_per_h == pytest.approx(120, rel=0.05)
+
+
+def test_a_worker_counts_as_a_producer_from_its_second_completion() -> None:
+    core = DemandCore()
+    core.observe_queue(Jobs(now=T0).snapshot(), T0)
+    first, second = T0 + timedelta(seconds=240), T0 + timedelta(seconds=270)
+    core.ingest(task("completed", first, "t1", worker_id="w1"), first)
+    assert core.evaluate(first).signal.producing_workers == 0
+    core.ingest(task("completed", second, "t2", worker_id="w1"), second)
+    assert core.evaluate(second).signal.producing_workers == 1
+
+
+def test_producers_remembered_are_bounded() -> None:
+    core = DemandCore(DemandSettings(max_workers=100))
+    for n in range(1000):
+        at = T0 + timedelta(seconds=n)
+        for k in range(2):
+            core.ingest(task("completed", at, f"t{n}-{k}", worker_id=f"w{n}"), at)
+    assert len(core.workers) == 100 and len(core.recent_producers) == 100
+    assert next(reversed(core.workers)) == "w999"
+
+
 def test_a_ramp_reads_rising_then_a_fall_reads_falling_with_p1_triggers() -> None:
     h = Harness()
     for i in range(6):
@@ -366,8 +440,15 @@ def test_settings_reject_a_window_that_is_not_a_whole_number_of_buckets() -> Non
         DemandSettings(windows_s=(1000, 3600))
 
 
-def task(kind: str, at: datetime, task_id: str = "t") -> TaskEvent:
-    return TaskEvent(occurred_at=at, source="jobs", kind=kind, task_id=task_id, task_type="prove")  # type: ignore[arg-type]
+def task(kind: str, at: datetime, task_id: str = "t", worker_id: str | None = None) -> TaskEvent:
+    return TaskEvent(
+        occurred_at=at,
+        source="jobs",
+        kind=kind,
+        task_id=task_id,
+        task_type="prove",
+        worker_id=worker_id,  # type: ignore[arg-type]
+    )
 
 
 def queue(task_type: str, pending: int, running: int = 0) -> QueueDepth:

@@ -27,7 +27,7 @@ from services.decider.policy import PolicyConfig, PredictivePolicy
 from services.decider.step import RunPlan, plan_run
 from services.decider.triggering import RunBatch, TriggerConfig, TriggerScheduler
 from services.demand.config import DemandSettings
-from services.demand.core import DemandCore
+from services.demand.core import DemandCore, machine_producer
 from services.demand.records import TaskCounts
 from services.fleet.config import FleetSettings
 from services.fleet.core import FleetCore, Transition
@@ -236,13 +236,13 @@ class PredictiveAdapter:
         if not history or not initial:
             return
         gpu_model = Counter(m.gpu_model for m in initial).most_common(1)[0][0]
-        workers = tuple(f"worker-{m.instance_id}" for m in initial)
+        producers = tuple(machine_producer(m.instance_id) for m in initial)
         for minute in range(-60, 0):
             n = history[minute % len(history)]
             at = EPOCH + timedelta(seconds=minute * 60 + 30)
             counts = TaskCounts(
                 at=at, task_type=TASK_TYPE, submitted=n, started=n, completed=n, duration_sum_s=n * view.task_s,
-                durations=n, gpu_model=gpu_model, worker_ids=workers if minute >= -15 else (),
+                durations=n, gpu_model=gpu_model, producers=producers if minute >= -15 else (),
             )  # fmt: skip
             self.demand.ingest_counts(counts, at)
 
@@ -456,7 +456,7 @@ class PredictiveAdapter:
         self.last_bulk_s = view.now_s
         self._tasks_fed = True
         refs: list[TriggerRef] = []
-        workers: dict[str, list[str]] = {}
+        producers: dict[str, list[str]] = {}
         for machine in view.machines:
             reported = self.reported.get(machine.instance_id)
             if reported is None or machine.last_task_s is None:
@@ -465,7 +465,7 @@ class PredictiveAdapter:
                 continue
             reported.last_task_s = machine.last_task_s
             worker_id = f"worker-{machine.instance_id}"
-            workers.setdefault(machine.gpu_model, []).append(worker_id)
+            producers.setdefault(machine.gpu_model, []).append(machine_producer(machine.instance_id))
             self.task_seq += 1
             # validated like any event (pydantic's validation is faster than its model_construct, too)
             event = TaskEvent(
@@ -484,9 +484,9 @@ class PredictiveAdapter:
                 refs += self._refs(transitions)
         # demand keeps the workers that produced within its shortest window (15 min)
         at = now - timedelta(seconds=30)
-        for gpu_model, ids in sorted(workers.items()):
+        for gpu_model, ids in sorted(producers.items()):
             self.demand.ingest_counts(
-                TaskCounts(at=at, task_type=TASK_TYPE, gpu_model=gpu_model, worker_ids=tuple(ids)), now
+                TaskCounts(at=at, task_type=TASK_TYPE, gpu_model=gpu_model, producers=tuple(ids)), now
             )
         return refs
 
