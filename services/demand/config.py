@@ -51,8 +51,9 @@ class DemandSettings(BaseSettings):
     busy_gap_cap_s: float = Field(
         default=600, gt=0, description="gaps between a worker's completions longer than this are idle, not slow"
     )
-    # a late completion is placed among its worker's last few; older than those, its gap is unknown
-    worker_timeline_len: int = Field(default=16, ge=2, description="recent completions kept per worker")
+    # a late completion is placed among its producer's recent ones (these, and those within busy_gap_cap_s of
+    # the newest); older than those, its gap is unknown
+    worker_timeline_len: int = Field(default=16, ge=2, description="recent completions kept per producer, at least")
     # Backlog worth a machine: more than the producing fleet can clear within a machine's startup time.
     max_backlog_drain_h: float = Field(
         default=1.5, gt=0, description="backlog worth a machine: more than the fleet clears in this many hours"
@@ -79,11 +80,12 @@ class DemandSettings(BaseSettings):
         default=32, ge=1, description="most GPU models measured apart (a fleet rents a handful; the rest count overall)"
     )
     seen_event_ids: int = Field(default=50_000, ge=100, description="event ids remembered for de-duplication")
-    max_workers: int = Field(
+    max_producers: int = Field(
         default=10_000,
         ge=1,
-        description="most producers remembered, least recently active forgotten first (a job system naming a "
-        "worker per task cannot grow memory or the saved state without end)",
+        description="most producers (machines, or workers without one) and worker names remembered, least "
+        "recently active forgotten first (a job system naming a worker per task cannot grow memory or the saved "
+        "state without end)",
     )
 
     # Inputs from the job system that one mistake can swing: `fleetpilot publish queue default=10^20` was once

@@ -52,22 +52,28 @@ OTHER_TASK_TYPE = "other"  # task types beyond max_task_types are pooled here: m
 
 
 def producer_key(instance_id: int | None, worker_id: str | None) -> str | None:
-    """Whom a completion is counted for: the machine it ran on when the event names one, else the job system's
-    worker (None: neither).
+    """Whom a completion is counted for: the machine it ran on when known, else the job system's worker (None:
+    neither).
 
     The decider sizes machines, so capacity is producers × one producer's pace, and both must count machines.
     Job systems name workers as they like: one per machine, one per process (eight on a pipelined machine), or
     one per task. Counted by those names, a machine read as eight workers at an eighth of its pace each, and a
     job system naming a worker per task read as 92 workers at 15 tasks/h with 140 tasks queued: over-provisioned,
-    the verdict that gives machines back (tests/demand/test_core.py)."""
+    the verdict that gives machines back (tests/demand/test_core.py). Machines and workers are keyed apart, so a
+    worker the job system happens to call `instance:7` is not machine 7."""
     if instance_id is not None:
         return machine_producer(instance_id)
-    return worker_id or None
+    return f"worker:{worker_id}" if worker_id else None
 
 
 def machine_producer(instance_id: int) -> str:
     """The producer a completion on this machine counts for (`producer_key`)."""
-    return f"instance-{instance_id}"
+    return f"instance:{instance_id}"
+
+
+# a machine's completions kept for placing late ones: at least `worker_timeline_len`, and every one within the busy
+# gap cap of the newest, up to this many (64 worker processes at 16 tasks/h each fill ten minutes with ~170)
+MAX_TIMELINE_ENTRIES = 1024
 
 
 class DemandCore:
@@ -86,6 +92,8 @@ class DemandCore:
         self.history_since_s: float | None = None  # the history counts every arrival from here on
         self.workers: OrderedDict[str, WorkerRecord] = OrderedDict()  # by last activity, oldest first
         self.recent_producers: OrderedDict[str, float] = OrderedDict()  # by last completion, oldest first
+        # the machine each worker last named: a worker may name it on its first event only (fleet's rule too)
+        self.worker_machines: OrderedDict[str, int] = OrderedDict()  # least recently named first
         self.types_with_started: set[str] = set()
         self.queue: QueueView | None = None
         self.fleet: FleetView | None = None
@@ -119,7 +127,7 @@ class DemandCore:
         task_type = self._task_type(event.task_type)
         kind = event.kind
         series = self._type_series(task_type)
-        producer = producer_key(event.instance_id, event.worker_id)
+        producer = producer_key(self._machine_of(event), event.worker_id)
         worker = self._worker(producer, event, at_s) if producer is not None else None
         if kind == "started":
             self.types_with_started.add(task_type)
@@ -387,11 +395,25 @@ class DemandCore:
         if gpu is not None:
             gpu.add(bucket, field_index, amount)
 
+    def _machine_of(self, event: TaskEvent) -> int | None:
+        """The event's machine: the one it names, else the one its worker named last."""
+        worker_id, instance_id = event.worker_id, event.instance_id
+        if not worker_id:
+            return instance_id
+        if instance_id is None:
+            return self.worker_machines.get(worker_id)
+        if self.worker_machines.get(worker_id) != instance_id:
+            self.worker_machines[worker_id] = instance_id
+        self.worker_machines.move_to_end(worker_id)
+        while len(self.worker_machines) > self.config.max_producers:
+            self.worker_machines.popitem(last=False)
+        return instance_id
+
     def _worker(self, producer: str, event: TaskEvent, at_s: float) -> WorkerRecord:
         worker = self.workers.get(producer)
         if worker is None:
             worker = self.workers[producer] = WorkerRecord()
-            if len(self.workers) > self.config.max_workers:
+            while len(self.workers) > self.config.max_producers:
                 self.workers.popitem(last=False)  # the least recently active
         if event.instance_id is not None:
             worker.instance_id = event.instance_id
@@ -409,8 +431,10 @@ class DemandCore:
         if last is None or at_s > last:
             self.recent_producers[producer] = at_s
             self.recent_producers.move_to_end(producer)
-            if len(self.recent_producers) > self.config.max_workers:
-                self.recent_producers.popitem(last=False)
+            while len(self.recent_producers) > self.config.max_producers:
+                # the one whose last completion is oldest (a late one was appended behind newer ones)
+                oldest = min(self.recent_producers, key=self.recent_producers.__getitem__)
+                del self.recent_producers[oldest]
 
     def _busy(self, worker: WorkerRecord, at_s: float, task_type: str, duration_s: float | None = None) -> None:
         """Per-worker throughput counts only the time a worker was saturated: a gap between two of its
@@ -444,7 +468,10 @@ class DemandCore:
         if after is not None:
             self._gap(entry, after, 1)
         timeline.insert(index, entry)
-        if len(timeline) > keep:
+        # kept by time as well as by count: a machine whose processes or GPUs report apart completes many tasks a
+        # minute, and sixteen of them would hold a few seconds (its late completions then lost their gaps)
+        horizon_s = timeline[-1][0] - self.config.busy_gap_cap_s
+        while len(timeline) > keep and (timeline[0][0] < horizon_s or len(timeline) > MAX_TIMELINE_ENTRIES):
             del timeline[0]
 
     def _lead(self, worker: WorkerRecord, lead: tuple[TimelineEntry, float] | None) -> None:

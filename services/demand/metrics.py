@@ -52,7 +52,7 @@ class DemandMetrics:
         )
         self.producing_workers = Gauge(
             "fleetpilot_demand_producing_workers",
-            "Producers (machines where the events name one) with a completion in the short window",
+            "Producers (machines where the events name one, else workers) with a completion in the short window",
             registry=registry,
         )
         self.above_capacity = Gauge(

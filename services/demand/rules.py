@@ -22,7 +22,7 @@ class Measurement:
     short_arrival_rate_per_h: float
     sustained_arrival_rate_per_h: float
     peak_arrival_rate_per_h: float  # highest rate over the windows up to the over-provisioning look-back
-    producing_workers: int  # distinct workers with a completion in the short window
+    producing_workers: int  # distinct producers (core.producer_key) with a completion in the short window
     fleet_producing: int | None  # None without a fresh fleet snapshot
     fleet_ready: int | None
     capacity_workers: int

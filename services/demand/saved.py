@@ -12,7 +12,7 @@ A field added later gets a default here and the version moves, with a migration 
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from services.demand.config import DemandSettings
 from services.demand.core import DemandCore, producer_key
 from services.demand.records import FleetView, PublishedMark, QueueView, WorkerRecord
-from services.demand.windows import BucketSeries
+from services.demand.windows import BUSY_COMPLETIONS, BUSY_S, BucketSeries
 from shared.contract import DemandState, DemandTrend
 
 SAVED_VERSION: Literal[4] = 4
@@ -78,6 +78,7 @@ class SavedDemand(Saved):
     by_gpu: dict[str, SavedSeries]
     workers: list[SavedWorker]  # by last activity, oldest first
     recent_producers: list[tuple[str, float]]  # by last completion, oldest first
+    worker_machines: list[tuple[str, int]] = []  # the machine each worker last named, least recently named first
     types_with_started: list[str]
     queue: SavedQueue | None
     fleet: SavedFleet | None
@@ -112,6 +113,7 @@ def saved_of(core: DemandCore) -> SavedDemand:
             for producer, w in core.workers.items()
         ],
         recent_producers=list(core.recent_producers.items()),
+        worker_machines=list(core.worker_machines.items()),
         types_with_started=sorted(core.types_with_started),
         queue=None
         if queue is None
@@ -156,9 +158,12 @@ def restored(saved: SavedDemand, config: DemandSettings | None = None, seen_ids:
     core.overall = series(saved.overall)
     core.by_type = {name: series(s) for name, s in saved.by_type.items()}
     core.by_gpu = {name: series(s) for name, s in saved.by_gpu.items()}
-    for w in saved.workers:
+    # each kept within the bound of the settings it comes back under, the most recent kept
+    kept = core.config.max_producers
+    for w in saved.workers[-kept:]:
         core.workers[w.producer] = WorkerRecord(list(w.timeline), w.gpu_model, w.instance_id, w.last_seen_s)
-    core.recent_producers = OrderedDict(saved.recent_producers)
+    core.recent_producers = OrderedDict(sorted(saved.recent_producers, key=lambda item: item[1])[-kept:])
+    core.worker_machines = OrderedDict(saved.worker_machines[-kept:])
     core.types_with_started = set(saved.types_with_started)
     if (queue := saved.queue) is not None:
         core.queue = QueueView(queue.at_s, dict(queue.pending), dict(queue.running), queue.reported_pending)
@@ -187,31 +192,53 @@ def _series(series: BucketSeries) -> SavedSeries:
 
 
 def producers_keyed(state: dict[str, Any]) -> SavedDemand:
-    """Version 3 (or 1 and 2, once named) as version 4: each worker re-keyed to its producer, the machine when its
-    id was known (of several workers on one machine, the one seen last is kept: its timeline goes on; what the
-    others measured is already in the windows), and the recent producers with it (the latest completion of a
-    machine's workers). Left under their worker ids, a machine's old names would count beside its new one for
-    a short window after the upgrade: capacity twice over, the verdict that gives machines back."""
+    """Version 3 (or 1 and 2, once named) as version 4, every worker re-keyed to its producer
+    (`core.producer_key`): left under their old names, a machine's workers would count beside its new key for a
+    short window after the upgrade, capacity twice over, the verdict that gives machines back.
+
+    - the workers: of several on one machine the one seen last is kept (its timeline goes on), and each
+      worker's machine is remembered (`worker_machines`) for its events that do not name it;
+    - the recent producers: each machine at the latest completion of its workers;
+    - the busy time in the windows, when some machine had several workers: it was measured per worker, so a
+      machine's pace would read as one worker's for the hour it stays in them (eight processes: an eighth,
+      and a served fleet under-provisioned). It is dropped, to be measured again by machine within minutes;
+      until then the pace is the default's."""
     renamed: dict[str, str] = {}
+    machines: dict[str, int] = {}
     workers: dict[str, dict[str, Any]] = {}
-    for worker in state["workers"]:  # oldest first
-        worker_id = worker["worker_id"]
-        producer = producer_key(worker["instance_id"], worker_id) or worker_id
+    names: Counter[str] = Counter()
+    for worker in sorted(state["workers"], key=lambda w: w["last_seen_s"]):  # oldest first
+        worker_id, instance_id = worker["worker_id"], worker["instance_id"]
+        producer = producer_key(instance_id, worker_id) or f"worker:{worker_id}"
         renamed[worker_id] = producer
+        names[producer] += 1
+        if instance_id is not None:
+            machines[worker_id] = instance_id
         workers.pop(producer, None)  # kept in the order of its latest worker
         workers[producer] = {key: value for key, value in worker.items() if key != "worker_id"} | {"producer": producer}
     latest: dict[str, float] = {}
     for worker_id, at_s in state["recent_producers"]:
-        producer = renamed.get(worker_id, worker_id)
+        producer = renamed.get(worker_id) or producer_key(None, worker_id) or f"worker:{worker_id}"
         latest[producer] = max(at_s, latest.get(producer, at_s))
-    return SavedDemand.model_validate(
-        state
-        | {
-            "version": SAVED_VERSION,
-            "workers": list(workers.values()),
-            "recent_producers": sorted(latest.items(), key=lambda item: item[1]),
+    keyed = state | {
+        "version": SAVED_VERSION,
+        "workers": list(workers.values()),
+        "recent_producers": sorted(latest.items(), key=lambda item: item[1]),
+        "worker_machines": list(machines.items()),
+    }
+    if any(count > 1 for count in names.values()):
+        keyed |= {
+            "overall": _without_busy_time(state["overall"]),
+            "by_type": {name: _without_busy_time(series) for name, series in state["by_type"].items()},
+            "by_gpu": {name: _without_busy_time(series) for name, series in state["by_gpu"].items()},
         }
-    )
+    return SavedDemand.model_validate(keyed)
+
+
+def _without_busy_time(series: dict[str, Any]) -> dict[str, Any]:
+    cells = [[bucket, [0 if i in (BUSY_COMPLETIONS, BUSY_S) else v for i, v in enumerate(values)]]
+             for bucket, values in series["cells"]]  # fmt: skip
+    return series | {"cells": cells}
 
 
 def from_positional(state: dict[str, Any]) -> SavedDemand:

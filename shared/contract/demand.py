@@ -108,7 +108,11 @@ class DemandSignal(Event):
     windows: list[WindowStats]
     by_task_type: list[TaskTypeDemand] = Field(default_factory=list)
     sustained_arrival_rate_per_h: float = Field(ge=0)
-    producing_workers: int = Field(ge=0, description="workers that completed a task in the shortest window")
+    producing_workers: int = Field(
+        ge=0,
+        description="producers (machines, where the events name one; else workers) that completed a second task,"
+        " the latest in the shortest window",
+    )
     per_worker_throughput_tasks_per_h: float | None = Field(default=None, ge=0)
     throughput_by_gpu_model_tasks_per_h: dict[str, float] = Field(default_factory=dict)
     fleet_capacity_tasks_per_h: float = Field(ge=0)

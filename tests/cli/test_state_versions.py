@@ -23,7 +23,7 @@ from services.fleet.config import FleetSettings
 from services.fleet.saved import meta_of, restored_core
 from services.fleet.store import FleetStore
 from services.provisioner.store import ProvisionerStore
-from shared.contract import DemandState, InstanceState, ProvisionResult
+from shared.contract import DemandState, InstanceState, ProvisionResult, TaskEvent
 from shared.state_version import marker
 from sim.infra import RedisServer
 
@@ -133,12 +133,11 @@ async def test_demand_starts_empty_on_a_version_4_state_that_does_not_validate(
     await store.close()
 
 
-async def test_demand_rekeys_version_3_workers_by_machine(redis: Redis, redis_server: RedisServer) -> None:
-    """Version 3 kept workers under the job system's names. Two processes of machine 7 and a worker outside the
-    fleet, all recent producers: read back as two producers (machine 7, the outside worker), not three, so an
-    upgrade does not count a machine under its old names and its new one at once."""
-    t0 = datetime(2026, 3, 2, 8, tzinfo=UTC).timestamp()
-    state = saved_of(DemandCore()).model_dump(mode="json")
+def version_3_workers(t0: float) -> dict[str, Any]:
+    """What version 3 kept of two processes of machine 7 and a worker outside the fleet, all recent producers,
+    with busy time in the windows as version 3 measured it (per worker)."""
+    core = DemandCore()
+    state = saved_of(core).model_dump(mode="json")
 
     def worker(worker_id: str, instance_id: int | None, seen_s: float) -> dict[str, Any]:
         return {
@@ -149,24 +148,73 @@ async def test_demand_rekeys_version_3_workers_by_machine(redis: Redis, redis_se
             "timeline": [[t0 + seen_s - 30, "prove", "RTX 4090", True], [t0 + seen_s, "prove", "RTX 4090", True]],
         }
 
-    state |= {
+    bucket = int(t0 // core.bucket_s)
+    busy = [[bucket, [0, 0, 3, 0, 720.0, 3, 2, 1920.0]]]  # two busy completions, 16 min apart: 3.75 tasks/h
+    return state | {
         "version": 3,
+        "overall": {"head": bucket, "cells": busy},
+        "by_type": {"prove": {"head": bucket, "cells": busy}},
         "workers": [worker("m7-a", 7, 10), worker("outside", None, 15), worker("m7-b", 7, 20)],
         "recent_producers": [["m7-a", t0 + 10], ["outside", t0 + 15], ["m7-b", t0 + 20]],
     }
+
+
+async def test_demand_rekeys_version_3_workers_by_machine(redis: Redis, redis_server: RedisServer) -> None:
+    """Read back as two producers (machine 7, the outside worker), not three, so an upgrade does not count a
+    machine under its old names and its new one at once; machine 7's busy time, measured per process, is
+    dropped (its pace would read as one process's for an hour); its processes' later events count for it."""
+    t0 = datetime(2026, 3, 2, 8, tzinfo=UTC).timestamp()
     store = DemandStore(redis_server.url, NAMESPACE, seen_capacity=1000)
-    await redis.set(store.state_key, json.dumps(state))
+    await redis.set(store.state_key, json.dumps(version_3_workers(t0)))
     await redis.set(store.version_key, marker("demand", 3))
     loaded, _ = await store.load()
     assert loaded is not None and loaded.version == 4
     core = restored(loaded, DemandSettings())
-    assert list(core.workers) == ["outside", "instance-7"]
-    assert core.workers["instance-7"].last_seen_s == t0 + 20  # the machine's latest worker goes on
-    assert list(core.recent_producers.items()) == [("outside", t0 + 15), ("instance-7", t0 + 20)]
-    assert core.measure(t0 + 60).producing_workers == 2
+    assert list(core.workers) == ["worker:outside", "instance:7"]
+    assert core.workers["instance:7"].last_seen_s == t0 + 20  # the machine's latest worker goes on
+    assert list(core.recent_producers.items()) == [("worker:outside", t0 + 15), ("instance:7", t0 + 20)]
+    assert dict(core.worker_machines) == {"m7-a": 7, "m7-b": 7}
+    measured = core.measure(t0 + 60)
+    assert measured.producing_workers == 2
+    assert measured.per_worker_throughput_tasks_per_h is None  # measured again by machine, not read per process
+    at = datetime.fromtimestamp(t0 + 70, UTC)
+    later = TaskEvent(occurred_at=at, source="jobs", kind="completed", task_id="after", worker_id="m7-a")
+    core.ingest(later, at)
+    assert list(core.recent_producers) == ["worker:outside", "instance:7"]
     await store.save(saved_of(core), [], "after-migration")
     assert json.loads(await redis.get(store.version_key)) == {"service": "demand", "version": 4}
     assert await store.load() == (saved_of(core), [])
+    await store.close()
+
+
+async def test_demand_rekeys_the_positional_versions_workers_too(redis: Redis, redis_server: RedisServer) -> None:
+    saved = version_1("demand")
+    t0 = datetime(2026, 3, 2, 8, tzinfo=UTC).timestamp()
+    timeline = [[t0 - 30, "default", "RTX 5090", True], [t0, "default", "RTX 5090", True]]
+    saved["state"]["workers"] = [
+        ["w-a", "RTX 5090", 33032701, t0 - 5, timeline],
+        ["w-b", "RTX 5090", 33032701, t0, timeline],
+    ]
+    saved["state"]["recent_producers"] = [["w-a", t0 - 5], ["w-b", t0]]
+    store = DemandStore(redis_server.url, NAMESPACE, seen_capacity=1000)
+    await redis.set(store.state_key, json.dumps(saved["state"]))
+    state, _ = await store.load()
+    assert state is not None
+    core = restored(state, DemandSettings())
+    assert list(core.workers) == ["instance:33032701"]
+    assert list(core.recent_producers.items()) == [("instance:33032701", t0)]
+    await store.close()
+
+
+async def test_demand_starts_empty_on_a_version_3_state_that_does_not_validate(
+    redis: Redis, redis_server: RedisServer
+) -> None:
+    store = DemandStore(redis_server.url, NAMESPACE, seen_capacity=1000)
+    await redis.set(store.version_key, marker("demand", 3))
+    for broken in ({"version": 3, "overall": {"head": "soon"}}, {"version": 3, "workers": [{"worker_id": 1}]}, []):
+        await redis.set(store.state_key, json.dumps(broken))
+        with pytest.raises((KeyError, TypeError, ValueError)):  # what the service's restore catches and logs
+            await store.load()
     await store.close()
 
 
