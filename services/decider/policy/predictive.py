@@ -54,7 +54,12 @@ def recommend(
         removals += scale_down_plan(signal, fleet, sizing, now, config, kept)
     note = growth.note + (mpc.describe() if mpc is not None else "") + parking_note
     explanation = _explain(
-        growth.launches, removals, numbers(sizing, config) + note, sizing.stalled_state, growth.resumes
+        growth.launches,
+        removals,
+        numbers(sizing, config) + note,
+        sizing.stalled_state,
+        growth.resumes,
+        drained=frozenset(line.instance_id for line in fleet.draining),
     )
     return Recommendation(
         tuple(growth.launches),
@@ -82,7 +87,12 @@ def _explain(
     numbers: str,
     stalled_state: bool,
     resumes: list[ResumePlan] | None = None,
+    *,
+    drained: frozenset[int] = frozenset(),
 ) -> str:
+    """The step's actions, then the figures they rest on. A stop or destroy of a machine drained in an earlier
+    run says so: counted against the need beside it, `stop 1 (park): need 2 ...; have 1 producing + 1 arriving`
+    read as a machine taken from a fleet already short (the busy demo's audit); it was surplus when drained."""
     parts = [f"resume {len(resumes)} parked ({resumes[0].reason.value})"] if resumes else []
     parts += [
         f"launch {plan.count} ({plan.reason.value}, {plan.launch_priority}"
@@ -91,10 +101,11 @@ def _explain(
         for plan in launches
     ]
     for verb in ("drain", "destroy", "stop"):
-        reasons = sorted({plan.reason.value for plan in removals if plan.verb == verb})
-        if reasons:
-            count = sum(1 for plan in removals if plan.verb == verb)
-            parts.append(f"{verb} {count} ({', '.join(reasons)})")
+        for finished_drain in (False, True):
+            plans = [plan for plan in removals if plan.verb == verb and (plan.instance_id in drained) is finished_drain]
+            if plans:
+                reasons = ", ".join(sorted({plan.reason.value for plan in plans}))
+                parts.append(f"{verb} {len(plans)}{' drained' if finished_drain else ''} ({reasons})")
     head = "; ".join(parts) if parts else "hold"
     stall = " workers stalled: replace, never scale down;" if stalled_state else ""
     return f"{head}:{stall} {numbers}"
