@@ -127,9 +127,8 @@ class DemandCore:
         task_type = self._task_type(event.task_type)
         kind = event.kind
         series = self._type_series(task_type)
-        machine = self._machine_of(event)
-        producer = producer_key(machine, event.worker_id)
-        worker = self._worker(producer, machine, event, at_s) if producer is not None else None
+        producer = producer_key(self._machine_of(event), event.worker_id)
+        worker = self._worker(producer, event, at_s) if producer is not None else None
         if kind == "started":
             self.types_with_started.add(task_type)
         self._track_pending(kind, task_type, at_s)
@@ -411,14 +410,14 @@ class DemandCore:
             self.worker_machines.popitem(last=False)
         return instance_id
 
-    def _worker(self, producer: str, machine: int | None, event: TaskEvent, at_s: float) -> WorkerRecord:
+    def _worker(self, producer: str, event: TaskEvent, at_s: float) -> WorkerRecord:
         worker = self.workers.get(producer)
         if worker is None:
             worker = self.workers[producer] = WorkerRecord()
             while len(self.workers) > self.config.max_producers:
                 self.workers.popitem(last=False)  # the least recently active
-        if machine is not None:
-            worker.instance_id = machine  # named by the event, or by its worker before
+        if event.instance_id is not None:
+            worker.instance_id = event.instance_id
         if event.gpu_model:
             worker.gpu_model = event.gpu_model
         elif worker.gpu_model is None and worker.instance_id is not None and self.fleet is not None:
