@@ -244,8 +244,7 @@ class DemandCore:
         counts = snapshot.counts_by_state
         ready = counts.get(InstanceState.REGISTERED, 0) + counts.get(InstanceState.BENCHMARKED, 0)
         gpus = {line.instance_id: line.gpu_model for line in snapshot.instances if line.gpu_model}
-        counts_of = {line.instance_id: line.num_gpus for line in snapshot.instances if line.num_gpus > 1}
-        self.fleet = FleetView(at_s, snapshot.producing_instances, ready, gpus, counts_of)
+        self.fleet = FleetView(at_s, snapshot.producing_instances, ready, gpus)
         return IngestOutcome.APPLIED
 
     # ---- the verdict --------------------------------------------------------------------------------------
@@ -422,8 +421,6 @@ class DemandCore:
             worker.gpu_model = event.gpu_model
         elif worker.gpu_model is None and worker.instance_id is not None and self.fleet is not None:
             worker.gpu_model = self.fleet.gpu_by_instance.get(worker.instance_id)
-        if worker.instance_id is not None and self.fleet is not None:
-            worker.gpus = self.fleet.gpus_by_instance.get(worker.instance_id, 1)
         if at_s >= worker.last_seen_s:
             worker.last_seen_s = at_s
             self.workers.move_to_end(producer)
@@ -462,15 +459,14 @@ class DemandCore:
             index -= 1
         before = timeline[index - 1] if index > 0 else None
         after = timeline[index] if index < len(timeline) else None
-        gpus = worker.gpus
         if before is None and (worker.lead is not None or not timeline):
             self._lead(worker, (entry, duration_s) if duration_s is not None else None)
         if before is not None and after is not None:
-            self._gap(before, after, -1, gpus)
+            self._gap(before, after, -1)
         if before is not None:
-            self._gap(before, entry, 1, gpus)
+            self._gap(before, entry, 1)
         if after is not None:
-            self._gap(entry, after, 1, gpus)
+            self._gap(entry, after, 1)
         timeline.insert(index, entry)
         # kept by time as well as by count: a machine whose processes or GPUs report apart completes many tasks a
         # minute, and sixteen of them would hold a few seconds (its late completions then lost their gaps)
@@ -482,23 +478,18 @@ class DemandCore:
         """The worker's earliest completion counted with its run time as the busy time before it; an earlier
         completion arriving late takes the lead over (the old one's count is taken back)."""
         if worker.lead is not None:
-            self._count_lead(worker.lead, -1, worker.gpus)
+            self._count_lead(worker.lead, -1)
         if lead is not None:
-            self._count_lead(lead, 1, worker.gpus)
+            self._count_lead(lead, 1)
         worker.lead = lead
 
-    def _count_lead(self, lead: tuple[TimelineEntry, float], sign: int, gpus: int) -> None:
+    def _count_lead(self, lead: tuple[TimelineEntry, float], sign: int) -> None:
         entry, duration_s = lead
         at_s, _, _, saturated = entry
-        self._gap((at_s - duration_s, "", None, saturated), entry, sign, gpus)
+        self._gap((at_s - duration_s, "", None, saturated), entry, sign)
 
-    def _gap(self, start: TimelineEntry, end: TimelineEntry, sign: int, gpus: int = 1) -> None:
-        """Count (or take back) the busy gap between two completions of one producer, at the later one.
-
-        Overall and per task type the gap is a producer's time (its pace is a machine's, what capacity counts
-        in producers); per GPU model it is that time on each of the machine's GPUs, so a model's pace is per GPU
-        (the provisioner multiplies it by an offer's GPUs, the decider by a machine's): counted per machine, a
-        4-GPU machine's pace read as one GPU's and ranked the model's offers at four times their speed."""
+    def _gap(self, start: TimelineEntry, end: TimelineEntry, sign: int) -> None:
+        """Count (or take back) the busy gap between two completions of one worker, at the later one."""
         start_s, _, _, start_saturated = start
         end_s, task_type, gpu_model, end_saturated = end
         gap_s = end_s - start_s
@@ -510,9 +501,7 @@ class DemandCore:
         series = self._type_series(task_type)
         gpu = self._gpu_series(gpu_model) if gpu_model else None
         self._count(series, gpu, bucket, BUSY_COMPLETIONS, sign)
-        self._count(series, None, bucket, BUSY_S, sign * gap_s)
-        if gpu is not None:
-            gpu.add(bucket, BUSY_S, sign * gap_s * gpus)
+        self._count(series, gpu, bucket, BUSY_S, sign * gap_s)
 
     def _forget_idle_workers(self, now_s: float) -> None:
         horizon_s = now_s - self.config.longest_window_s

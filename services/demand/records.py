@@ -83,7 +83,6 @@ class WorkerRecord:
     gpu_model: str | None = None
     instance_id: int | None = None
     last_seen_s: float = 0.0
-    gpus: int = 1  # its machine's GPUs (fleet's view): its busy time counts that many GPU-seconds for its model
     # the worker's first completion and its run time, counted as busy time before it (core._busy); not saved
     lead: tuple[TimelineEntry, float] | None = None
 
@@ -106,7 +105,6 @@ class FleetView:
     producing: int
     ready: int  # registered or benchmarked: about to produce
     gpu_by_instance: dict[int, str]
-    gpus_by_instance: dict[int, int] = field(default_factory=dict)  # machines of more than one GPU
 
 
 @dataclass

@@ -47,7 +47,6 @@ class SavedWorker(Saved):
     instance_id: int | None
     last_seen_s: float
     timeline: list[tuple[float, str, str | None, bool]]  # completions: at, task type, gpu model, tasks waiting
-    gpus: int = 1  # its machine's GPUs
 
 
 class SavedQueue(Saved):
@@ -62,7 +61,6 @@ class SavedFleet(Saved):
     producing: int
     ready: int
     gpu_by_instance: dict[int, str]
-    gpus_by_instance: dict[int, int] = {}  # machines of more than one GPU
 
 
 class SavedMark(Saved):
@@ -111,7 +109,6 @@ def saved_of(core: DemandCore) -> SavedDemand:
                 instance_id=w.instance_id,
                 last_seen_s=w.last_seen_s,
                 timeline=list(w.timeline),
-                gpus=w.gpus,
             )
             for producer, w in core.workers.items()
         ],
@@ -126,11 +123,7 @@ def saved_of(core: DemandCore) -> SavedDemand:
         fleet=None
         if fleet is None
         else SavedFleet(
-            at_s=fleet.at_s,
-            producing=fleet.producing,
-            ready=fleet.ready,
-            gpu_by_instance=fleet.gpu_by_instance,
-            gpus_by_instance=fleet.gpus_by_instance,
+            at_s=fleet.at_s, producing=fleet.producing, ready=fleet.ready, gpu_by_instance=fleet.gpu_by_instance
         ),
         observing_since_s=core.observing_since_s,
         last_completion_s=core.last_completion_s,
@@ -168,16 +161,14 @@ def restored(saved: SavedDemand, config: DemandSettings | None = None, seen_ids:
     # each kept within the bound of the settings it comes back under, the most recent kept
     kept = core.config.max_producers
     for w in saved.workers[-kept:]:
-        core.workers[w.producer] = WorkerRecord(list(w.timeline), w.gpu_model, w.instance_id, w.last_seen_s, w.gpus)
+        core.workers[w.producer] = WorkerRecord(list(w.timeline), w.gpu_model, w.instance_id, w.last_seen_s)
     core.recent_producers = OrderedDict(sorted(saved.recent_producers, key=lambda item: item[1])[-kept:])
     core.worker_machines = OrderedDict(saved.worker_machines[-kept:])
     core.types_with_started = set(saved.types_with_started)
     if (queue := saved.queue) is not None:
         core.queue = QueueView(queue.at_s, dict(queue.pending), dict(queue.running), queue.reported_pending)
     if (fleet := saved.fleet) is not None:
-        core.fleet = FleetView(
-            fleet.at_s, fleet.producing, fleet.ready, dict(fleet.gpu_by_instance), dict(fleet.gpus_by_instance)
-        )
+        core.fleet = FleetView(fleet.at_s, fleet.producing, fleet.ready, dict(fleet.gpu_by_instance))
     core.observing_since_s = saved.observing_since_s
     core.last_completion_s = saved.last_completion_s
     core.too_late_events = saved.too_late_events

@@ -114,10 +114,7 @@ class DemandSignal(Event):
         " the latest in the shortest window",
     )
     per_worker_throughput_tasks_per_h: float | None = Field(default=None, ge=0)
-    throughput_by_gpu_model_tasks_per_h: dict[str, float] = Field(
-        default_factory=dict,
-        description="tasks/h per GPU of each model while it had work (a machine of N GPUs finishes N times that)",
-    )
+    throughput_by_gpu_model_tasks_per_h: dict[str, float] = Field(default_factory=dict)
     fleet_capacity_tasks_per_h: float = Field(ge=0)
     backlog_worker_hours: float = Field(ge=0)
     above_capacity_for_s: float = Field(ge=0, description="how long arrivals have exceeded capacity without a break")

@@ -44,20 +44,3 @@ def test_a_model_named_differently_by_the_worker_is_matched_through_the_catalog(
 
 def test_without_per_model_figures_the_per_worker_figure_stands() -> None:
     assert throughput_per_machine(signal(NOW, throughput_per_h=150.0), fleet(), 120.0) == 150.0
-
-
-def test_a_models_pace_is_per_gpu_and_a_machine_produces_it_on_each_of_its_gpus() -> None:
-    """demand measures a model per GPU (the provisioner multiplies it by an offer's GPUs too): a 4-GPU machine
-    of a model measured at 120 tasks/h per GPU finishes 480; a model not measured falls back to the per-producer
-    figure, which is a machine's already."""
-    four = [line.model_copy(update={"num_gpus": 4}) for line in producing(1, NOW, first_id=300, gpu_model="RTX 4090")]
-    one = producing(1, NOW, first_id=301, gpu_model="RTX 4090")
-    measured = signal(NOW, throughput_per_h=200.0).model_copy(
-        update={"throughput_by_gpu_model_tasks_per_h": {"RTX 4090": 120.0}}
-    )
-    assert throughput_per_machine(measured, four, 120.0) == pytest.approx(480.0)
-    assert throughput_per_machine(measured, four + one, 120.0) == pytest.approx((480.0 + 120.0) / 2)
-    unmeasured = signal(NOW, throughput_per_h=200.0).model_copy(
-        update={"throughput_by_gpu_model_tasks_per_h": {"RTX 5090": 186.0}}
-    )
-    assert throughput_per_machine(unmeasured, four, 120.0) == pytest.approx(200.0)

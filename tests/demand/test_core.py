@@ -18,7 +18,6 @@ from shared.contract import (
     DemandState,
     DemandTrend,
     FleetSnapshot,
-    InstanceLine,
     InstanceState,
     QueueDepth,
     QueueSnapshot,
@@ -370,25 +369,6 @@ def test_a_machine_of_many_processes_keeps_the_gaps_of_its_late_completions() ->
     assert late.per_worker_throughput_tasks_per_h == pytest.approx(on_time.per_worker_throughput_tasks_per_h, rel=0.01)
 
 
-def test_a_machine_of_four_gpus_is_one_producer_and_its_model_is_measured_per_gpu() -> None:
-    """Four worker processes, one per GPU of a 4-GPU machine (120 tasks/h each): one producer at 480 tasks/h, what
-    capacity counts, and its model at 120 per GPU, what the provisioner multiplies by an offer's GPUs (counted
-    per machine, the model read 480 per GPU and its offers ranked at four times their speed)."""
-    h = Harness()
-    for gpu in range(4):
-        h.jobs.add_worker(f"m9-gpu{gpu}", instance_id=9, gpu_model="RTX 4090")
-    four_gpus = fleet_snapshot(T0, producing=1).model_copy(
-        update={"instances": [machine_line(9, "RTX 4090", num_gpus=4)]}
-    )
-    h.core.observe_fleet(four_gpus, T0)
-    h.run(90, arrivals_per_h=600)
-    signal = h.last.signal
-    assert signal.producing_workers == 1
-    assert signal.per_worker_throughput_tasks_per_h == pytest.approx(480, rel=0.05)
-    assert signal.throughput_by_gpu_model_tasks_per_h["RTX 4090"] == pytest.approx(120, rel=0.05)
-    assert restored(saved_of(h.core)).workers["instance:9"].gpus == 4
-
-
 def test_producers_remembered_are_bounded_and_the_oldest_go_first() -> None:
     core = DemandCore(DemandSettings(max_producers=100))
     for n in range(1000):
@@ -548,13 +528,6 @@ def task(
 
 def queue(task_type: str, pending: int, running: int = 0) -> QueueDepth:
     return QueueDepth(task_type=task_type, pending=pending, running=running)
-
-
-def machine_line(instance_id: int, gpu_model: str, num_gpus: int = 1) -> InstanceLine:
-    return InstanceLine(
-        instance_id=instance_id, state=InstanceState.PRODUCING, gpu_model=gpu_model, num_gpus=num_gpus,
-        price_usd_per_h=0.5 * num_gpus, created_at=T0, state_since=T0, line=f"#{instance_id}",
-    )  # fmt: skip
 
 
 def fleet_snapshot(at: datetime, producing: int) -> FleetSnapshot:

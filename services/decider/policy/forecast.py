@@ -63,13 +63,10 @@ def throughput_per_machine(signal: DemandSignal, producing: Sequence[InstanceLin
     """
     by_model = signal.throughput_by_gpu_model_tasks_per_h
     if by_model and producing:
-        fallback = signal.per_worker_throughput_tasks_per_h  # a producer's, not a GPU's
-        # looked up once per GPU model, not once per producer (a 1000-machine fleet has a handful of models);
-        # demand measures a model per GPU, so a machine produces at that times its GPUs
-        per_gpu = {model: _model_pace(by_model, model) for model in {line.gpu_model for line in producing}}
-        paces = [
-            pace * line.num_gpus if (pace := per_gpu[line.gpu_model]) else fallback for line in producing
-        ]  # fmt: skip
+        fallback = signal.per_worker_throughput_tasks_per_h
+        # looked up once per GPU model, not once per producer (a 1000-machine fleet has a handful of models)
+        pace_of = {model: _model_pace(by_model, model) or fallback for model in {line.gpu_model for line in producing}}
+        paces = [pace_of[line.gpu_model] for line in producing]
         known = [pace for pace in paces if pace]
         if len(known) == len(paces):
             return statistics.fmean(known)
