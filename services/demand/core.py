@@ -437,7 +437,7 @@ class DemandCore:
                 del self.recent_producers[oldest]
 
     def _busy(self, worker: WorkerRecord, at_s: float, task_type: str, duration_s: float | None = None) -> None:
-        """Per-worker throughput counts only the time a worker was saturated: a gap between two of its
+        """A producer's throughput counts only the time it was saturated: a gap between two of its
         completions counts when tasks were waiting at both ends. An underloaded worker completes as fast as
         tasks arrive, and that pace would read as its capacity (capacity would then always equal arrivals).
 

@@ -44,8 +44,8 @@ class TaskCounts:
     failed: int = 0
     duration_sum_s: float = 0.0
     durations: int = 0
-    busy_completions: int = 0  # completions that followed the same worker's previous one while it had work
-    busy_s: float = 0.0  # the worker time those completions took
+    busy_completions: int = 0  # completions that followed the same producer's previous one while it had work
+    busy_s: float = 0.0  # the producers' time those completions took
     gpu_model: str | None = None
     producers: tuple[str, ...] = ()  # producers (core.producer_key) that completed a task in this moment
 

@@ -41,7 +41,7 @@ def test_surplus_producers_are_drained_to_be_parked_and_stopped_once_drained() -
     rec = recommend(signal(NOW, rate_per_h=120), snapshot(NOW, [*producing(1, NOW), drained]), NOW, PARKING)
     assert [(plan.verb, plan.instance_id, plan.reason) for plan in rec.removals] == [("stop", 300, RemovalReason.PARK)]
     # the audit says the machine stopped had finished draining: it is not taken from the fleet the need counts
-    assert rec.explanation.startswith("stop 1 drained (park): need 1 machines")
+    assert rec.explanation.startswith("stop 1 after draining (park): need 1 machines")
     # the default parks too; without parking the same drained machine is given back
     rec = recommend(signal(NOW, rate_per_h=120), snapshot(NOW, [*producing(1, NOW), drained]), NOW)
     assert [(plan.verb, plan.instance_id) for plan in rec.removals] == [("stop", 300)]

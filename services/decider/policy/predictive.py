@@ -92,7 +92,8 @@ def _explain(
 ) -> str:
     """The step's actions, then the figures they rest on. A stop or destroy of a machine drained in an earlier
     run says so: counted against the need beside it, `stop 1 (park): need 2 ...; have 1 producing + 1 arriving`
-    read as a machine taken from a fleet already short (the busy demo's audit); it was surplus when drained."""
+    read as a machine taken from a fleet already short (the busy demo's audit); it was surplus when its drain
+    began, and the drain has ended (its tasks done, or the longest drain waited out)."""
     parts = [f"resume {len(resumes)} parked ({resumes[0].reason.value})"] if resumes else []
     parts += [
         f"launch {plan.count} ({plan.reason.value}, {plan.launch_priority}"
@@ -101,11 +102,11 @@ def _explain(
         for plan in launches
     ]
     for verb in ("drain", "destroy", "stop"):
-        for finished_drain in (False, True):
-            plans = [plan for plan in removals if plan.verb == verb and (plan.instance_id in drained) is finished_drain]
+        for after_drain in (False, True):
+            plans = [plan for plan in removals if plan.verb == verb and (plan.instance_id in drained) is after_drain]
             if plans:
                 reasons = ", ".join(sorted({plan.reason.value for plan in plans}))
-                parts.append(f"{verb} {len(plans)}{' drained' if finished_drain else ''} ({reasons})")
+                parts.append(f"{verb} {len(plans)}{' after draining' if after_drain else ''} ({reasons})")
     head = "; ".join(parts) if parts else "hold"
     stall = " workers stalled: replace, never scale down;" if stalled_state else ""
     return f"{head}:{stall} {numbers}"
