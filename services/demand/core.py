@@ -63,12 +63,17 @@ def producer_key(instance_id: int | None, worker_id: str | None) -> str | None:
     worker the job system happens to call `instance:7` is not machine 7."""
     if instance_id is not None:
         return machine_producer(instance_id)
-    return f"worker:{worker_id}" if worker_id else None
+    return worker_producer(worker_id) if worker_id else None
 
 
 def machine_producer(instance_id: int) -> str:
     """The producer a completion on this machine counts for (`producer_key`)."""
     return f"instance:{instance_id}"
+
+
+def worker_producer(worker_id: str) -> str:
+    """The producer a completion of a worker that names no machine counts for (`producer_key`)."""
+    return f"worker:{worker_id}"
 
 
 # a machine's completions kept for placing late ones: at least `worker_timeline_len`, and every one within the busy
@@ -402,8 +407,7 @@ class DemandCore:
             return instance_id
         if instance_id is None:
             return self.worker_machines.get(worker_id)
-        if self.worker_machines.get(worker_id) != instance_id:
-            self.worker_machines[worker_id] = instance_id
+        self.worker_machines[worker_id] = instance_id
         self.worker_machines.move_to_end(worker_id)
         while len(self.worker_machines) > self.config.max_producers:
             self.worker_machines.popitem(last=False)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from services.demand.config import DemandSettings
-from services.demand.core import DemandCore, producer_key
+from services.demand.core import DemandCore, machine_producer, worker_producer
 from services.demand.records import FleetView, PublishedMark, QueueView, WorkerRecord
 from services.demand.windows import BUSY_COMPLETIONS, BUSY_S, BucketSeries
 from shared.contract import DemandState, DemandTrend
@@ -209,7 +209,7 @@ def producers_keyed(state: dict[str, Any]) -> SavedDemand:
     names: Counter[str] = Counter()
     for worker in sorted(state["workers"], key=lambda w: w["last_seen_s"]):  # oldest first
         worker_id, instance_id = worker["worker_id"], worker["instance_id"]
-        producer = producer_key(instance_id, worker_id) or f"worker:{worker_id}"
+        producer = machine_producer(instance_id) if instance_id is not None else worker_producer(worker_id)
         renamed[worker_id] = producer
         names[producer] += 1
         if instance_id is not None:
@@ -218,7 +218,7 @@ def producers_keyed(state: dict[str, Any]) -> SavedDemand:
         workers[producer] = {key: value for key, value in worker.items() if key != "worker_id"} | {"producer": producer}
     latest: dict[str, float] = {}
     for worker_id, at_s in state["recent_producers"]:
-        producer = renamed.get(worker_id) or producer_key(None, worker_id) or f"worker:{worker_id}"
+        producer = renamed.get(worker_id) or worker_producer(worker_id)
         latest[producer] = max(at_s, latest.get(producer, at_s))
     keyed = state | {
         "version": SAVED_VERSION,
