@@ -14,6 +14,8 @@ from services.provisioner.host_history import (
 )
 from services.provisioner.ranking import (
     ThroughputKnowledge,
+    gpus_per_producer,
+    per_gpu_paces,
 )
 from services.provisioner.state import (
     SOURCE,
@@ -101,7 +103,9 @@ class Learning(ProvisionerState):
             await self.store.save_history(history)
 
     async def learn_production(self, snapshot: FleetSnapshot) -> None:
-        """What each producing machine did for us: the measure ranking prefers to any benchmark its host ran."""
+        """What each producing machine did for us: the measure ranking prefers to any benchmark its host ran; and
+        how many GPUs stand behind each of demand's producers, by model (`learn_demand`)."""
+        self.producer_gpus = gpus_per_producer(snapshot.instances)
         ratios = production_ratios(snapshot.instances)
         if not ratios:
             return
@@ -111,7 +115,11 @@ class Learning(ProvisionerState):
             await self.store.save_history(self.history)
 
     async def learn_demand(self, signal: DemandSignal) -> None:
-        observed = {k: v for k, v in signal.throughput_by_gpu_model_tasks_per_h.items() if v > 0}
+        """demand's paces by GPU model, per GPU; left unlearnt until fleet's first snapshot says what a producer
+        is (a 4-GPU machine's pace stored as one GPU's ranked its model four times too fast)."""
+        if self.producer_gpus is None:
+            return
+        observed = per_gpu_paces(signal.throughput_by_gpu_model_tasks_per_h, self.producer_gpus)
         if observed:
             await self.store.save_observed_throughput(observed)
             self.knowledge = ThroughputKnowledge({**self.knowledge.observed_tasks_per_h_by_model, **observed})

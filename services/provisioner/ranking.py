@@ -22,6 +22,7 @@ from typing import Any
 from services.provisioner.host_history import HostHistory, StartupMeans
 from services.provisioner.vast_models import VastOffer, pull_s
 from shared import gpu_models
+from shared.contract import InstanceLine, InstanceState
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,8 @@ class OfferConstraints:
 
 @dataclass(frozen=True)
 class ThroughputKnowledge:
-    """Tasks/h per GPU observed by this fleet, by GPU model (from the demand signal's completions)."""
+    """Tasks/h per GPU observed by this fleet, by GPU model (from the demand signal's completions, made per GPU by
+    `per_gpu_paces`)."""
 
     observed_tasks_per_h_by_model: Mapping[str, float] = field(default_factory=dict)
 
@@ -85,6 +87,33 @@ class ThroughputKnowledge:
             if rate > 0 and gpu_models.normalised(name) == gpu_models.normalised(gpu_name):
                 return rate
         return model.reference_tasks_per_h if model else None
+
+
+def gpus_per_producer(lines: Iterable[InstanceLine]) -> dict[str, float]:
+    """Normalised GPU model → the mean GPU count of this fleet's producing machines of that model."""
+    counts: dict[str, list[int]] = {}
+    for line in lines:
+        if line.state is InstanceState.PRODUCING and line.gpu_model:
+            counts.setdefault(gpu_models.normalised(line.gpu_model), []).append(line.num_gpus)
+    return {model: sum(gpus) / len(gpus) for model, gpus in counts.items()}
+
+
+def per_gpu_paces(per_producer: Mapping[str, float], producer_gpus: Mapping[str, float]) -> dict[str, float]:
+    """demand's paces (tasks/h of one producer, by GPU model) made per GPU, which is what ranking multiplies by an
+    offer's GPU count.
+
+    demand counts a producer per machine wherever the job system's events name the instance, and those are the
+    machines fleet sees producing; a 4-GPU machine measured at 480 tasks/h read as 480 per GPU made every 4-GPU
+    offer of that model look four times faster than a 1-GPU offer of another model (and than its own model's
+    benchmarked machines). A model none of fleet's producing machines runs keeps demand's figure as it is (its
+    producers are then workers that never name their machine, whose GPUs nobody knows).
+    """
+    paces: dict[str, float] = {}
+    for model, pace in per_producer.items():
+        if pace > 0:
+            gpus = producer_gpus.get(gpu_models.normalised(model))
+            paces[model] = pace / gpus if gpus else pace
+    return paces
 
 
 # an urgent launch is ranked over about one startup's worth of production (a judgement, not fitted): long enough

@@ -98,6 +98,8 @@ class ProvisionerState:
         self.known: dict[int, KnownInstance] = {}
         self.history = HostHistory()
         self.knowledge = ThroughputKnowledge()
+        # normalised GPU model → mean GPUs of its producing machines, from fleet's latest snapshot; None before one
+        self.producer_gpus: dict[str, float] | None = None
         self.day_spend = DaySpend.starting(self.clock.now())
         self.fleet_known = False  # true only right after a successful list
         # instances whose latest observation NATS has not acknowledged: published again after the next list

@@ -114,7 +114,11 @@ class DemandSignal(Event):
         " the latest in the shortest window",
     )
     per_worker_throughput_tasks_per_h: float | None = Field(default=None, ge=0)
-    throughput_by_gpu_model_tasks_per_h: dict[str, float] = Field(default_factory=dict)
+    throughput_by_gpu_model_tasks_per_h: dict[str, float] = Field(
+        default_factory=dict,
+        description="one producer's tasks/h while it has work, by GPU model (a machine's, where the events name one:"
+        " the provisioner divides by the GPUs of fleet's producing machines of the model)",
+    )
     fleet_capacity_tasks_per_h: float = Field(ge=0)
     backlog_worker_hours: float = Field(ge=0)
     above_capacity_for_s: float = Field(ge=0, description="how long arrivals have exceeded capacity without a break")

@@ -26,10 +26,13 @@ from services.provisioner.ranking import (
     StartupModel,
     ThroughputKnowledge,
     acceptable,
+    gpus_per_producer,
+    per_gpu_paces,
     rank,
     search_query,
 )
 from services.provisioner.vast_models import VastOffer
+from shared import gpu_models
 from shared.contract import InstanceLine, InstanceState
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
@@ -241,6 +244,36 @@ def test_only_a_machine_producing_for_a_while_gives_a_production_ratio() -> None
         line(4, InstanceState.PRODUCING, 400, machine=None),
     ]
     assert production_ratios(lines) == {500: pytest.approx(0.5)}
+
+
+def test_demand_paces_per_machine_are_ranked_per_gpu() -> None:
+    """demand measures a machine (its producer); ranking multiplies a pace by an offer's GPUs, so the pace is made
+    per GPU with the GPUs of fleet's producing machines of that model: else a 1-GPU 4090 offer, priced per task
+    at a 4-GPU machine's pace, ranked ahead of a 5090 it cannot match."""
+
+    def line(instance_id: int, gpu: str, gpus: int, state: InstanceState = InstanceState.PRODUCING) -> InstanceLine:
+        return InstanceLine(
+            instance_id=instance_id, state=state, gpu_model=gpu, num_gpus=gpus, price_usd_per_h=1.0,
+            created_at=NOW, state_since=NOW, line=f"#{instance_id}",
+        )  # fmt: skip
+
+    fleet = [
+        line(1, "RTX 4090", 4),
+        line(2, "RTX 4090", 2),
+        line(3, "RTX 5090", 1),
+        line(4, "RTX 3090", 8, InstanceState.LOADING),  # not producing: what demand measured is not it
+    ]
+    producer_gpus = gpus_per_producer(fleet)
+    assert producer_gpus == {gpu_models.normalised("RTX 4090"): 3.0, gpu_models.normalised("RTX 5090"): 1.0}
+    paces = per_gpu_paces({"RTX 4090": 360.0, "RTX 5090": 150.0, "RTX 3090": 66.0, "A100": 0.0}, producer_gpus)
+    # a model no producing machine runs keeps demand's figure; a zero is no measurement
+    assert paces == {"RTX 4090": pytest.approx(120.0), "RTX 5090": pytest.approx(150.0), "RTX 3090": 66.0}
+
+    offers = [offer(1, "RTX 4090", 0.45), offer(2, "RTX 5090", 0.50)]
+    per_gpu = rank(offers, ANY, ThroughputKnowledge(paces), HostHistory(), NOW)
+    assert [r.offer.id for r in per_gpu] == [2, 1]  # 0.50 / 150 < 0.45 / 120
+    per_machine = rank(offers, ANY, ThroughputKnowledge({"RTX 4090": 360.0, "RTX 5090": 150.0}), HostHistory(), NOW)
+    assert [r.offer.id for r in per_machine] == [1, 2]  # what the machine's pace read per GPU ranked
 
 
 def test_a_launch_that_takes_the_last_slots_ranks_the_fastest_machine_per_slot_first() -> None:

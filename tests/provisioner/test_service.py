@@ -677,30 +677,53 @@ def test_settings_come_from_the_environment(monkeypatch) -> None:
 async def test_observed_throughput_from_the_demand_signal_reorders_offers(
     settings: Settings, nc: NatsClient, js: JetStreamContext, start_vast: StartVast, sim_clock: SimulatedClock
 ) -> None:
+    """demand measures a producer per machine: this fleet's 4090s are 2-GPU machines doing 200 tasks/h, 100 per GPU
+    against the table's 120, so a 1-GPU 4090 offer (0.48 / 100) falls behind the 3090 (0.30 / 66). Read as 200 per
+    GPU, the 4090 would have ranked far ahead (0.48 / 200): the pace is learnt only once fleet says what a producer
+    is."""
     _, url = await start_vast(market_scenario())
-    async with running_provisioner(settings, sim_clock, url):
+    producer = InstanceLine(
+        instance_id=78, state=InstanceState.PRODUCING, gpu_model="RTX 4090", num_gpus=2, price_usd_per_h=0.96,
+        created_at=NOW, state_since=NOW, line="#78 2x RTX 4090 producing",
+    )  # fmt: skip
+    snapshot = FleetSnapshot(
+        occurred_at=NOW, source="fleet", instances=[producer], counts_by_state={InstanceState.PRODUCING: 1},
+        spend_usd_per_h=0.96, producing_instances=1, arriving_instances=0,
+    )  # fmt: skip
+    signal = DemandSignal(
+        occurred_at=NOW, source="demand", state=DemandState.SERVED, explanation="steady", trend=DemandTrend.STEADY,
+        pending_tasks=0, running_tasks=4, windows=[], sustained_arrival_rate_per_h=100, producing_workers=1,
+        fleet_capacity_tasks_per_h=200, backlog_worker_hours=0, above_capacity_for_s=0, signal_seq=1,
+        throughput_by_gpu_model_tasks_per_h={"RTX 4090": 200.0},
+    )  # fmt: skip
+    async with running_provisioner(settings, sim_clock, url) as service:
         assert (await ask_offers(nc, settings)).offers[0].offer_id == OFFER_A
-        signal = DemandSignal(
-            occurred_at=NOW, source="demand", state=DemandState.SERVED, explanation="steady", trend=DemandTrend.STEADY,
-            pending_tasks=0, running_tasks=4, windows=[], sustained_arrival_rate_per_h=100, producing_workers=2,
-            fleet_capacity_tasks_per_h=100, backlog_worker_hours=0, above_capacity_for_s=0, signal_seq=1,
-            throughput_by_gpu_model_tasks_per_h={"RTX 4090": 40.0},  # this fleet's 4090s do a third of the table
-        )  # fmt: skip
         published = 0
 
         async def best() -> int:
             return (await ask_offers(nc, settings)).offers[0].offer_id
 
-        async def the_3090_leads() -> bool:
+        async def signal_learnt() -> bool:
             # demand publishes a signal every tick; one sent before the provisioner's subscription was bound (a
             # loaded machine starts it late) is not delivered to it, so the next one is, as in production
             nonlocal published
             published += 1
             fresh = signal.model_copy(update={"signal_seq": published})
             await js.publish(settings.subjects.demand_signal, fresh.model_dump_json().encode())
+            return _received(service, "demand") > 0
+
+        await eventually(signal_learnt, timeout_s=10)
+        assert await best() == OFFER_A  # no snapshot yet: what a producer is is unknown, so nothing was learnt
+
+        async def the_3090_leads() -> bool:
+            await js.publish(settings.subjects.fleet_snapshot_published, snapshot.model_dump_json().encode())
+            await signal_learnt()
             return await best() == OFFER_C
 
         await eventually(the_3090_leads, timeout_s=10)
+        offers = (await ask_offers(nc, settings)).offers
+    four_090 = next(o for o in offers if o.offer_id == OFFER_A)
+    assert four_090.expected_usd_per_task == pytest.approx(0.48 / 100.0, rel=0.05)
 
 
 async def test_what_a_machine_produced_reorders_offers_on_its_machine(
@@ -757,11 +780,16 @@ async def test_two_replicas_share_the_commands_and_the_budget(
 
 
 def _launches_received(service: ProvisionerService) -> float:
+    return _received(service, "launch")
+
+
+def _received(service: ProvisionerService, handler: str) -> float:
+    """Messages the service's handlers named like `handler` received (FastStream's counter)."""
     registry = service.context.metrics.registry
     return sum(
         sample.value
         for metric in registry.collect()
         if metric.name == "fleetpilot_bus_received_messages"
         for sample in metric.samples
-        if sample.name.endswith("_total") and "launch" in sample.labels.get("handler", "")
+        if sample.name.endswith("_total") and handler in sample.labels.get("handler", "")
     )
