@@ -35,6 +35,8 @@ class OfferConstraints:
     min_disk_gb: float = 0.0
     excluded_host_ids: frozenset[int] = frozenset()
     excluded_machine_ids: frozenset[int] = frozenset()
+    # every machine alike: the decider sizes the fleet in machines at one machine's pace (None: any GPU count)
+    gpus_per_machine: int | None = None
 
     @cached_property  # read for every offer of a search: built once
     def allowed_keys(self) -> frozenset[str]:
@@ -71,6 +73,7 @@ class OfferConstraints:
             min_disk_gb=self.min_disk_gb,
             excluded_host_ids=self.excluded_host_ids | frozenset(excluded_host_ids),
             excluded_machine_ids=self.excluded_machine_ids,
+            gpus_per_machine=self.gpus_per_machine,
         )
 
 
@@ -178,6 +181,8 @@ def search_query(constraints: OfferConstraints, *, limit: int, disk_gb: float) -
     }
     if constraints.verified_only:
         query["verified"] = {"eq": True}
+    if constraints.gpus_per_machine is not None:
+        query["num_gpus"] = {"eq": constraints.gpus_per_machine}
     if constraints.excluded_host_ids:
         query["host_id"] = {"notin": sorted(constraints.excluded_host_ids)}
     if constraints.excluded_machine_ids:
@@ -196,6 +201,7 @@ def acceptable(offer: VastOffer, constraints: OfferConstraints) -> bool:
         and (offer.disk_space or 0.0) >= constraints.min_disk_gb
         and offer.host_id not in constraints.excluded_host_ids
         and offer.machine_id not in constraints.excluded_machine_ids
+        and (constraints.gpus_per_machine is None or offer.num_gpus == constraints.gpus_per_machine)
     )
 
 

@@ -117,8 +117,10 @@ def test_constraints_filter_and_commands_only_narrow_them() -> None:
         min_cuda=12.4,
         min_disk_gb=100,
         excluded_host_ids=frozenset({66}),
+        gpus_per_machine=1,
     )
     assert acceptable(offer(1, "RTX 4090", 0.5), constraints)
+    assert not acceptable(offer(7, "RTX 4090", 0.5, num_gpus=2), constraints)  # a machine unlike the others
     assert not acceptable(offer(2, "RTX 3090", 0.2), constraints)
     assert not acceptable(offer(3, "RTX 4090", 0.9), constraints)
     assert not acceptable(offer(4, "RTX 4090", 0.5, reliability=0.9), constraints)
@@ -131,6 +133,8 @@ def test_constraints_filter_and_commands_only_narrow_them() -> None:
     assert query["gpu_name"] == {"in": ["RTX 4090", "RTX 5090"]} and query["dph_total"] == {"lte": 0.8}
     assert query["host_id"] == {"notin": [66]} and query["verified"] == {"eq": True}
     assert query["disk_space"] == {"gte": 100} and query["allocated_storage"] == 60
+    assert query["num_gpus"] == {"eq": 1} and narrowed.gpus_per_machine == 1
+    assert "num_gpus" not in search_query(ANY, limit=32, disk_gb=60)  # unset: any count
 
 
 def test_unknown_gpu_models_are_left_out() -> None:

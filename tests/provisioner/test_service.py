@@ -45,6 +45,7 @@ from sim.vast.server import ScriptedFault
 from sim.vast.world import CreateRequest
 from tests.helpers import eventually, request_when_subscribed
 from tests.provisioner.service_harness import (
+    MARKET,
     NOW,
     OFFER_A,
     OFFER_A2,
@@ -672,6 +673,37 @@ def test_settings_come_from_the_environment(monkeypatch) -> None:
     config = ProvisionerSettings()
     assert config.allowed_gpu_models == ["RTX 5090"] and config.onstart == "bash /opt/bench.sh"
     assert config.excluded_host_ids == [7, 8]
+
+
+async def test_only_machines_of_the_configured_gpu_count_are_rented(
+    settings: Settings,
+    nc: NatsClient,
+    js: JetStreamContext,
+    start_vast: StartVast,
+    sim_clock: SimulatedClock,
+    bus: BusRecorder,
+) -> None:
+    """An 8-GPU 4090 at $3.60/h is the cheapest per task listed (0.45 a GPU); the decider asks for machines at one
+    machine's pace, so with the default of one GPU a machine the launch rents the 1-GPU one, and a job system whose
+    workers use eight GPUs says so and gets the eight."""
+    eight = OfferSpec(offer_id=250, gpu_model="RTX 4090", num_gpus=8, price_usd_per_h=3.60, host_id=80, machine_id=800)
+    simulator, url = await start_vast(market_scenario(offers=[*MARKET, eight]))
+    # the price caps are per machine: eight GPUs need higher ones
+    caps: dict[str, object] = {"emergency_max_price_usd_per_h": 4.0, "normal_max_price_usd_per_h": 4.0}
+    async with running_provisioner(settings, sim_clock, url, **caps):
+        assert [o.offer_id for o in (await ask_offers(nc, settings)).offers] == [OFFER_A, OFFER_A2, OFFER_B, OFFER_C]
+        await send(js, settings, "launch", launch("launch-one-gpu", 1))
+        one = await bus.result_for("launch-one-gpu")
+    assert one.outcome == "done", one.detail
+    assert [e.offer_id for e in simulator.world.ledger(sim_clock.now()).entries] == [OFFER_A]
+
+    eights = QUIET.model_copy(update={"gpus_per_machine": 8})
+    async with running_provisioner(settings, sim_clock, url, eights, **caps):
+        assert [o.offer_id for o in (await ask_offers(nc, settings)).offers] == [250]
+        await send(js, settings, "launch", launch("launch-eight-gpus", 1))
+        result = await bus.result_for("launch-eight-gpus")
+    assert result.outcome == "done", result.detail
+    assert [e.offer_id for e in simulator.world.ledger(sim_clock.now()).entries] == [OFFER_A, 250]
 
 
 async def test_observed_throughput_from_the_demand_signal_reorders_offers(
