@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nats
 
-from shared.processes import free_port, stop_process, wait_for_port
+from shared.processes import ended_with_parent, free_port, stop_process, wait_for_port
 from shared.streams import ensure_streams
 from shared.subjects import Subjects
 
@@ -63,6 +63,8 @@ class LocalServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.data_dir / f"{self.name}.log"
+        # the kernel ends it with the thread that starts it (Stack's `ends_with_starter`)
+        self.ends_with_starter = False
 
     def command(self) -> list[str]:
         raise NotImplementedError
@@ -72,7 +74,13 @@ class LocalServer:
             return
         with open(self.log_path, "ab") as log_file:
             # its own process group: a Ctrl-C at a terminal stops its users first (Stack.close), then it
-            self.process = subprocess.Popen(self.command(), stdout=log_file, stderr=subprocess.STDOUT, process_group=0)
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                process_group=0,
+                preexec_fn=ended_with_parent() if self.ends_with_starter else None,
+            )
         try:
             wait_for_port(self.port, process=self.process)
         except (TimeoutError, ProcessLookupError):

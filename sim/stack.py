@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from shared.clock import ClockControl
-from shared.processes import free_port, serves_on, stop_process
+from shared.processes import ended_with_parent, free_port, serves_on, stop_process
 from shared.streams import DEFAULT_COMMAND_TTL_S
 from sim.clock_governor import ClockGovernor
 from sim.infra import NatsCluster, NatsServer, RedisServer
@@ -79,9 +79,13 @@ class Stack:
         log_level: str = "warning",
         nats_nodes: int = 1,
         governed: bool = False,
+        ends_with_starter: bool = False,
     ) -> None:
         """`governed`: the clock slows while the processes wait for a CPU (the demo; see sim/clock_governor.py);
-        otherwise it runs at the plan's speed throughout, as the fault suite's wall-time windows expect."""
+        otherwise it runs at the plan's speed throughout, as the fault suite's wall-time windows expect.
+        `ends_with_starter`: every process gets SIGTERM from the kernel when the thread that started it ends,
+        however it ends (`fleetpilot up`, whose start and restarts run on its main thread: a `kill -9` of it left
+        a whole stack running)."""
         self.plan = plan
         self.governed = governed
         self.clock_path = workdir / "clock"
@@ -98,6 +102,9 @@ class Stack:
         )
         self.stream_replicas = min(nats_nodes, 3)
         self.redis = RedisServer(data_dir=workdir / "redis")
+        self.ends_with_starter = ends_with_starter
+        for server in (*(self.nats.nodes if isinstance(self.nats, NatsCluster) else [self.nats]), self.redis):
+            server.ends_with_starter = ends_with_starter
         self.ports = {name: free_port() for name in (*SERVICES, "vast", "ollama")}
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.commands: dict[str, tuple[list[str], int | None]] = {}
@@ -162,6 +169,7 @@ class Stack:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 process_group=0,
+                preexec_fn=ended_with_parent() if self.ends_with_starter else None,
             )
 
     def start(self) -> None:

@@ -99,9 +99,13 @@ def run_stack(
     plan = dataclasses.replace(StackPlan.full(), speed=speed, budget_usd_per_h=budget_usd_per_h)
     plan = dataclasses.replace(plan, max_instances=max_instances)
     mode_env = {"FLEETPILOT_DECIDER_MODE": decider_mode}
-    stack = Stack(plan, directory, process_env={name: dict(mode_env) for name in SERVICES}, log_level="info")
+    process_env: dict[str, dict[str, str]] = {name: dict(mode_env) for name in SERVICES}
+    stack = Stack(plan, directory, process_env=process_env, log_level="info", ends_with_starter=True)
     stopping = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    # Ctrl-C stops the stack even when `up` was started with SIGINT ignored (a script's `fleetpilot up &`, a CI
+    # job in the background), which Python would otherwise keep: Ctrl-C and `kill -INT` did nothing at all
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         typer.echo(f"starting in {directory} (x{speed:g} clock, budget ${budget_usd_per_h:g}/h, {decider_mode})")
         stack.start()
@@ -120,6 +124,7 @@ def run_stack(
     finally:
         signal.signal(signal.SIGTERM, previous)
         stop(stack)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def watch(stack: Stack, stopping: threading.Event) -> None:

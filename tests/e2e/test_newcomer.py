@@ -54,7 +54,8 @@ def wait_for(check: Callable[[], object], what: str, guard_s: float = WAIT_GUARD
 class UpSession:
     """`fleetpilot up` in its own process; its printed lines collected as they come."""
 
-    def __init__(self, workdir: Path, *args: str) -> None:
+    def __init__(self, workdir: Path, *args: str, sigint_ignored: bool = False) -> None:
+        """`sigint_ignored`: started as a non-interactive shell starts a background job (`fleetpilot up &`)."""
         self.workdir = workdir
         self.lines: list[str] = []
         self.process = subprocess.Popen(
@@ -64,6 +65,7 @@ class UpSession:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,
         )
         threading.Thread(target=self._read, daemon=True).start()
 

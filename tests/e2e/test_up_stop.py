@@ -49,3 +49,29 @@ def test_a_second_ctrl_c_kills_a_stop_held_up_by_a_stuck_service(tmp_path: Path)
     assert exit_code == 0, session.lines
     assert session.lines[-1] == "stopped at once: every process killed", session.lines
     assert not any("Traceback" in line for line in session.lines), session.lines
+
+
+def ended(session: UpSession, signum: int) -> int:
+    """`up` sent `signum` once ready: its exit code, once every process it had started is gone."""
+    try:
+        session.ready()
+        children = children_of(session.process.pid)
+        assert len(children) >= 7, [command_line(pid) for pid in children]  # services, stand-ins, NATS, Redis
+        session.process.send_signal(signum)
+        exit_code = session.process.wait(timeout=WAIT_GUARD_S)
+    finally:
+        session.stop()
+    wait_for(lambda: not any(alive(pid) for pid in children), "every service, stand-in, NATS and Redis gone")
+    return exit_code
+
+
+def test_ctrl_c_stops_up_started_with_sigint_ignored(tmp_path: Path) -> None:
+    """A script's `fleetpilot up &` (or a CI job in the background) starts it with SIGINT ignored, which Python
+    keeps: Ctrl-C and `kill -INT` did nothing, and a test's stop left three whole stacks running."""
+    session = UpSession(tmp_path, sigint_ignored=True)
+    assert ended(session, signal.SIGINT) == 0, session.lines
+
+
+def test_a_killed_up_leaves_nothing_running(tmp_path: Path) -> None:
+    """`kill -9` gives `up` no chance to stop its stack: the kernel ends each process with it."""
+    assert ended(UpSession(tmp_path), signal.SIGKILL) == -signal.SIGKILL
