@@ -221,6 +221,21 @@ def test_a_resume_vast_still_shows_stopped_past_a_restart_is_not_counted_as_on_i
     assert sized.arriving == 2 and sized.capacity == 4
 
 
+def test_a_resume_waiting_for_its_gpu_is_the_spare_it_makes() -> None:
+    """Arrivals above capacity for an hour keep every machine on the way that sizing counts; a resume past its GPU
+    wait is not one of them, so it is the one parked again, not the newest loading machine (destroyed, then
+    launched again within the hour: a busy demo's first morning)."""
+    demand = signal(NOW, rate_per_h=300, pending=100, above_capacity_for_s=HOUR_S, producing_workers=2)
+    waiting = line(903, InstanceState.RESUMING, NOW, state_for_s=CONFIG.resume_gpu_wait_s + 60, last_task_ago_s=HOUR_S)
+    waiting = waiting.model_copy(update={"vast_status": "stopped"})
+    fleet = split_fleet(snapshot(NOW, [*producing(2, NOW), *loading(6, NOW), waiting]))
+    sized = size(demand, fleet, NOW, CONFIG, unobserved_launches=0)
+    # more on the way than twice what is kept: only the sustained rise keeps them all
+    assert sized.sustained and sized.arriving == 6 and sized.capacity > 2 * sized.keep
+    [removal] = scale_down_plan(demand, fleet, sized, NOW, CONFIG)
+    assert (removal.verb, removal.instance_id, removal.reason) == ("stop", 903, RemovalReason.PARK)
+
+
 def outcomes(resumed: list[float], taken: tuple[float, ...] = (), given_back: tuple[float, ...] = ()) -> ParkOutcomes:
     return ParkOutcomes(
         window_s=7 * 86400, resumed_after_h=resumed, taken_after_h=list(taken), given_back_after_h=list(given_back)

@@ -15,7 +15,7 @@ from services.decider.policy.forecast import (
     slope_standard_error_per_h2,
 )
 from services.decider.policy.parking import standby_lacking
-from services.decider.policy.sizing import Sizing
+from services.decider.policy.sizing import Sizing, waiting_for_gpu
 from shared.contract import DemandSignal, InstanceState, RemovalReason
 
 # vast bills GPU time from `running`: before that an instance costs its disk only
@@ -119,9 +119,17 @@ def scale_down(
     # (diurnal 323 → 3,165 $)
     billed = ARRIVING_STATES if config.loading_billed else BILLED_ARRIVING_STATES
     # a resumed machine counts as on the way until its worker completes a task; one the demand does not need is
-    # parked again (its disk kept), the latest resumed first
+    # parked again (its disk kept), the latest resumed first. A resume still waiting for its GPU goes before any:
+    # sizing does not count it (`waiting_for_gpu`), so the spare it makes is its own, and taken from the newest
+    # machine instead it gave back one that was coming (a busy demo's first morning destroyed one loading and
+    # parked another while the queue grew, each time a resume passed its GPU wait)
+    waiting = {line.instance_id for line in fleet.resuming if waiting_for_gpu(line, now, config)}
     on_the_way = fleet.arriving + fleet.resuming
-    latest_first = sorted(on_the_way, key=lambda line: max(line.created_at, line.state_since), reverse=True)
+    latest_first = sorted(
+        on_the_way,
+        key=lambda line: (line.instance_id in waiting, max(line.created_at, line.state_since)),
+        reverse=True,
+    )
     spare = min(capacity - math.ceil(keep * config.arriving_keep_factor), len(on_the_way) - arriving_needed)
     given_back = [
         RemovalPlan("stop", line.instance_id, RemovalReason.PARK)
