@@ -93,12 +93,15 @@ class ThroughputKnowledge:
 
 
 def gpus_per_producer(lines: Iterable[InstanceLine]) -> dict[str, float]:
-    """Normalised GPU model → the mean GPU count of this fleet's producing machines of that model."""
-    counts: dict[str, list[int]] = {}
+    """Normalised GPU model → the mean GPU count of this fleet's producing machines of that model, else of all its
+    machines of that model (a night's fleet, all parked, still says what the day's producers were)."""
+    producing: dict[str, list[int]] = {}
+    others: dict[str, list[int]] = {}
     for line in lines:
-        if line.state is InstanceState.PRODUCING and line.gpu_model:
-            counts.setdefault(gpu_models.normalised(line.gpu_model), []).append(line.num_gpus)
-    return {model: sum(gpus) / len(gpus) for model, gpus in counts.items()}
+        if line.gpu_model:
+            into = producing if line.state is InstanceState.PRODUCING else others
+            into.setdefault(gpu_models.normalised(line.gpu_model), []).append(line.num_gpus)
+    return {model: sum(gpus) / len(gpus) for model, gpus in {**others, **producing}.items()}
 
 
 def per_gpu_paces(per_producer: Mapping[str, float], producer_gpus: Mapping[str, float]) -> dict[str, float]:
@@ -108,8 +111,8 @@ def per_gpu_paces(per_producer: Mapping[str, float], producer_gpus: Mapping[str,
     demand counts a producer per machine wherever the job system's events name the instance, and those are the
     machines fleet sees producing; a 4-GPU machine measured at 480 tasks/h read as 480 per GPU made every 4-GPU
     offer of that model look four times faster than a 1-GPU offer of another model (and than its own model's
-    benchmarked machines). A model none of fleet's producing machines runs keeps demand's figure as it is (its
-    producers are then workers that never name their machine, whose GPUs nobody knows).
+    benchmarked machines). A model none of fleet's machines runs keeps demand's figure as it is (its producers
+    are then workers that never name their machine, whose GPUs nobody knows).
     """
     paces: dict[str, float] = {}
     for model, pace in per_producer.items():

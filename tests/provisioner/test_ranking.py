@@ -265,13 +265,19 @@ def test_demand_paces_per_machine_are_ranked_per_gpu() -> None:
         line(1, "RTX 4090", 4),
         line(2, "RTX 4090", 2),
         line(3, "RTX 5090", 1),
-        line(4, "RTX 3090", 8, InstanceState.LOADING),  # not producing: what demand measured is not it
+        line(4, "RTX 4090", 8, InstanceState.LOADING),  # not producing: what demand measured is not it
+        line(5, "RTX 3090", 8, InstanceState.PARKED),  # none producing: the model's machines are what there is
     ]
     producer_gpus = gpus_per_producer(fleet)
-    assert producer_gpus == {gpu_models.normalised("RTX 4090"): 3.0, gpu_models.normalised("RTX 5090"): 1.0}
-    paces = per_gpu_paces({"RTX 4090": 360.0, "RTX 5090": 150.0, "RTX 3090": 66.0, "A100": 0.0}, producer_gpus)
-    # a model no producing machine runs keeps demand's figure; a zero is no measurement
-    assert paces == {"RTX 4090": pytest.approx(120.0), "RTX 5090": pytest.approx(150.0), "RTX 3090": 66.0}
+    assert producer_gpus == {
+        gpu_models.normalised("RTX 4090"): 3.0,
+        gpu_models.normalised("RTX 5090"): 1.0,
+        gpu_models.normalised("RTX 3090"): 8.0,
+    }
+    paces = per_gpu_paces({"RTX 4090": 360.0, "RTX 5090": 150.0, "RTX 3090": 528.0, "A100 SXM4": 80.0}, producer_gpus)
+    # a model none of the fleet's machines runs keeps demand's figure
+    assert paces == {"RTX 4090": 120.0, "RTX 5090": 150.0, "RTX 3090": 66.0, "A100 SXM4": 80.0}
+    assert per_gpu_paces({"RTX 4090": 0.0}, producer_gpus) == {}  # a zero is no measurement
 
     offers = [offer(1, "RTX 4090", 0.45), offer(2, "RTX 5090", 0.50)]
     per_gpu = rank(offers, ANY, ThroughputKnowledge(paces), HostHistory(), NOW)

@@ -120,8 +120,8 @@ def scale_down(
     billed = ARRIVING_STATES if config.loading_billed else BILLED_ARRIVING_STATES
     # a resumed machine counts as on the way until its worker completes a task; one the demand does not need is
     # parked again (its disk kept), the latest resumed first. A resume still waiting for its GPU goes before any:
-    # sizing does not count it (`waiting_for_gpu`), so the spare it makes is its own, and taken from the newest
-    # machine instead it gave back one that was coming (a busy demo's first morning destroyed one loading and
+    # sizing does not count it (`waiting_for_gpu`), so the spare it makes is itself. Taken from the newest machine
+    # instead, that spare gave back one that was coming (a busy demo's first morning destroyed one loading and
     # parked another while the queue grew, each time a resume passed its GPU wait)
     waiting = {line.instance_id for line in fleet.resuming if waiting_for_gpu(line, now, config)}
     on_the_way = fleet.arriving + fleet.resuming
