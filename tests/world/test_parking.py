@@ -145,7 +145,9 @@ def test_a_predictive_resume_that_finds_its_gpu_taken_is_replaced_within_the_dec
     # replacement is on the way before fleet gives the resume up: no give-up leaves the fleet short
     default = Engine(trace, POLICY_FACTORIES["predictive-park"](guardrails), scenario, 0, world, guardrails=guardrails)
     early = default.run()
-    assert early.resumes_gpu_taken >= 5 and early.failed_resumes_given_up == early.resumes_gpu_taken
+    # a waiting resume the demand does not need is parked again rather than waited on until fleet gives it up
+    # (scale-down's spare is the waiting resume itself), so some end parked, not given up
+    assert early.resumes_gpu_taken >= 5 and 0 < early.failed_resumes_given_up <= early.resumes_gpu_taken
     assert early.failed_resumes_short < run_result.failed_resumes_short
     assert early.delay_cost_usd < run_result.delay_cost_usd
 
