@@ -36,7 +36,10 @@ from shared.service import connect_once
 from shared.settings import Settings
 
 SOURCE = "cli"
-ASK_TIMEOUT_S = 5.0  # an add asks fleet for its snapshot to say the effect (2 s at most), then answers
+# an add asks fleet for its snapshot to say the effect (2 s at most), then answers; 5 s ran out on a loaded
+# machine against a decider just started (CI: "no answer from the decider"), and a wrong "unknown" costs more than
+# a wait. Nobody listening is answered at once (NATS no-responders), whatever this says
+ASK_TIMEOUT_S = 15.0
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DIRECTIVE: TypeAdapter[Directive] = TypeAdapter(Directive)
