@@ -103,7 +103,7 @@ class Stack:
         self.stream_replicas = min(nats_nodes, 3)
         self.redis = RedisServer(data_dir=workdir / "redis")
         self.ends_with_starter = ends_with_starter
-        for server in (*(self.nats.nodes if isinstance(self.nats, NatsCluster) else [self.nats]), self.redis):
+        for server in self.servers():
             server.ends_with_starter = ends_with_starter
         self.ports = {name: free_port() for name in (*SERVICES, "vast", "ollama")}
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
@@ -335,9 +335,12 @@ class Stack:
         self.redis.stop()
         self.nats.stop()
 
+    def servers(self) -> list[RedisServer | NatsServer]:
+        """Redis and every NATS node."""
+        return [self.redis, *(self.nats.nodes if isinstance(self.nats, NatsCluster) else [self.nats])]
+
     def server_processes(self) -> list[subprocess.Popen[bytes]]:
-        nodes = self.nats.nodes if isinstance(self.nats, NatsCluster) else [self.nats]
-        return [server.process for server in (self.redis, *nodes) if server.process is not None]
+        return [server.process for server in self.servers() if server.process is not None]
 
     def now(self) -> datetime:
         if self.clock is None:
