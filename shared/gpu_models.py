@@ -15,6 +15,8 @@ from functools import lru_cache
 # and NTT, are bound by both), rounded: these are priors until bench results and observed completions
 # replace them.
 REFERENCE_TASKS_PER_H_RTX_4090 = 120.0
+# more GPUs than any vast machine has: a count past it is no count
+MOST_GPUS = 64
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.clock import Clock, ClockControl, GovernedClock, RealClock, ScaledClock
 from shared.contract.audit import DeciderMode
+from shared.gpu_models import MOST_GPUS
 from shared.subjects import Subjects
 
 
@@ -78,6 +79,16 @@ class Settings(BaseSettings):
         "midnight is refused); unset: FLEETPILOT_BUDGET_USD_PER_H x 24",
     )
     max_instances: int = Field(default=40, ge=1, description="most instances alive at once")
+    # one fact two services read: the provisioner rents only machines of this many GPUs, and the decider plans a
+    # machine at that many GPUs' pace until one produces (planned at one GPU's, a first launch of 8-GPU machines
+    # rented eight times the machines the demand needed)
+    gpus_per_machine: int = Field(
+        default=1,
+        ge=1,
+        le=MOST_GPUS,
+        description="rent only machines with this many GPUs; the decider sizes the fleet in such machines (the price"
+        " caps are per machine: raise them with it)",
+    )
     normal_max_price_usd_per_h: float = Field(default=0.80, gt=0, description="per-instance cap, normal launches")
     emergency_max_price_usd_per_h: float = Field(default=1.20, gt=0, description="per-instance cap, emergencies")
 

@@ -74,7 +74,7 @@ def wire(
         config,
         metrics,
         single_flight,
-        PredictivePolicy(config.policy_config()),
+        PredictivePolicy(config.policy_config(ctx.settings)),
         advisor or load_advisor(config.advisor, ctx),
     )
     ctx.health_checks.append(decider.not_deciding)

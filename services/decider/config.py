@@ -120,9 +120,13 @@ class DeciderSettings(BaseSettings):
             raise ValueError(f"no module {module_name!r} to take the advisor from")
         return spec
 
-    def policy_config(self) -> PolicyConfig:
+    def policy_config(self, settings: Settings) -> PolicyConfig:
         return PolicyConfig(
-            park=self.park, bid_share=self.bid_share, mpc=self.mpc, standby_fraction=self.standby_fraction
+            park=self.park,
+            bid_share=self.bid_share,
+            mpc=self.mpc,
+            standby_fraction=self.standby_fraction,
+            gpus_per_machine=settings.gpus_per_machine,
         )
 
     def trigger_config(self) -> TriggerConfig:
@@ -144,5 +148,5 @@ class DeciderSettings(BaseSettings):
             max_launches_per_h=settings.max_instances if self.max_launches_per_h is None else self.max_launches_per_h,
             min_producers_while_queued=self.min_producers_while_queued,
             # one drain horizon for the policy's sizing and the guardrails' removal floor
-            backlog_drain_horizon_h=self.policy_config().backlog_drain_target_s / 3600,
+            backlog_drain_horizon_h=self.policy_config(settings).backlog_drain_target_s / 3600,
         )

@@ -10,7 +10,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.bench.config import BenchSettings
 from services.bench.onstart import onstart_command
-from services.provisioner.vast_models import MOST_GPUS
 from shared.live_mode import exit_for_setting
 from shared.settings import CommaSeparatedInts, CommaSeparatedStrings
 
@@ -60,13 +59,6 @@ class ProvisionerSettings(BaseSettings):
     )
     excluded_machine_ids: CommaSeparatedInts = Field(
         default_factory=list, description="machines never rented (comma-separated)"
-    )
-    gpus_per_machine: int = Field(
-        default=1,
-        ge=1,
-        le=MOST_GPUS,
-        description="rent only machines with this many GPUs: the decider sizes the fleet in machines of one pace"
-        " (the price caps are per machine: raise them with it)",
     )
     search_limit: int = Field(default=64, ge=1, le=1000, description="offers asked for per search")
 

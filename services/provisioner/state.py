@@ -138,7 +138,7 @@ class ProvisionerState:
             min_disk_gb=c.min_disk_gb,
             excluded_host_ids=frozenset(c.excluded_host_ids),
             excluded_machine_ids=frozenset(c.excluded_machine_ids),
-            gpus_per_machine=c.gpus_per_machine,
+            gpus_per_machine=self.settings.gpus_per_machine,
         )
 
     def commitment(self) -> Commitment:

@@ -13,6 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from shared.gpu_models import MOST_GPUS
+
 
 def _number_or_none(value: Any) -> float | None:
     """A field read for information only: a number (or a numeric string) is kept, anything else reads as absent."""
@@ -60,8 +62,6 @@ LenientFlag = Annotated[bool | None, BeforeValidator(_flag_or_none)]
 
 # the latest moment an instance's `start_date` can mean (2100-01-01): past it, or at 0 or below, it means nothing
 LATEST_START_S = 4_102_444_800.0
-# more GPUs than any vast machine has: a count past it is no count
-MOST_GPUS = 64
 
 
 def _price_or_none(value: Any) -> float | None:

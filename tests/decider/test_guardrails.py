@@ -224,7 +224,7 @@ def test_producers_the_backlog_needs_over_the_drain_horizon_are_not_removed_as_s
 
 def test_the_decider_settings_give_the_guardrails_the_policys_drain_horizon() -> None:
     config = DeciderSettings().guardrail_config(Settings())
-    assert config.backlog_drain_horizon_h == DeciderSettings().policy_config().backlog_drain_target_s / 3600
+    assert config.backlog_drain_horizon_h == DeciderSettings().policy_config(Settings()).backlog_drain_target_s / 3600
 
 
 # --- properties ----------------------------------------------------------------------------------------------

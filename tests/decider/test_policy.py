@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from services.decider.config import DeciderSettings
 from services.decider.policy import PolicyConfig, PredictivePolicy, recommend
 from services.decider.policy.forecast import backlog_after, damped_ahead_s, learned_startup_s
 from services.demand.core import DemandCore
@@ -22,6 +23,7 @@ from shared.contract import (
     SeasonEcho,
     TaskEvent,
 )
+from shared.settings import Settings
 from tests.decider.factories import HOUR_S, line, loading, producing, signal, snapshot, window
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -99,6 +101,33 @@ def test_machines_already_loading_are_counted() -> None:
     # launches sent but not yet in the snapshot count the same way
     unseen = recommend(demand, snapshot(NOW, producing(2, NOW)), NOW, unobserved_launches=8)
     assert unseen.is_hold
+
+
+def test_a_cold_start_plans_machines_of_the_configured_gpu_count() -> None:
+    """Nothing has produced, so nothing measures a machine: the prior is one GPU's pace times the GPUs of the
+    machines the provisioner rents. Planned at one GPU's pace, a fleet of 8-GPU machines got eight times the
+    machines its demand needed; and an 8-GPU machine on the way counts for one machine of that pace, not eight."""
+    cold = signal(NOW, pending=40, rate_per_h=1920, throughput_per_h=None, above_capacity_for_s=1800,
+                  state=DemandState.UNDER_PROVISIONED)  # fmt: skip
+    for config in (PolicyConfig(), RULES):
+        one_gpu = recommend(cold, snapshot(NOW, []), NOW, config).launch_count
+        eight = PolicyConfig(gpus_per_machine=8, mpc=config.mpc)
+        eight_gpus = recommend(cold, snapshot(NOW, []), NOW, eight).launch_count
+        assert one_gpu >= 16, one_gpu  # 1,920 tasks/h at 120 a machine
+        assert 2 <= eight_gpus <= math.ceil(one_gpu / 8), (one_gpu, eight_gpus)
+        # those launched, now on the way, are what the demand needs: the next run holds
+        coming = [
+            machine.model_copy(update={"num_gpus": 8, "price_usd_per_h": 4.0})
+            for machine in loading(eight_gpus, NOW, created_ago_s=300)
+        ]
+        assert recommend(cold, snapshot(NOW, coming), NOW, eight).launch_count == 0
+
+
+def test_the_gpus_per_machine_setting_every_service_reads_reaches_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert DeciderSettings().policy_config(Settings()).machine_prior_tasks_per_h == 120.0
+    monkeypatch.setenv("FLEETPILOT_GPUS_PER_MACHINE", "8")
+    config = DeciderSettings().policy_config(Settings())
+    assert (config.machine_prior_tasks_per_h, config.machine_prior_price_usd_per_h) == (960.0, 4.0)
 
 
 def test_a_trough_shorter_than_the_startup_time_does_not_shed_machines() -> None:

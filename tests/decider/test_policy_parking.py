@@ -21,6 +21,7 @@ from shared.contract import (
     RemovalReason,
     ResumeInstance,
 )
+from shared.settings import Settings
 from tests.decider.factories import HOUR_S, line, producing, signal, snapshot, window
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
@@ -138,12 +139,12 @@ def test_an_emergency_or_a_replacement_is_never_interruptible() -> None:
 
 
 def test_the_decider_turns_the_levers_on_from_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert DeciderSettings().policy_config().park  # parking and mpc are on by default, bids are not
+    assert DeciderSettings().policy_config(Settings()).park  # parking and mpc are on by default, bids are not
     assert PolicyConfig().park and PolicyConfig().bid_share == 0.0 and PolicyConfig().mpc
     monkeypatch.setenv("FLEETPILOT_DECIDER_PARK", "false")
     monkeypatch.setenv("FLEETPILOT_DECIDER_BID_SHARE", "0.5")
     monkeypatch.setenv("FLEETPILOT_DECIDER_MPC", "false")
-    config = DeciderSettings().policy_config()
+    config = DeciderSettings().policy_config(Settings())
     assert not config.park and config.bid_share == 0.5 and not config.mpc
 
 
@@ -207,7 +208,7 @@ def test_the_standby_pool_waits_while_the_demand_launches_and_its_machines_are_n
 
 def test_the_standby_fraction_is_a_decider_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLEETPILOT_DECIDER_STANDBY_FRACTION", "1.5")
-    assert DeciderSettings().policy_config().standby_fraction == 1.5
+    assert DeciderSettings().policy_config(Settings()).standby_fraction == 1.5
     monkeypatch.setenv("FLEETPILOT_DECIDER_STANDBY_FRACTION", "-1")
     with pytest.raises(ValueError, match="standby_fraction"):
         DeciderSettings()

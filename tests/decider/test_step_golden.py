@@ -225,7 +225,7 @@ async def one_run(decider: Decider, audit: Collector, clock: SimulatedClock, bef
 def run_world(settings: Settings) -> list[Decided]:
     adapter = PredictiveAdapter(
         DECIDER.guardrail_config(settings),
-        policy=DECIDER.policy_config(),
+        policy=DECIDER.policy_config(settings),
         triggers=DECIDER.trigger_config(),
         fleet=FLEET,
     )

@@ -697,8 +697,7 @@ async def test_only_machines_of_the_configured_gpu_count_are_rented(
     assert one.outcome == "done", one.detail
     assert [e.offer_id for e in simulator.world.ledger(sim_clock.now()).entries] == [OFFER_A]
 
-    eights = QUIET.model_copy(update={"gpus_per_machine": 8})
-    async with running_provisioner(settings, sim_clock, url, eights, **caps):
+    async with running_provisioner(settings, sim_clock, url, gpus_per_machine=8, **caps):
         assert [o.offer_id for o in (await ask_offers(nc, settings)).offers] == [250]
         await send(js, settings, "launch", launch("launch-eight-gpus", 1))
         result = await bus.result_for("launch-eight-gpus")

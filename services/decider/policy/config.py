@@ -22,6 +22,9 @@ class PolicyConfig:
     planning_window_s: float = 7200.0
     # DESIGN.md: one machine, pipelined, finishes a task every ~30 s; used until demand or fleet measure it
     default_throughput_tasks_per_h: float = 120.0
+    # the GPUs of each machine the provisioner rents (FLEETPILOT_GPUS_PER_MACHINE, read by both): the default pace is
+    # one GPU's, so a machine is planned at this many times it until a producer or the catalog says otherwise
+    gpus_per_machine: int = 1
     # the backlog left when new machines land must be drained within this time. Waiting costs far more than
     # machines (0.10 $/task-h beyond the grace against ~0.003 $ of machine time per task), so sooner pays until
     # machines land after the queue is gone: 45 min measured better (week 37.1k → 35.6k $, diurnal 317 → 299 $;
@@ -185,6 +188,16 @@ class PolicyConfig:
     # the forecast level's spread: the low and high scenarios are the forecast × exp(∓ this); 0 plans on the
     # forecast's level alone (fitted: see sim/world/fitted.py)
     level_spread_fraction: float = 0.0
+
+    @property
+    def machine_prior_tasks_per_h(self) -> float:
+        """One machine's pace before anything is measured: the default pace of each of its GPUs."""
+        return self.default_throughput_tasks_per_h * self.gpus_per_machine
+
+    @property
+    def machine_prior_price_usd_per_h(self) -> float:
+        """One machine's price before any is priced: the reference machine's for each of its GPUs."""
+        return self.default_price_usd_per_h * self.gpus_per_machine
 
 
 DEFAULT_CONFIG = PolicyConfig()

@@ -76,7 +76,7 @@ def _mpc_inputs(
     """The shortest window's rate, the config and the fleet's median price (the default before any is priced); the
     machines just lost (failed, outbid, stalled) are counted by the caller as having served the arrivals before."""
     prices = sorted(line.price_usd_per_h for line in snapshot.instances if line.price_usd_per_h > 0)
-    price = prices[len(prices) // 2] if prices else config.default_price_usd_per_h
+    price = prices[len(prices) // 2] if prices else config.machine_prior_price_usd_per_h
     short = signal.window_near(0)
     return short.arrival_rate_per_h if short is not None else sizing.rate_now, config, price
 

@@ -73,7 +73,7 @@ class Sizing:
 def size(
     signal: DemandSignal, fleet: FleetView, now: datetime, config: PolicyConfig, unobserved_launches: int
 ) -> Sizing:
-    thr = throughput_per_machine(signal, fleet.producing, config.default_throughput_tasks_per_h)
+    thr = throughput_per_machine(signal, fleet.producing, config.machine_prior_tasks_per_h)
     startup_s = learned_startup_s(
         fleet.producing,
         default_s=config.default_startup_s,
@@ -221,7 +221,7 @@ def _arrivals(
     resuming = [line for line in fleet.resuming if not waiting_for_gpu(line, now, config)]
     landing = [(ready_offset_s(line, now, startup_s), line) for line in fleet.arriving]
     landing += [(max(0.0, config.resume_s - (now - line.state_since).total_seconds()), line) for line in resuming]
-    reference_per_h = producers_reference_per_h(fleet.producing, config.default_throughput_tasks_per_h)
+    reference_per_h = producers_reference_per_h(fleet.producing, config.machine_prior_tasks_per_h)
     weighted = sorted(
         [(offset, machine_weight(line, reference_per_h)) for offset, line in landing]
         + [(startup_s, 1.0)] * unobserved_launches
