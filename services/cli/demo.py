@@ -195,6 +195,22 @@ def given_back_unproduced(
     )
 
 
+def launched_again_soon(ledger: dict[str, Any], given_back: list[int], within: timedelta) -> list[int]:
+    """Of the machines `given_back` unproduced, those after which another machine was launched within `within`:
+    the policy changed its mind and pays a startup twice. One given back with nothing launched after it was a
+    hedge or a forecast the day did not bear out, and giving it back saved what it would have cost loading."""
+    entries = ledger.get("entries", [])
+    created = [datetime.fromisoformat(entry["created_at"]) for entry in entries if entry.get("created_at")]
+    destroyed = {
+        int(e["instance_id"]): datetime.fromisoformat(e["destroyed_at"]) for e in entries if e.get("destroyed_at")
+    }
+    return [
+        instance_id
+        for instance_id in given_back
+        if any(destroyed[instance_id] < at <= destroyed[instance_id] + within for at in created)
+    ]
+
+
 def wasted_launches(
     ledger: dict[str, Any], state: LiveState, demand_ended_at: datetime | None = None, *, host_faults: bool = False
 ) -> int:
@@ -247,6 +263,8 @@ def summarise(
         "launches": len(ledger.get("entries", [])),
         "wasted_launches": len(wasted),
         "wasted_instance_ids": wasted,
+        "relaunched_launches": len(relaunched := launched_again_soon(ledger, wasted, RELAUNCH_WITHIN)),
+        "relaunched_instance_ids": relaunched,
         "decisions_log": str(state.decisions_log) if state.decisions_log else None,
         "given_back_after_the_demand": wasted_launches(ledger, state) - len(wasted),
         "host_faults": wasted_launches(ledger, state, host_faults=True),
@@ -265,20 +283,28 @@ def summarise(
 # morning wait about that long whatever the policy does: quiet runs of the bundled traces measure a wait p95 of
 # 55-68 min (full and fast); past WAIT_P95_BOUND_MIN the fleet came late or was replaced under the work.
 WAIT_P95_BOUND_MIN = 90.0
-WASTED_LAUNCH_SHARE_BOUND = 0.10  # launches given back or failed before they ever produced
-# ... and at least this many: the fast demo rents 5 or 6 machines, where one given back is already 17 %
-WASTED_LAUNCHES_TOLERATED = 1
-# The fast demo's six hours rent 5 to 11 machines, and how many the policy gives back unproduced varies from run
-# to run on a quiet machine (0 of 5, 2 of 11 measured): its bound is looser, still failing the runs that waste a
-# quarter of their launches (the day that printed ✓ wasted 17 of 59)
-FAST_WASTED_LAUNCH_SHARE_BOUND = 0.25
-FAST_WASTED_LAUNCHES_TOLERATED = 2
+# Launches given back or failed before they ever produced, while demand still came, host faults apart: at most a
+# quarter of the launches, and two (the day that printed ✓ wasted 17 of 59). The policy gives back a machine still
+# loading when the demand no longer needs it, which saves the hours it would have billed before producing: the
+# full demo on a busy machine gave back 0 of 18, 0 of 18 and 0 of 15 at three earlier policies, 2 of 18 at this one
+# (the hour's arrivals dipped before noon).
+WASTED_LAUNCH_SHARE_BOUND = 0.25
+WASTED_LAUNCHES_TOLERATED = 2
+# ... and of those, the ones followed by another launch within a startup (1-2 h): the policy changed its mind and
+# paid a startup twice. At most a tenth of the launches, and one: the fast demo rents 5 or 6 machines, where one is
+# already 17 %. The fast demo's six hours rent 5 to 11 machines and how many it gives back varies from run to run
+# on a quiet machine (0 of 5, 2 of 11 measured): its bound on these is the quarter and two of all give-backs
+RELAUNCH_WITHIN = timedelta(hours=2)
+RELAUNCHED_SHARE_BOUND = 0.10
+RELAUNCHED_TOLERATED = 1
+FAST_RELAUNCHED_SHARE_BOUND = WASTED_LAUNCH_SHARE_BOUND
+FAST_RELAUNCHED_TOLERATED = WASTED_LAUNCHES_TOLERATED
 
 
 def check(summary: dict[str, Any], *, fast: bool = False) -> list[str]:
     """The demo's verdict: each line is a failure (the work not done, done badly, or the budget broken)."""
-    share_bound = FAST_WASTED_LAUNCH_SHARE_BOUND if fast else WASTED_LAUNCH_SHARE_BOUND
-    tolerated = FAST_WASTED_LAUNCHES_TOLERATED if fast else WASTED_LAUNCHES_TOLERATED
+    relaunch_bound = FAST_RELAUNCHED_SHARE_BOUND if fast else RELAUNCHED_SHARE_BOUND
+    relaunch_tolerated = FAST_RELAUNCHED_TOLERATED if fast else RELAUNCHED_TOLERATED
     problems = []
     submitted, completed = summary.get("tasks_submitted", 0), summary.get("tasks_completed", 0)
     if submitted == 0:
@@ -287,13 +313,21 @@ def check(summary: dict[str, Any], *, fast: bool = False) -> list[str]:
         problems.append(f"only {completed} of {submitted} tasks completed")
     if summary["launches"] == 0:
         problems.append("no machine was launched")
-    elif (wasted := summary.get("wasted_launches", 0)) > max(tolerated, share_bound * summary["launches"]):
-        ids = ", ".join(f"#{i}" for i in summary.get("wasted_instance_ids", []))
-        log = summary.get("decisions_log")
+    elif (wasted := summary.get("wasted_launches", 0)) > max(
+        WASTED_LAUNCHES_TOLERATED, WASTED_LAUNCH_SHARE_BOUND * summary["launches"]
+    ):
         problems.append(
-            f"{wasted} of {summary['launches']} launches never produced, host faults apart (over {share_bound:.0%})"
-            + (f": {ids}" if ids else "")
-            + (f" (the decisions that gave them back: {log})" if log else "")
+            f"{wasted} of {summary['launches']} launches never produced, host faults apart"
+            f" (over {WASTED_LAUNCH_SHARE_BOUND:.0%})" + _which(summary, summary.get("wasted_instance_ids", []))
+        )
+    # a summary that does not say which were launched again counts every machine given back unproduced
+    elif (relaunched := summary.get("relaunched_launches", wasted)) > max(
+        relaunch_tolerated, relaunch_bound * summary["launches"]
+    ):
+        problems.append(
+            f"{relaunched} of {summary['launches']} launches were given back unproduced and others launched within"
+            f" {RELAUNCH_WITHIN.total_seconds() / 3600:.0f} h (over {relaunch_bound:.0%})"
+            + _which(summary, summary.get("relaunched_instance_ids", summary.get("wasted_instance_ids", [])))
         )
     if summary.get("failed_at_end"):
         problems.append(f"{summary['failed_at_end']} machines were left failed at the end, not destroyed")
@@ -316,6 +350,13 @@ def check(summary: dict[str, Any], *, fast: bool = False) -> list[str]:
         if answer["error"] or not answer["points"]:
             problems.append(f"dashboard panel {where} has no data ({answer['error'] or 'empty answer'})")
     return problems
+
+
+def _which(summary: dict[str, Any], instance_ids: list[int]) -> str:
+    """The machines a waste verdict names, and where the decisions that gave them back are kept."""
+    ids = ", ".join(f"#{i}" for i in instance_ids)
+    log = summary.get("decisions_log")
+    return (f": {ids}" if ids else "") + (f" (the decisions that gave them back: {log})" if log else "")
 
 
 def simulated_time(stack: Stack) -> Callable[[float], datetime]:
@@ -421,6 +462,9 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         ("cost", f"${summary['cost_usd']:.2f}"),
         ("peak spend", f"${summary['peak_spend_usd_per_h']:.2f}/h (budget ${summary['budget_usd_per_h']:.2f}/h)"),
         ("launches / wasted", f"{summary['launches']} / {summary['wasted_launches']}"
+                              + (f" ({summary.get('relaunched_launches', 0)} followed by a launch within"
+                                 f" {RELAUNCH_WITHIN.total_seconds() / 3600:.0f} h)"
+                                 if summary["wasted_launches"] else "")
                               + (f" (+{summary['given_back_after_the_demand']} unproduced, given back after the trace"
                                  " ended)" if summary.get("given_back_after_the_demand") else "")
                               + (f"; {summary['host_faults']} host faults, destroyed and replaced"
@@ -476,6 +520,7 @@ def demo(
         raise typer.Exit(1)
     console.print(
         f"[green]✓ work done (wait p95 ≤ {WAIT_P95_BOUND_MIN:.0f} min, "
-        f"≤ {FAST_WASTED_LAUNCH_SHARE_BOUND if fast else WASTED_LAUNCH_SHARE_BOUND:.0%} launches "
-        "wasted, no machine left failed), budget held, no dead letters, every service exports its metrics[/]"
+        f"≤ {WASTED_LAUNCH_SHARE_BOUND:.0%} launches given back unproduced, "
+        f"≤ {FAST_RELAUNCHED_SHARE_BOUND if fast else RELAUNCHED_SHARE_BOUND:.0%} given back and launched again, "
+        "no machine left failed), budget held, no dead letters, every service exports its metrics[/]"
     )

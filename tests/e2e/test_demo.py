@@ -54,16 +54,50 @@ def test_the_verdict_fails_work_done_badly_not_only_work_left_undone() -> None:
     assert any("17 of 59 launches never produced" in p for p in problems)
     assert any("5 machines were left failed" in p for p in problems)
     assert any("p95 98.4 min, over the bound of 90 min" in p for p in problems)
-    # one machine given back among the fast demo's six is tolerated; two are not
+    # one machine given back and launched again among the demo's six is tolerated; two are not
     assert check({**SANE, "launches": 6, "wasted_launches": 1}) == []
     assert check({**SANE, "launches": 6, "wasted_launches": 2}) != []
+    assert check({**SANE, "launches": 6, "wasted_launches": 2, "relaunched_launches": 1}) == []
+
+
+def test_machines_given_back_unproduced_fail_the_day_when_others_are_launched_in_their_place() -> None:
+    """A machine given back while loading, with nothing launched after it, saved the hours it would have billed
+    before producing (the busy demo's dip before noon: 2 of 18); one followed by another launch within a startup
+    paid a startup twice. A quarter of the launches given back fails the day either way."""
+    from datetime import UTC, datetime, timedelta
+
+    from services.cli.demo import RELAUNCH_WITHIN, launched_again_soon
+
+    morning = datetime(2026, 3, 2, 8, tzinfo=UTC)
+
+    def at(hours: float) -> str:
+        return (morning + timedelta(hours=hours)).isoformat()
+
+    ledger = {"entries": [
+        {"instance_id": 1, "created_at": at(0), "destroyed_at": at(1)},  # given back; #3 launched 1.5 h later
+        {"instance_id": 2, "created_at": at(0), "destroyed_at": at(4)},  # given back; nothing launched after
+        {"instance_id": 3, "created_at": at(2.5), "destroyed_at": None},
+        {"instance_id": 4, "created_at": at(0), "destroyed_at": at(0.5)},  # given back; #3 came 2 h later
+    ]}  # fmt: skip
+    assert launched_again_soon(ledger, [1, 2, 4], RELAUNCH_WITHIN) == [1, 4]
+    assert launched_again_soon(ledger, [2], RELAUNCH_WITHIN) == []
+    day = {**SANE, "launches": 18, "wasted_instance_ids": [1, 2], "decisions_log": "/logs/decisions.log"}
+    assert check({**day, "wasted_launches": 2, "relaunched_launches": 0, "relaunched_instance_ids": []}) == []
+    [relaunched] = check({**day, "wasted_launches": 2, "relaunched_launches": 2, "relaunched_instance_ids": [1, 4]})
+    assert relaunched.startswith("2 of 18 launches were given back unproduced and others launched within 2 h")
+    assert "#1, #4" in relaunched and "/logs/decisions.log" in relaunched
+    # however they went: five of eighteen never produced
+    [wasted] = check({**day, "wasted_launches": 5, "relaunched_launches": 0})
+    assert wasted.startswith("5 of 18 launches never produced")
+    # the fast demo tolerates two launched again, as it tolerates two given back
+    assert check({**day, "launches": 6, "wasted_launches": 2, "relaunched_launches": 2}, fast=True) == []
 
 
 def test_a_failed_waste_verdict_names_the_machines_and_where_their_decisions_are() -> None:
-    wasteful = {**SANE, "launches": 21, "wasted_launches": 3, "wasted_instance_ids": [701, 712, 714],
+    wasteful = {**SANE, "launches": 11, "wasted_launches": 3, "wasted_instance_ids": [701, 712, 714],
                 "decisions_log": "/logs/decisions.log"}  # fmt: skip
     [problem] = check(wasteful)
-    assert problem.startswith("3 of 21 launches never produced")
+    assert problem.startswith("3 of 11 launches never produced")
     assert "#701, #712, #714" in problem and "/logs/decisions.log" in problem
 
 
