@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
-from services.decider.policy import PolicyConfig
+from services.decider.policy import PolicyConfig, recommend
 from services.decider.policy.cleanup import cleanup
 from services.decider.policy.fleet_view import split_fleet
 from services.decider.policy.growth import grow, growth_reason, resumes_for
@@ -234,6 +234,20 @@ def test_a_resume_waiting_for_its_gpu_is_the_spare_it_makes() -> None:
     assert sized.sustained and sized.arriving == 6 and sized.capacity > 2 * sized.keep
     [removal] = scale_down_plan(demand, fleet, sized, NOW, CONFIG)
     assert (removal.verb, removal.instance_id, removal.reason) == ("stop", 903, RemovalReason.PARK)
+    # the audit says which machine it is: a stop beside 100 queued tasks read as capacity taken from a fleet short
+    rec = recommend(demand, snapshot(NOW, [*producing(2, NOW), *loading(6, NOW), waiting]), NOW, CONFIG)
+    assert rec.explanation.startswith("stop 1 whose resume waits for its GPU (park): need "), rec.explanation
+
+
+def test_a_resume_parked_again_before_it_produced_says_so() -> None:
+    """The busy demo parked a machine resumed a quarter of an hour earlier, twice in a morning, as `stop 1 (park)`
+    beside 118 queued tasks: the need had fallen between the runs (the morning's slope gate closed)."""
+    resumed = line(904, InstanceState.RESUMING, NOW, state_for_s=300, last_task_ago_s=HOUR_S)
+    resumed = resumed.model_copy(update={"vast_status": "running"})
+    quiet = signal(NOW, rate_per_h=120, pending=0, producing_workers=2)
+    rec = recommend(quiet, snapshot(NOW, [*producing(2, NOW), resumed]), NOW, CONFIG)
+    assert [(plan.verb, plan.instance_id) for plan in rec.removals] == [("stop", 904)]
+    assert rec.explanation.startswith("stop 1 still resuming (park): need "), rec.explanation
 
 
 def outcomes(resumed: list[float], taken: tuple[float, ...] = (), given_back: tuple[float, ...] = ()) -> ParkOutcomes:

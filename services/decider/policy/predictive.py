@@ -19,7 +19,7 @@ from services.decider.policy.growth import grow, lost_machines
 from services.decider.policy.mpc import choose_launches, on_the_way_kept
 from services.decider.policy.parking import ParkHistory, describe, parking_pays_for_fleet
 from services.decider.policy.scale_down import scale_down_plan
-from services.decider.policy.sizing import Sizing, figures, numbers, size
+from services.decider.policy.sizing import Sizing, figures, numbers, size, waiting_for_gpu
 from shared.contract import DemandSignal, FleetSnapshot
 
 
@@ -60,6 +60,7 @@ def recommend(
         sizing.stalled_state,
         growth.resumes,
         drained=frozenset(line.instance_id for line in fleet.draining),
+        resuming={line.instance_id: waiting_for_gpu(line, now, config) for line in fleet.resuming},
     )
     return Recommendation(
         tuple(growth.launches),
@@ -89,11 +90,15 @@ def _explain(
     resumes: list[ResumePlan] | None = None,
     *,
     drained: frozenset[int] = frozenset(),
+    resuming: dict[int, bool] | None = None,
 ) -> str:
     """The step's actions, then the figures they rest on. A stop or destroy of a machine drained in an earlier
     run says so: counted against the need beside it, `stop 1 (park): need 2 ...; have 1 producing + 1 arriving`
     read as a machine taken from a fleet already short (the busy demo's audit); it was surplus when its drain
-    began, and the drain has ended (its tasks done, or the longest drain waited out)."""
+    began, and the drain has ended (its tasks done, or the longest drain waited out). So does a stop of a machine
+    resumed in an earlier run and not producing yet (`resuming`: whether vast still shows it stopped past a
+    restart's minutes, its GPU likely someone else's): the busy demo's audit read `stop 1 (park)` with 118 tasks
+    queued, of a machine resumed a quarter of an hour before."""
     parts = [f"resume {len(resumes)} parked ({resumes[0].reason.value})"] if resumes else []
     parts += [
         f"launch {plan.count} ({plan.reason.value}, {plan.launch_priority}"
@@ -101,12 +106,21 @@ def _explain(
         + ")"
         for plan in launches
     ]
+    resuming = resuming or {}
+
+    def whose(instance_id: int) -> str:
+        if instance_id in drained:
+            return " after draining"
+        if instance_id in resuming:
+            return " whose resume waits for its GPU" if resuming[instance_id] else " still resuming"
+        return ""
+
     for verb in ("drain", "destroy", "stop"):
-        for after_drain in (False, True):
-            plans = [plan for plan in removals if plan.verb == verb and (plan.instance_id in drained) is after_drain]
+        for which in ("", " after draining", " still resuming", " whose resume waits for its GPU"):
+            plans = [plan for plan in removals if plan.verb == verb and whose(plan.instance_id) == which]
             if plans:
                 reasons = ", ".join(sorted({plan.reason.value for plan in plans}))
-                parts.append(f"{verb} {len(plans)}{' after draining' if after_drain else ''} ({reasons})")
+                parts.append(f"{verb} {len(plans)}{which} ({reasons})")
     head = "; ".join(parts) if parts else "hold"
     stall = " workers stalled: replace, never scale down;" if stalled_state else ""
     return f"{head}:{stall} {numbers}"
