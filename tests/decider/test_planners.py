@@ -157,19 +157,20 @@ def test_scale_down_never_drains_the_last_producer_while_tasks_wait() -> None:
 
 def test_a_producer_is_idle_only_after_a_few_task_durations_of_silence() -> None:
     """Silent 12 minutes: idle when tasks take 4 minutes (scale-down drains it), not when they take 10 (a worker
-    between two such tasks is silent that long). A queue of 80 tasks keeps busy producers from the empty-queue
-    drain, so only idleness decides."""
+    between two such tasks is silent that long). The queue is empty (with tasks waiting, a silent producer is not
+    idle at all: tests/decider/test_policy.py), and the six serve the kept 480/h with no more than the headroom
+    kept, so the empty-queue drain of busy producers takes none: only idleness decides."""
     quiet = [line(100 + i, InstanceState.PRODUCING, NOW, last_task_ago_s=720) for i in range(6)]
 
     def drained(task_s: float) -> int:
-        windows = [window(300, 120), window(3600, 120)]
+        windows = [window(300, 480), window(3600, 480)]
         windows = [w.model_copy(update={"mean_task_duration_s": task_s}) for w in windows]
-        demand = signal(NOW, rate_per_h=120, pending=80, windows=windows, producing_workers=6)
+        demand = signal(NOW, rate_per_h=480, pending=0, windows=windows, producing_workers=6)
         fleet = split_fleet(snapshot(NOW, quiet))
         sized = size(demand, fleet, NOW, CONFIG, unobserved_launches=0)
         return sum(1 for plan in scale_down_plan(demand, fleet, sized, NOW, CONFIG) if plan.verb == "drain")
 
-    assert drained(240) >= 3  # 120/h and 80 queued need two or three of the six
+    assert drained(240) == 2  # 480/h keeps four of the six
     assert drained(600) == 0
 
 
