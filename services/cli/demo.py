@@ -286,8 +286,8 @@ WAIT_P95_BOUND_MIN = 90.0
 # Launches given back or failed before they ever produced, while demand still came, host faults apart: at most a
 # quarter of the launches, and two (the day that printed ✓ wasted 17 of 59). The policy gives back a machine still
 # loading when the demand no longer needs it, which saves the hours it would have billed before producing: the
-# full demo on a busy machine gave back 0 of 18, 0 of 18 and 0 of 15 at three earlier policies, 2 of 18 at this one
-# (the hour's arrivals dipped before noon).
+# full demo on a busy machine gave back 0 of 18, 0 of 18 and 0 of 15 at three earlier policies, then 2 of 18 (a dip
+# before noon), 0 of 16, 0 of 18 and 3 of 25 (a late launch trimmed as the rise flattened), none followed by a launch.
 WASTED_LAUNCH_SHARE_BOUND = 0.25
 WASTED_LAUNCHES_TOLERATED = 2
 # ... and of those, the ones followed by another launch within a startup (1-2 h): the policy changed its mind and

@@ -539,8 +539,9 @@ def test_a_flash_crowd_launches_at_the_first_run_that_sees_it_and_more_as_it_las
 def test_a_silent_producer_is_not_idle_while_tasks_wait_for_the_fleet() -> None:
     """The busy demo drained a producer, then parked it, with 321 tasks queued and arrivals at the fleet's capacity:
     a slow machine whose pipelined tasks finish together was silent for longer than the idle time, which counts
-    2.5 of the fleet's mean task durations, not its own. With tasks waiting for the fleet a healthy worker is never
-    idle: a silent one is slow, or stalled (replaced once demand says so). With the queue empty it is idle."""
+    2.5 of the fleet's mean task durations, not its own. With tasks waiting for the fleet a healthy worker has work:
+    a silent one is slow, or stalled (replaced once demand says so), unless it has taken none for an hour. With the
+    queue empty it is idle."""
     busy = producing(6, NOW, last_task_ago_s=30)
     slow = line(200, InstanceState.PRODUCING, NOW, last_task_ago_s=720, price_usd_per_h=0.19, throughput_per_h=40)
     coming = loading(8, NOW, created_ago_s=1800)
@@ -554,4 +555,8 @@ def test_a_silent_producer_is_not_idle_while_tasks_wait_for_the_fleet() -> None:
     drained = signal(NOW, rate_per_h=840, pending=0, producing_workers=7,
                      windows=[window(300, 840), window(3600, 840), window(7200, 800)])  # fmt: skip
     rec = recommend(drained, fleet, NOW, ON_DEMAND)
+    assert [(plan.verb, plan.instance_id) for plan in rec.removals if plan.verb == "drain"] == [("drain", 200)]
+    # a worker that has taken none of the waiting work for an hour (tasks of a type it does not run) is idle too
+    deaf = slow.model_copy(update={"last_task_at": NOW - timedelta(seconds=ON_DEMAND.idle_while_queued_s + 60)})
+    rec = recommend(queued, snapshot(NOW, [*busy, deaf, *coming]), NOW, ON_DEMAND)
     assert [(plan.verb, plan.instance_id) for plan in rec.removals if plan.verb == "drain"] == [("drain", 200)]

@@ -90,6 +90,11 @@ class PolicyConfig:
     # and cost 2× the best baseline on train seeds)
     idle_before_scale_down_s: float = 600.0
     idle_task_multiple: float = 2.5
+    # ... while tasks wait for the fleet, this long: a healthy worker then has work, and one silent for minutes is
+    # slow (a slow GPU's pipelined tasks finish together: 12 min apart at a third of the reference pace) or stalled
+    # (demand says so, growth replaces it); one that takes none of what waits for an hour (tasks of a type it does
+    # not run) is idle all the same. Not fitted: the world's producers are never silent with work queued
+    idle_while_queued_s: float = 3600.0
     # busy producers are drained too when the queue holds less than this much of the producers' work and those
     # left serve the kept rate with this headroom (0.2 gave diurnal 323 → 310 $ and decline 55 → 50 $, but the
     # bursty trace's next burst then waited: 211 → 275 $; 0.5 is neutral there and still trims the spike's)

@@ -142,10 +142,11 @@ def scale_down(
     if surplus <= 0:
         return given_back
     idle_s = config.idle_before_scale_down_s if idle_after_s is None else idle_after_s
-    # with tasks waiting for the fleet no healthy worker is idle: a silent one is slow (a slow GPU's pipelined tasks
-    # finish together, later than the fleet's mean task durations that `idle_s` counts) or stalled, which demand
-    # says and growth replaces. The busy demo drained and parked such a slow machine with 321 tasks queued
-    idle = [line for line in fleet.producing if silent_for_s(line, now) >= idle_s] if queue_empty else []
+    if not queue_empty:
+        # with tasks waiting for the fleet a silent worker is slow or stalled, not idle (config.idle_while_queued_s):
+        # the busy demo drained and parked a slow machine with 321 tasks queued, silent 12 minutes between batches
+        idle_s = max(idle_s, config.idle_while_queued_s)
+    idle = [line for line in fleet.producing if silent_for_s(line, now) >= idle_s]
     # most expensive first, then the longest idle
     idle.sort(key=lambda line: (-line.price_usd_per_h, line.last_task_at or line.state_since))
     # a job system that spreads tasks over every worker leaves none idle for half an hour however large the
