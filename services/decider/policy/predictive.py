@@ -22,6 +22,12 @@ from services.decider.policy.scale_down import scale_down_plan
 from services.decider.policy.sizing import Sizing, figures, numbers, size, waiting_for_gpu
 from shared.contract import DemandSignal, FleetSnapshot
 
+# what the explanation says of a machine given back that was not plain capacity: drained in an earlier run, or
+# resumed and not producing yet (vast still showing it stopped past a restart: its GPU likely someone else's)
+AFTER_DRAINING = " after draining"
+STILL_RESUMING = " still resuming"
+WAITING_FOR_GPU = " whose resume waits for its GPU"
+
 
 def recommend(
     signal: DemandSignal,
@@ -110,13 +116,13 @@ def _explain(
 
     def whose(instance_id: int) -> str:
         if instance_id in drained:
-            return " after draining"
+            return AFTER_DRAINING
         if instance_id in resuming:
-            return " whose resume waits for its GPU" if resuming[instance_id] else " still resuming"
+            return WAITING_FOR_GPU if resuming[instance_id] else STILL_RESUMING
         return ""
 
     for verb in ("drain", "destroy", "stop"):
-        for which in ("", " after draining", " still resuming", " whose resume waits for its GPU"):
+        for which in ("", AFTER_DRAINING, STILL_RESUMING, WAITING_FOR_GPU):
             plans = [plan for plan in removals if plan.verb == verb and whose(plan.instance_id) == which]
             if plans:
                 reasons = ", ".join(sorted({plan.reason.value for plan in plans}))
