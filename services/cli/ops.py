@@ -231,14 +231,17 @@ def _since_option(since: str | None, now: datetime) -> datetime | None:
     units = {"m": 60, "h": 3600, "d": 86400}
     number, unit = since[:-1], since[-1:]
     if unit in units and number.replace(".", "", 1).isdigit():
-        return now - timedelta(seconds=float(number) * units[unit])
+        try:
+            return now - timedelta(seconds=float(number) * units[unit])
+        except OverflowError:  # `99999999999d`: further back than the calendar goes, so every decision kept
+            return datetime.min.replace(tzinfo=UTC)
     try:
         moment = datetime.fromisoformat(since)
-    except ValueError:
+        return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    except (OverflowError, ValueError):  # not a moment, or `0001-01-01T00:00+05:00`, before the first UTC one
         raise typer.BadParameter(
             f"{since!r}: expected 30m, 2h, 1d or an ISO time such as 2026-03-02T08:00", param_hint="--since"
         ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 @audit_app.command("tail")

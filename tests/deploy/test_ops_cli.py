@@ -336,6 +336,11 @@ async def test_audit_tail_in_one_line_each_and_filtered_by_instance_outcome_and_
     assert code != 0 and "'nope': expected one of hold, acted" in err and "--outcome" in err
     code, _, err = await invoke(settings, "audit", "tail", "--since", "yesterday")
     assert code != 0 and "'yesterday': expected 30m, 2h, 1d" in err and "--since" in err
+    # further back than the calendar goes: every decision, not a traceback
+    code, out, err = await invoke(settings, "audit", "tail", "--oneline", "--since", "99999999999d")
+    assert code == 0 and len(out.splitlines()) == 3, err
+    code, _, err = await invoke(settings, "audit", "tail", "--since", "0001-01-01T00:00+05:00")
+    assert code != 0 and "expected 30m, 2h, 1d" in err and "Traceback" not in err
 
 
 async def test_status_wide_filters_by_state_and_lists_the_machines_gone_with_why(
