@@ -8,6 +8,8 @@ from services.demand.records import Evaluation, IngestOutcome
 from services.demand.task_wait import TaskWaits
 from shared.contract import DemandState, TaskEvent
 
+REFUSALS = (IngestOutcome.REPEATED_COMPLETION,)
+
 
 def window_label(window_s: int) -> str:
     return f"{window_s // 3600}h" if window_s % 3600 == 0 else f"{window_s // 60}m"
@@ -19,6 +21,12 @@ class DemandMetrics:
             "fleetpilot_demand_task_events_total",
             "Task events ingested (after de-duplication), by kind",
             ["kind"],
+            registry=registry,
+        )
+        self.refused_events = Counter(
+            "fleetpilot_demand_refused_task_events_total",
+            "Task events not applied: a completion of a task already counted (a replay under a fresh event id)",
+            ["reason"],
             registry=registry,
         )
         self.late_events = Counter(
@@ -77,13 +85,17 @@ class DemandMetrics:
         self._waits = TaskWaits()
         kinds = ("submitted", "started", "completed", "failed")
         self._by_kind = {kind: self.task_events.labels(kind) for kind in kinds}
+        for refusal in REFUSALS:  # at zero from the start: an alert on its rate needs the series
+            self.refused_events.labels(refusal.value)
 
     def ingested(self, event: TaskEvent, outcome: IngestOutcome) -> None:
-        """Every event seen for the first time counts; one too late for any window also counts as late. A start
-        whose submission was seen measures the task's wait."""
+        """Every event seen for the first time counts; one too late for any window also counts as late, and one
+        not applied as refused, by why. A start whose submission was seen measures the task's wait."""
         self._by_kind[event.kind].inc()
         if outcome == IngestOutcome.TOO_LATE:
             self.late_events.inc()
+        elif outcome in REFUSALS:
+            self.refused_events.labels(outcome.value).inc()
         if event.kind == "submitted":
             self._waits.submitted(event.task_id, event.occurred_at)
         elif event.kind == "started":

@@ -16,6 +16,7 @@ class IngestOutcome(StrEnum):
     APPLIED = "applied"
     DUPLICATE = "duplicate"
     TOO_LATE = "too_late"  # older than the longest window: counted, not applied
+    REPEATED_COMPLETION = "repeated_completion"  # a task already completed, under a fresh event id: not applied
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,7 @@ class FleetRuntime:
     async def settle(self, transitions: list[Transition], alerts: Sequence[Alert] = (), *, save: bool = False) -> None:
         """Save first, then publish: what others hear about is already durable here."""
         self.metrics.ignored(self.core.ignored_moves)
+        self.metrics.refused(self.core.refused_task_events)
         if transitions or alerts or save:
             await self.save()
         for transition in transitions:

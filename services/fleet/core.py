@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from datetime import UTC, datetime
 
 from services.fleet.bids import BidBook
@@ -18,7 +18,7 @@ from services.fleet.lifecycle import ARRIVING, CountsFrom, first_limit_s, time_l
 from services.fleet.lines import SnapshotLines
 from services.fleet.park_book import ParkBook
 from services.fleet.record import HistoryEntry, InstanceRecord
-from services.fleet.transitions import Alert, Tick, Transition
+from services.fleet.transitions import Alert, TaskEventRefusal, Tick, Transition
 from shared.contract import (
     BenchResult,
     DrainInstance,
@@ -32,7 +32,7 @@ from shared.contract import (
     TriggerReason,
 )
 from shared.lifecycle import allowed, is_backwards, refined
-from shared.seen_ids import SeenIds
+from shared.seen_ids import CompletedTasks, SeenIds
 
 S = InstanceState
 SOURCE = "fleet"
@@ -59,6 +59,8 @@ class FleetCore:
         self._deadlines: list[tuple[float, int, int, InstanceState]] = []
         self._order = itertools.count()
         self._seen = SeenIds(self.config.seen_event_ids)
+        self._completed = CompletedTasks(self.config.completed_task_ids)  # not saved, like the event ids above
+        self.refused_task_events: Counter[TaskEventRefusal] = Counter()  # task events not applied, by why
         # task events of instances the provisioner has not reported yet, oldest instance first
         self.unclaimed: OrderedDict[int, list[TaskEvent]] = OrderedDict()
         self.dirty: set[int] = set()  # instances changed since the adapter last saved them
@@ -119,6 +121,10 @@ class FleetCore:
 
         An instance the provisioner has not reported is not created from a task event (a replayed week of
         events would resurrect long-gone machines): its events wait, bounded, until the provisioner sees it.
+        A task's completion counts once (`_repeats_completion`).
+
+        A worker's name is not bound to one machine: the README lets a job system name workers per process,
+        and process ids repeat across containers, so the instance an event names is the one it is applied to.
         """
         if not self._seen.first_time(event.event_id):
             return []
@@ -134,6 +140,8 @@ class FleetCore:
         return self._apply_task(record, event, self._at(event.occurred_at, now))
 
     def _apply_task(self, record: InstanceRecord, event: TaskEvent, at_s: float) -> list[Transition]:
+        if self._repeats_completion(event):
+            return []
         transitions: list[Transition] = []
         instance_id = record.instance_id
         worker = event.worker_id or f"instance-{instance_id}"
@@ -165,6 +173,14 @@ class FleetCore:
                 self._producer_spoke(at_s)
         self._touch(record)
         return transitions
+
+    def _repeats_completion(self, event: TaskEvent) -> bool:
+        """Whether this completes a task already counted (a replay under a fresh event id; counted if so). Only
+        completions are remembered: a task that failed and is retried completes once, when it does."""
+        if event.kind != "completed" or self._completed.first_completion(event.task_type, event.task_id):
+            return False
+        self.refused_task_events[TaskEventRefusal.REPEATED_COMPLETION] += 1
+        return True
 
     def _hold_unclaimed(self, instance_id: int, event: TaskEvent) -> None:
         held = self.unclaimed.get(instance_id)

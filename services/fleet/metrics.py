@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter as Tally
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from services.fleet.core import Transition
+from services.fleet.transitions import TaskEventRefusal
 from shared.contract import FleetSnapshot
 
 
@@ -31,6 +33,12 @@ class FleetMetrics:
             "Moves the transition table refused (backwards or sideways): recorded on the instance and ignored",
             registry=registry,
         )
+        self.refused_task_events = Counter(
+            "fleetpilot_fleet_refused_task_events_total",
+            "Task events not applied: a completion of a task already counted (a replay under a fresh event id)",
+            ["reason"],
+            registry=registry,
+        )
         self.triggers = Counter(
             "fleetpilot_fleet_triggers_total", "Triggers raised", ["priority", "reason"], registry=registry
         )
@@ -39,6 +47,9 @@ class FleetMetrics:
         )
         self.per_instance = InstanceMetrics(registry)
         self._ignored_seen = 0
+        self._refused_seen: dict[TaskEventRefusal, int] = {}
+        for reason in TaskEventRefusal:  # at zero from the start: an alert on its rate needs the series
+            self.refused_task_events.labels(reason.value)
 
     def transitioned(self, transition: Transition) -> None:
         self.transitions.labels(transition.to_state.value).inc()
@@ -47,6 +58,14 @@ class FleetMetrics:
         if total > self._ignored_seen:
             self.ignored_moves.inc(total - self._ignored_seen)
             self._ignored_seen = total
+
+    def refused(self, totals: Mapping[TaskEventRefusal, int]) -> None:
+        """The core's running totals, turned into counter increments."""
+        for reason, total in totals.items():
+            seen = self._refused_seen.get(reason, 0)
+            if total > seen:
+                self.refused_task_events.labels(reason.value).inc(total - seen)
+                self._refused_seen[reason] = total
 
     def snapshot(self, snapshot: FleetSnapshot) -> None:
         tally = Tally((line.state.value, line.gpu_model or "unknown") for line in snapshot.instances)

@@ -1,9 +1,11 @@
-"""What fleet's core returns: transitions (each with the trigger fleet publishes for it) and alerts."""
+"""What fleet's core returns: transitions (each with the trigger fleet publishes for it), alerts, and why it
+refused task events."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 
 from shared.contract import FailureReason, InstanceState, ParkReason, TriggerPriority, TriggerReason
 
@@ -38,3 +40,10 @@ class Alert:
 class Tick:
     transitions: list[Transition]
     alerts: list[Alert]
+
+
+class TaskEventRefusal(StrEnum):
+    """Why a task event was not applied (counted by reason: fleetpilot_fleet_refused_task_events_total)."""
+
+    # the task's completion was counted already: a replay under a fresh event id
+    REPEATED_COMPLETION = "repeated_completion"

@@ -262,3 +262,25 @@ async def test_a_job_system_field_it_does_not_know_is_counted_not_dead_lettered(
         "fleetpilot_dead_letters_total", {"service": "demand", "reason": "invalid_message"}
     )
     assert dead == 0
+
+
+async def test_a_completion_replayed_under_a_fresh_event_id_is_counted_as_refused(
+    settings: Settings, js: JetStreamContext, sim_clock: SimulatedClock
+) -> None:
+    completed = TaskEvent(occurred_at=sim_clock.now(), source="jobs", kind="completed", task_id="t-1", worker_id="w")
+    replayed = completed.model_copy(update={"event_id": "replayed"})
+    ctx = ServiceContext("demand", settings, sim_clock)
+    app = build(ctx, CONFIG)
+    await app.start()
+    try:
+        for event in (completed, replayed):
+            await publish_task(js, settings, event)
+
+        def refused(reason: str) -> float:
+            labels = {"reason": reason}
+            return ctx.metrics.registry.get_sample_value("fleetpilot_demand_refused_task_events_total", labels) or 0.0
+
+        await eventually(lambda: refused("repeated_completion") == 1)
+    finally:
+        await app.stop()
+    assert counted(ctx, "completed") == 2

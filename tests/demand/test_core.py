@@ -14,6 +14,7 @@ from services.demand.core import DemandCore
 from services.demand.records import Evaluation, IngestOutcome, TaskCounts
 from services.demand.rules import Measurement
 from services.demand.saved import SavedDemand, restored, saved_of
+from services.demand.windows import COMPLETIONS
 from shared.contract import (
     DemandState,
     DemandTrend,
@@ -334,6 +335,36 @@ def test_a_worker_that_names_its_machine_once_counts_for_it_afterwards() -> None
     assert set(h.core.recent_producers) == {"instance:7", "instance:8"}
     assert signal.producing_workers == 2
     assert signal.per_worker_throughput_tasks_per_h == pytest.approx(120, rel=0.05)
+
+
+def test_one_task_replayed_under_fresh_event_ids_completes_once() -> None:
+    """Four machines at 120 tasks/h read as 454 tasks/h of capacity, and as 883 once the job system replayed one
+    completion 2,000 times (each with a new event id). A task that failed and is retried completes once."""
+
+    def capacity(replays: int) -> float:
+        core = DemandCore()
+        n = 0
+        for minute in range(60):
+            now = T0 + timedelta(minutes=minute)
+            core.observe_queue(QueueSnapshot(occurred_at=now, source="jobs", queues=[queue("prove", 400, 8)]), now)
+            for machine in range(1, 5):
+                for half_s in (0, 30):
+                    at, n = now + timedelta(seconds=half_s + machine), n + 1
+                    event = task("completed", at, f"c{n}", worker_id=f"w{machine}", instance_id=machine)
+                    core.ingest(event.model_copy(update={"duration_s": 240.0}), at)
+        replayed = task("completed", now + timedelta(seconds=40), "c-replayed", worker_id="w1", instance_id=1)
+        for r in range(replays):
+            core.ingest(replayed.model_copy(update={"event_id": f"r{r}"}), now)
+        return core.evaluate(now + timedelta(seconds=59)).signal.fleet_capacity_tasks_per_h
+
+    assert capacity(2000) == pytest.approx(capacity(2), rel=0.01)
+
+    core = DemandCore()
+    outcomes = [core.ingest(task(kind, T0, "t-retried"), T0) for kind in ("failed", "completed", "completed")]
+    assert outcomes == [IngestOutcome.APPLIED, IngestOutcome.APPLIED, IngestOutcome.REPEATED_COMPLETION]
+    other_type = task("completed", T0, "t-retried").model_copy(update={"task_type": "verify"})
+    assert core.ingest(other_type, T0) is IngestOutcome.APPLIED
+    assert core.overall.window_sum(0, COMPLETIONS) == 2
 
 
 def test_a_machine_of_many_processes_keeps_the_gaps_of_its_late_completions() -> None:

@@ -46,11 +46,12 @@ CONFIG = FleetSettings(tick_s=5)
 
 
 @asynccontextmanager
-async def running_fleet(settings: Settings, clock: SimulatedClock) -> AsyncIterator[None]:
-    app = build(ServiceContext("fleet", settings, clock), CONFIG)
+async def running_fleet(settings: Settings, clock: SimulatedClock) -> AsyncIterator[ServiceContext]:
+    ctx = ServiceContext("fleet", settings, clock)
+    app = build(ctx, CONFIG)
     await app.start()
     try:
-        yield
+        yield ctx
     finally:
         await app.stop()
 
@@ -244,6 +245,25 @@ async def test_silent_producers_with_tasks_queued_are_dead_and_raise_p0(
         assert "59 tasks were queued" in failed.detail
         assert (await eventually(lambda: bus.trigger("p0", TriggerReason.ALL_PRODUCERS_SILENT))).instance_id is None
         assert (await eventually(lambda: bus.trigger("p0", TriggerReason.INSTANCE_DEAD))).instance_id == 7
+
+
+async def test_a_completion_replayed_under_a_fresh_event_id_counts_once_and_is_counted_as_refused(
+    settings: Settings, js: JetStreamContext, nc: NatsClient, sim_clock: SimulatedClock
+) -> None:
+    bus = Bus(js, nc, settings, sim_clock)
+    async with running_fleet(settings, sim_clock) as ctx:
+        await bus.observed(1, S.LOADING)
+        await eventually(lambda: bus.state_of(1))
+        for _ in range(3):  # Bus.task gives every event a fresh event id: the same task completed three times
+            await bus.task(1, "completed", "t-1")
+
+        def refused() -> float | None:
+            labels = {"reason": "repeated_completion"}
+            return ctx.metrics.registry.get_sample_value("fleetpilot_fleet_refused_task_events_total", labels)
+
+        await eventually(lambda: refused() == 2)
+        [line] = (await bus.ask_snapshot()).instances
+        assert line.state is S.PRODUCING and line.tasks_completed == 1
 
 
 async def test_fleet_started_before_its_redis_waits_for_it_and_says_so(

@@ -11,6 +11,7 @@ from services.fleet.config import FleetSettings
 from services.fleet.core import MAX_WORKERS_PER_INSTANCE, UNCLAIMED_INSTANCES_KEPT, FleetCore, InstanceRecord
 from services.fleet.lines import format_line
 from services.fleet.saved import SavedMeta, meta_of, restored_core, take_changes
+from services.fleet.transitions import TaskEventRefusal
 from shared.contract import (
     BenchResult,
     DrainInstance,
@@ -47,7 +48,7 @@ def task(kind: str, at: datetime, instance_id: int = ID, task_id: str | None = N
         occurred_at=at,
         source="jobs",
         kind=kind,  # type: ignore[arg-type]
-        task_id=task_id or f"{kind}-{at.timestamp()}",
+        task_id=task_id or f"{kind}-{instance_id}-{at.timestamp()}",  # the job system's: one task, one id
         worker_id=f"worker-{instance_id}",
         instance_id=instance_id,
         gpu_model="RTX 4090",
@@ -393,3 +394,40 @@ def test_an_instance_keeps_only_its_latest_workers_names() -> None:
     assert len(record.workers) == MAX_WORKERS_PER_INSTANCE and record.workers[-1] == f"per-task-{n}"
     assert len(core.worker_instance) == MAX_WORKERS_PER_INSTANCE and "per-task-0" not in core.worker_instance
     assert record.tasks_completed >= MAX_WORKERS_PER_INSTANCE + 100 and record.state is S.PRODUCING
+
+
+def test_workers_of_one_name_on_two_machines_each_count_for_the_machine_they_name() -> None:
+    """A job system may name its workers per process, and process ids repeat across containers: the instance an
+    event names is the one it counts for, whatever another machine's worker of that name said first."""
+    core = FleetCore()
+    for instance_id in (1, 2):
+        core.observe_instance(observed(S.LOADING, T0, instance_id), T0)
+    for n, instance_id in enumerate((1, 2, 1, 2), start=1):
+        at = T0 + timedelta(minutes=30 + n)
+        event = task("completed", at, instance_id).model_copy(update={"worker_id": "pid-7"})
+        core.observe_task(event, at)
+    assert [(core.instances[i].state, core.instances[i].tasks_completed) for i in (1, 2)] == [(S.PRODUCING, 2)] * 2
+
+
+def test_a_task_completes_once_however_often_its_completion_is_replayed() -> None:
+    """400 completions of one task under fresh event ids read as 12,000 tasks/h. A task that failed and is
+    retried completes once; the same id under another task type is another task."""
+    core = FleetCore()
+    start = producing(core, T0)
+    counted_before = core.instances[ID].tasks_completed
+    for n in range(400):
+        at = start + timedelta(seconds=0.3 * (n + 1))
+        core.observe_task(task("completed", at, task_id="t1"), at)
+    assert core.instances[ID].tasks_completed == counted_before + 1
+    assert core.refused_task_events == {TaskEventRefusal.REPEATED_COMPLETION: 399}
+
+    retried = start + timedelta(minutes=5)
+    core.observe_task(task("failed", retried, task_id="t2"), retried)
+    for n in range(2):
+        at = retried + timedelta(minutes=4 + n)
+        core.observe_task(task("completed", at, task_id="t2"), at)
+    other_type = task("completed", retried, task_id="t2").model_copy(update={"task_type": "verify"})
+    core.observe_task(other_type, retried + timedelta(minutes=6))
+    assert core.instances[ID].tasks_completed == counted_before + 3
+    [line] = core.snapshot(start + timedelta(minutes=10)).instances
+    assert line.tasks_completed == counted_before + 3
