@@ -117,6 +117,20 @@ def day_refusal(
     )
 
 
+def pull_breaks_the_day(
+    limits: BudgetLimits, spent: DaySpend, commitment: Commitment, offer: RankedOffer, now: datetime
+) -> bool:
+    """Would this one rent pass today's cap on its hourly price, yet not with its one-off image pull? The pull is
+    the offer's own charge, like a price above the cap: the offer is left out, and the launch rents the others
+    (one host at 50 $/GB refused a whole launch of sane offers). A rent the day cannot take at its hourly price
+    stays a refusal of the launch, as before."""
+    added_usd_per_h = limits.reserved_usd_per_h(offer.price_usd_per_h)
+    return (
+        day_refusal(limits, spent, commitment, added_usd_per_h, 0.0, now) is None
+        and day_refusal(limits, spent, commitment, added_usd_per_h, offer.pull_cost_usd, now) is not None
+    )
+
+
 def commitment_of(priced_states: Iterable[tuple[float, InstanceState]]) -> Commitment:
     """(committed $/h, state) of every known instance → the commitment. Only `gone` frees the instance: a stopped
     or failed one still exists on vast until it is destroyed (a parked one commits its storage alone)."""

@@ -10,6 +10,8 @@ does not replace that; either expires after `MEASURE_MAX_AGE_S`.
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -216,11 +218,33 @@ class HostHistory(BaseModel):
 MIN_TASKS_FOR_MEASURE = 20
 
 
-def production_ratios(lines: Iterable[InstanceLine]) -> dict[int, float]:
+@dataclass(frozen=True)
+class ProductionRatios:
+    """What fleet's snapshot says each producing machine did for us, ÷ its model's reference: the ratios to
+    record, and those beyond what any card of the model can do, left out for the caller to log."""
+
+    trusted: dict[int, float] = field(default_factory=dict)
+    implausible: dict[int, float] = field(default_factory=dict)
+
+
+# a model's machines needed to tell a miscount from the workload: fewer, and the median is one of the suspects
+MIN_MACHINES_TO_JUDGE = 3
+# twice what the model's typical machine does: a healthy card's spread over its model is a tenth, and the bench
+# fails a card reporting twice its reference (services/bench/verdict.py) for the same reason
+IMPLAUSIBLE_ABOVE_MEDIAN = 2.0
+
+
+def production_ratios(lines: Iterable[InstanceLine]) -> ProductionRatios:
     """machine_id → what each producing machine did for us ÷ its model's reference, from fleet's snapshot lines.
 
-    The model is the one vast lists (fleet has it from the provisioner), never a host's own claim."""
-    ratios: dict[int, float] = {}
+    The model is the one vast lists (fleet has it from the provisioner), never a host's own claim. A machine that
+    did more than IMPLAUSIBLE_ABOVE_MEDIAN (2) times the median of its model's machines is a
+    miscount, not a machine: a flood of completions named after one instance read as 100 times its model, and as
+    the machine's own measure it replaced any benchmark and ranked its offers nearly free per task. It is dropped,
+    not clamped (a clamped miscount still ranks at the most flattering figure allowed). The bound is relative to
+    the fleet, not to the reference: the reference is a prior for one workload, and a user's tasks may run at
+    several times it on every machine alike."""
+    measured: dict[str, list[tuple[int, float]]] = {}
     for line in lines:
         reference = gpu_models.reference_tasks_per_h(line.gpu_model)
         if (
@@ -230,7 +254,14 @@ def production_ratios(lines: Iterable[InstanceLine]) -> dict[int, float]:
             and line.throughput_tasks_per_h
             and reference
         ):
-            ratios[line.machine_id] = line.throughput_tasks_per_h / (reference * line.num_gpus)
+            ratio = line.throughput_tasks_per_h / (reference * line.num_gpus)
+            measured.setdefault(line.gpu_model or "", []).append((line.machine_id, ratio))
+    ratios = ProductionRatios()
+    for machines in measured.values():
+        typical = statistics.median(r for _, r in machines) if len(machines) >= MIN_MACHINES_TO_JUDGE else math.inf
+        for machine_id, ratio in machines:
+            into = ratios.trusted if ratio <= IMPLAUSIBLE_ABOVE_MEDIAN * typical else ratios.implausible
+            into[machine_id] = ratio
     return ratios
 
 

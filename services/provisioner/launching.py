@@ -40,6 +40,8 @@ from shared.contract import (
     bid_usd_per_h,
 )
 
+# a bid is sent to the micro-dollar an hour; one that rounds to nothing there is no bid
+BID_DECIMALS = 6
 # a settle wait is cut into steps this long, each telling JetStream and the fleet lease that the launch goes on
 SETTLE_HEARTBEAT_S = 10.0
 
@@ -97,6 +99,10 @@ class Launching(Reconciling):
             return self._failure(command, "launch", error)
         except VastError as error:
             return self._failure(command, "launch", error, f"offer search failed: {error}")
+        ranked, dear_pulls = self._split_by_pull(ranked)
+        if dear_pulls and not ranked and (over_day := self._day_refusal(dear_pulls[:1])):
+            # every offer is out for its own pull: the day's cap is why nothing can be rented, and is said so
+            return self._result(command, "launch", "refused", over_day.rule, over_day.detail, done_ids)
 
         # fewer acceptable offers than asked: rent those there are, as an autoscaler fills what the market holds
         # (refused whole, a busy morning's launch of 21 rented nothing for its 15 offers, and the queue grew for
@@ -130,6 +136,8 @@ class Launching(Reconciling):
             commitment = commitment.plus(self.limits.reserved_usd_per_h(instance.price_usd_per_h))
         if len(missing) < wanted:
             detail = f"launched {len(created)} of {wanted}: {len(ranked)} acceptable offers for {wanted} instances"
+            if dear_pulls:
+                detail += f" ({len(dear_pulls)} more left out: each one's image pull alone would pass today's cap)"
             return self._result(command, "launch", "failed", RefusalRule.NO_OFFER, detail, sorted(done_ids + created))
         return self._result(command, "launch", "done", None, f"launched {len(created)}", sorted(done_ids + created))
 
@@ -224,6 +232,24 @@ class Launching(Reconciling):
             remaining -= step
         await self._keep_alive(heartbeat)
 
+    def _split_by_pull(self, ranked: list[RankedOffer]) -> tuple[list[RankedOffer], list[RankedOffer]]:
+        """(the offers a launch may rent, those whose one-off image pull alone puts today's spend over the cap):
+        such an offer is left out, the launch rents the others (budget.pull_breaks_the_day)."""
+        commitment, now = self.commitment(), self.clock.now()
+        kept: list[RankedOffer] = []
+        dear_pulls: list[RankedOffer] = []
+        for offer in ranked:
+            if budget.pull_breaks_the_day(self.limits, self.day_spend, commitment, offer, now):
+                log.warning(
+                    "offer %s left out: its image pull ($%.2f at the host's $%s/GB) alone would put today's spend "
+                    "over the daily cap $%.2f",
+                    offer.offer.id, offer.pull_cost_usd, offer.offer.inet_down_cost, self.limits.daily_cap_usd,
+                )  # fmt: skip
+                dear_pulls.append(offer)
+            else:
+                kept.append(offer)
+        return kept, dear_pulls
+
     def _day_refusal(self, rents: list[RankedOffer], commitment: Commitment | None = None) -> Refusal | None:
         """Would these rents, on top of `commitment` (the fleet's now by default), pass today's cap?"""
         return budget.day_refusal(
@@ -242,11 +268,17 @@ class Launching(Reconciling):
     def _bid_for(command: LaunchInstances, index: int, choice: RankedOffer) -> float | None:
         """The first `interruptible` slots of a launch bid the offer's min_bid × (1 + markup), never above its
         on-demand price; an offer that lists no min_bid is rented on-demand (a bid of unknown floor would be
-        refused or silently too high)."""
+        refused or silently too high).
+
+        A bid that rounds to nothing (a min_bid of 1e-7 $/h) is a floor vast does not mean either: the slot is
+        rented on-demand, as for a min_bid of zero, rather than the offer skipped. The offer passed ranking and
+        the budget at its on-demand price, which is what the slot is budgeted at, and a bid of $0 is no request
+        vast takes (the client refuses to send it)."""
         min_bid = choice.offer.min_bid
         if index >= command.interruptible or min_bid is None or min_bid <= 0:
             return None
-        return round(bid_usd_per_h(min_bid, choice.offer.dph_total, command.bid_markup), 6)
+        bid = round(bid_usd_per_h(min_bid, choice.offer.dph_total, command.bid_markup), BID_DECIMALS)
+        return bid if bid > 0 else None
 
     async def _find_by_label(self, label: str) -> VastInstance | None:
         try:

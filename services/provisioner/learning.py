@@ -7,6 +7,7 @@ from datetime import UTC, datetime, time
 
 from services.provisioner.charges import charge_lines
 from services.provisioner.host_history import (
+    IMPLAUSIBLE_ABOVE_MEDIAN,
     Incident,
     IncidentKind,
     bench_ratio,
@@ -20,6 +21,7 @@ from services.provisioner.ranking import (
 from services.provisioner.state import (
     SOURCE,
     ProvisionerState,
+    log,
 )
 from services.provisioner.vast_client import (
     VastError,
@@ -66,14 +68,22 @@ class Learning(ProvisionerState):
         return OfferList(occurred_at=now, source=SOURCE, offers=lines)
 
     async def charges(self, query: ChargesQuery) -> ChargeList:
-        """What vast.ai charged since the query's day; an error means unknown, never $0."""
+        """What vast.ai charged since the query's day; an error means unknown, never $0. Rows vast sent that could
+        not be read make the total partial: the lines read come with an error saying so, never a silent sum."""
         now = self.clock.now()
         since_s = datetime.combine(query.since, time(0), tzinfo=UTC).timestamp()
         try:
-            rows = await self.client.list_charges(since_s)
+            listing = await self.client.list_charges(since_s)
         except VastError as error:
             return ChargeList(occurred_at=now, source=SOURCE, error=str(error)[:1000])
-        return ChargeList(occurred_at=now, source=SOURCE, lines=charge_lines(rows, self.known))
+        lines = charge_lines(listing.charges, self.known)
+        if listing.unreadable_rows:
+            partial = (
+                f"{listing.unreadable_rows} of vast.ai's {listing.unreadable_rows + len(listing.charges)} charge rows "
+                "could not be read (their amounts are unknown): the total of the rows read is partial"
+            )
+            return ChargeList(occurred_at=now, source=SOURCE, lines=lines, error=partial)
+        return ChargeList(occurred_at=now, source=SOURCE, lines=lines)
 
     async def learn_bench(self, result: BenchResult) -> None:
         """A failed bench penalises the machine and its host; any verdict leaves a measured throughput ratio."""
@@ -107,10 +117,16 @@ class Learning(ProvisionerState):
         how many GPUs stand behind each of demand's producers, by model (`learn_demand`)."""
         self.producer_gpus = gpus_per_producer(snapshot.instances)
         ratios = production_ratios(snapshot.instances)
-        if not ratios:
+        for machine_id, ratio in sorted(ratios.implausible.items()):
+            log.warning(
+                "machine %s: fleet's snapshot says it produced %.1f times its model's reference, more than %.0f times"
+                " what its model's machines typically do: a miscount, not recorded as its throughput",
+                machine_id, ratio, IMPLAUSIBLE_ABOVE_MEDIAN,
+            )  # fmt: skip
+        if not ratios.trusted:
             return
         async with self._exclusive():
-            for machine_id, ratio in ratios.items():
+            for machine_id, ratio in ratios.trusted.items():
                 self.history.record_task_throughput(machine_id, ratio, snapshot.occurred_at)
             await self.store.save_history(self.history)
 

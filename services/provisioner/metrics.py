@@ -43,14 +43,14 @@ class VastApiMetrics:
         self.auth_refused_at: str | None = None  # the endpoint whose answer refused the key, while it does
         self.rows_skipped = Counter(
             "fleetpilot_vast_rows_skipped_total",
-            "Offer or instance rows vast.ai sent that could not be read: skipped, the rest of the answer used",
+            "Offer, instance or charge rows vast.ai sent that could not be read: skipped, the rest of the answer used",
             ["endpoint"],
             registry=registry,
         )
         for endpoint in VAST_ENDPOINTS:
             self.rate_limited.labels(endpoint)
             self.calls.labels(endpoint, "ok")
-        for endpoint in ("search", "list_v1", "list_v0"):
+        for endpoint in ("search", "list_v1", "list_v0", "invoices"):
             self.rows_skipped.labels(endpoint)
 
     def observe(self, endpoint: str, outcome: str, latency_s: float | None) -> None:

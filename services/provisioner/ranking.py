@@ -13,6 +13,7 @@ before, else the typical startup plus the image pull over the offer's `inet_down
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -193,6 +194,14 @@ def search_query(constraints: OfferConstraints, *, limit: int, disk_gb: float) -
     return query
 
 
+def _not_excluded(listed_id: int | None, excluded_ids: frozenset[int]) -> bool:
+    """While some ids are excluded, a row that names none cannot be checked against them: it may be the very host
+    an operator excluded, so it is not rented (with no exclusion in force, a missing id excludes nothing)."""
+    if not excluded_ids:
+        return True
+    return listed_id is not None and listed_id not in excluded_ids
+
+
 def acceptable(offer: VastOffer, constraints: OfferConstraints) -> bool:
     """Checked again here: a search filter vast ignored must not let a wrong machine through."""
     return (
@@ -202,10 +211,29 @@ def acceptable(offer: VastOffer, constraints: OfferConstraints) -> bool:
         and (not constraints.verified_only or offer.verified is True)
         and (offer.cuda_max_good or 0.0) >= constraints.min_cuda
         and (offer.disk_space or 0.0) >= constraints.min_disk_gb
-        and offer.host_id not in constraints.excluded_host_ids
-        and offer.machine_id not in constraints.excluded_machine_ids
+        and _not_excluded(offer.host_id, constraints.excluded_host_ids)
+        and _not_excluded(offer.machine_id, constraints.excluded_machine_ids)
         and (constraints.gpus_per_machine is None or offer.num_gpus == constraints.gpus_per_machine)
     )
+
+
+def pull_past_meaning(offer: VastOffer, startup: StartupModel) -> bool:
+    """The image pull at this host's bandwidth price is no finite number of dollars (a row at 1e308 $/GB): such a
+    rent can be neither budgeted (one such offer refused a whole launch on the day's cap) nor published (JSON has no
+    inf: the offer list carrying one failed validation at the decider), so the offer is not acceptable."""
+    return not math.isfinite(startup.pull_cost_usd(offer))
+
+
+def distinct_offers(offers: Iterable[VastOffer]) -> list[VastOffer]:
+    """Each offer id once, as first listed: an id is one machine's ask, so a row listed twice (a page that moved
+    under the search) was ranked twice and planned as two rents of one machine."""
+    seen: set[int] = set()
+    distinct = []
+    for offer in offers:
+        if offer.id not in seen:
+            seen.add(offer.id)
+            distinct.append(offer)
+    return distinct
 
 
 def rank(
@@ -231,8 +259,8 @@ def rank(
     startups = history.startup_means()
     # a market lists few GPU models and many machines: each model's pace looked up once per search
     model_pace: dict[str, float | None] = {}
-    for offer in offers:
-        if not acceptable(offer, constraints):
+    for offer in distinct_offers(offers):
+        if not acceptable(offer, constraints) or pull_past_meaning(offer, startup):
             continue
         per_gpu = expected_per_gpu_tasks_per_h(offer, knowledge, history, now, model_pace)
         if per_gpu is None:
@@ -246,6 +274,8 @@ def rank(
         startup_s = startup.predicted_s(offer, startups)
         if urgent_horizon_h is not None:
             usd_per_task *= (startup_s / 3600 + urgent_horizon_h) / urgent_horizon_h
+        if not math.isfinite(usd_per_task):
+            continue  # a ranking key past any meaning orders nothing, and no offer list may carry it
         ranked.append(
             RankedOffer(
                 offer=offer,
@@ -265,6 +295,8 @@ def rank(
 
 # A benchmark is the host's own report: it may rank its machine down freely, but up by this much at most, so a
 # made-up fast run cannot make a machine look nearly free per task (1.1: a healthy card's spread over its model).
+# What a machine produced for us is believed as measured: it is fleet's count of completions, each task counted
+# once, and a count far beyond its model's other machines is dropped before it is recorded (production_ratios).
 BENCH_RATIO_AT_MOST = 1.1
 
 

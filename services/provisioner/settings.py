@@ -5,13 +5,15 @@ The budget and the price caps are shared with the decider and live in `shared.se
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field, SecretStr, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from services.bench.config import BenchSettings
 from services.bench.onstart import onstart_command
 from shared.live_mode import exit_for_setting
-from shared.settings import CommaSeparatedInts, CommaSeparatedStrings
+from shared.settings import CommaSeparatedInts, CommaSeparatedStrings, split_commas
 
 # vast.ai's documented per-endpoint minimum intervals (s) between requests; it sends no Retry-After, so the
 # client spaces its own calls by these. Search is "10 per minute per IP".
@@ -36,6 +38,11 @@ ENDPOINTS = frozenset({*DOCUMENTED_SPACING_S, "invoices"})
 # driver that supports 12.8, hence `min_cuda` 12.8. Replace both with your worker image and its CUDA.
 DEFAULT_IMAGE = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
 DEFAULT_MIN_CUDA = 12.8
+
+# a TCP port is 1..65535: -5 or 99999 passed `config --check` and went into every create request as a port
+# mapping no container can have; refused with the setting's name instead, before anything is rented
+ContainerPort = Annotated[int, Field(ge=1, le=65_535)]
+CommaSeparatedPorts = Annotated[list[ContainerPort], NoDecode, BeforeValidator(split_commas)]
 
 
 class ProvisionerSettings(BaseSettings):
@@ -88,7 +95,7 @@ class ProvisionerSettings(BaseSettings):
         "FLEETPILOT_PROVISIONER_BENCH_URL and FLEETPILOT_BENCH_REPORT_TOKEN); set it to run your own",
     )
     worker_env: dict[str, str] = Field(default_factory=dict, description="passed to every instance as-is")
-    worker_ports: CommaSeparatedInts = Field(
+    worker_ports: CommaSeparatedPorts = Field(
         default_factory=lambda: [8000], description="container ports each instance exposes (comma-separated)"
     )
 

@@ -28,6 +28,7 @@ from services.provisioner.ranking import (
     RankedOffer,
     StartupModel,
     ThroughputKnowledge,
+    pull_past_meaning,
     rank,
     search_query,
 )
@@ -238,6 +239,13 @@ class ProvisionerState:
         query = search_query(constraints, limit=self.config.search_limit, disk_gb=self.config.disk_gb)
         offers = await self.client.search_offers(query)
         startup = StartupModel(image_gb=self.config.image_gb, typical_startup_s=self.config.typical_startup_s)
+        if past_meaning := [offer.id for offer in offers if pull_past_meaning(offer, startup)]:
+            log.warning(
+                "vast.ai search: skipped %d offers whose image pull at the host's bandwidth price is no finite "
+                "number of dollars (offers %s)",
+                len(past_meaning), past_meaning[:10],
+            )  # fmt: skip
+            self.metrics.vast.rows_skipped.labels("search").inc(len(past_meaning))
         return rank(
             offers,
             constraints,

@@ -25,7 +25,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from services.provisioner.metrics import VastApiMetrics
 from services.provisioner.settings import ProvisionerSettings
-from services.provisioner.vast_models import InstanceListing, VastCharge, VastInstance, VastOffer
+from services.provisioner.vast_models import ChargeListing, InstanceListing, VastCharge, VastInstance, VastOffer
 from shared.clock import Clock
 
 V1_PAGE_SIZE = 25  # v1 caps a page at 25 rows
@@ -75,6 +75,14 @@ class VastRequestError(VastError):
     """vast rejected the request itself (another 4xx): retrying the same request cannot help."""
 
     outcome = "client_error"
+
+
+class UnsendableRequest(VastRequestError, ValueError):
+    """The client would not send this request (a bid of $0 or less, a price inside the body): nothing reached vast.
+    A vast error, so an operation answers it like any refused request (a plain ValueError from a bid rounded to $0
+    escaped the launch handler), and a ValueError, as a caller's bad argument is."""
+
+    outcome = "not_sent"
 
 
 class BidTooLow(VastRequestError):
@@ -165,15 +173,16 @@ class VastClient:
         offers, _ = self._readable(VastOffer, _field(body, "offers", "search", list), "search")
         return offers
 
-    async def list_charges(self, since_s: float) -> list[VastCharge]:
-        """What the account was charged since `since_s` (epoch s): `GET /api/v0/invoices?type=charge`."""
+    async def list_charges(self, since_s: float) -> ChargeListing:
+        """What the account was charged since `since_s` (epoch s): `GET /api/v0/invoices?type=charge`. A row that
+        cannot be read is skipped (logged, counted) and counted in the listing too: its amount is unknown."""
         params = {"type": "charge", "select_filters": json.dumps({"timestamp": {"gte": since_s}})}
         body = await self._call("invoices", "GET", "/api/v0/invoices", params=params)
         rows = body.get("invoices", body.get("results")) if isinstance(body, dict) else body
         if not isinstance(rows, list):
             raise VastError("invoices", f"expected a list of charges, got {type(body).__name__}")
         charges, _ = self._readable(VastCharge, rows, "invoices")
-        return charges
+        return ChargeListing(charges, unreadable_rows=len(rows) - len(charges))
 
     async def create_instance(
         self, offer_id: int, request: dict[str, Any], *, bid_usd_per_h: float | None = None
@@ -182,10 +191,12 @@ class VastClient:
         bid (vast's `price`); without it, on-demand, whatever the search asked for: vast rents a create without a
         price on-demand, so a bid is only ever this argument. Raises OfferGone, BidTooLow, AmbiguousCreate, ..."""
         if "price" in request:
-            raise ValueError("request: carries 'price'; pass the bid as bid_usd_per_h so that a bid is never implicit")
+            raise UnsendableRequest(
+                "create", "request: carries 'price'; pass the bid as bid_usd_per_h so that a bid is never implicit"
+            )
         if bid_usd_per_h is not None:
             if not bid_usd_per_h > 0:
-                raise ValueError(f"bid_usd_per_h: expected a positive $/h, got {bid_usd_per_h!r}")
+                raise UnsendableRequest("create", f"bid_usd_per_h: expected a positive $/h, got {bid_usd_per_h!r}")
             request = {**request, "price": bid_usd_per_h}
         body = await self._call("create", "PUT", f"/api/v0/asks/{offer_id}/", json_body=request, idempotent=False)
         new_contract = body.get("new_contract") if isinstance(body, dict) else None
@@ -243,7 +254,7 @@ class VastClient:
     async def change_bid(self, instance_id: int, bid_usd_per_h: float) -> None:
         """A new bid for an interruptible instance (`vastai change bid`); an on-demand one answers 400."""
         if not bid_usd_per_h > 0:
-            raise ValueError(f"bid_usd_per_h: expected a positive $/h, got {bid_usd_per_h!r}")
+            raise UnsendableRequest("bid_price", f"bid_usd_per_h: expected a positive $/h, got {bid_usd_per_h!r}")
         body = {"client_id": "me", "price": bid_usd_per_h}
         await self._call("bid_price", "PUT", f"/api/v0/instances/bid_price/{instance_id}/", json_body=body)
 

@@ -65,10 +65,11 @@ LATEST_START_S = 4_102_444_800.0
 
 
 def _price_or_none(value: Any) -> float | None:
-    """A price an instance is billed at: a finite number of dollars, zero or more; anything else is unknown (the
-    budget then counts the most it would pay). A negative price read as such made room in the budget."""
+    """A price an instance is billed at: a finite number of dollars above zero; anything else is unknown (the
+    budget then counts the most it would pay, or what it knew). A negative price read as such made room in the
+    budget, and so did $0: no rented GPU is free, so a zero is vast not saying (as offers read it, `dph_total`)."""
     number = _number_or_none(value)
-    return number if number is not None and number >= 0 else None
+    return number if number is not None and number > 0 else None
 
 
 def _moment_or_none(value: Any) -> float | None:
@@ -176,13 +177,26 @@ class InstanceListing:
     unreadable_ids: frozenset[int] = frozenset()
 
 
-class VastCharge(BaseModel):
-    """A row of `GET /api/v0/invoices?type=charge`: vast writes numbers as strings ("10.000"), both are read."""
+@dataclass(frozen=True)
+class ChargeListing:
+    """A successful charges query: the rows read, and how many rows it held that could not be read (their amounts
+    are unknown, so the rows' total is partial)."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    charges: list[VastCharge] = field(default_factory=list)
+    unreadable_rows: int = 0
+
+
+class VastCharge(BaseModel):
+    """A row of `GET /api/v0/invoices?type=charge`: vast writes numbers as strings ("10.000"), both are read.
+
+    Read strictly: a charge is money, so a row whose amount or moment is no finite number in range is unreadable
+    (the client skips and counts it, and the total is then partial), never $0 nor a crash. One row stamped in
+    milliseconds, or NaN, failed the whole `fleetpilot cost`; an amount of "inf" was published as null."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
     description: str = ""
-    timestamp: float
+    timestamp: float = Field(gt=0, lt=LATEST_START_S)  # epoch seconds: milliseconds are past 2100
     quantity: float = 0.0
     amount: float
     instance_id: int | None = None

@@ -20,12 +20,17 @@ class OfferQuery(Event):
 
 
 class OfferLine(ContractModel):
+    """Every number finite: JSON has no inf, so an offer ranked at inf $/task went out as null and the whole list
+    failed validation at the decider. A line with one is refused where it is made."""
+
     offer_id: int
     gpu_model: str
     num_gpus: int = Field(ge=1)
-    price_usd_per_h: float = Field(ge=0)
+    price_usd_per_h: float = Field(ge=0, allow_inf_nan=False)
     reliability: float = Field(ge=0, le=1)
-    expected_usd_per_task: float = Field(ge=0, description="the ranking key: price ÷ expected throughput, adjusted")
+    expected_usd_per_task: float = Field(
+        ge=0, allow_inf_nan=False, description="the ranking key: price ÷ expected throughput, adjusted"
+    )
     host_id: int | None = None
     machine_id: int | None = None
     geolocation: str | None = None
@@ -54,13 +59,14 @@ class ChargeLine(ContractModel):
     gpu_model: str | None = Field(default=None, description="as the provisioner knows the instance; none: not ours")
     kind: ChargeKind
     day: date
-    quantity: float = Field(ge=0, description="hours (gpu, storage) or GB (bandwidth)")
-    amount_usd: float = Field(ge=0)
+    quantity: float = Field(ge=0, allow_inf_nan=False, description="hours (gpu, storage) or GB (bandwidth)")
+    amount_usd: float = Field(ge=0, allow_inf_nan=False)
     description: str = Field(default="", max_length=300)
 
 
 class ChargeList(Event):
-    """`error` set means vast.ai could not be read: an empty list then means unknown, never $0."""
+    """`error` set means vast.ai could not be read, in whole or in part (rows whose amounts are unknown): the lines
+    then are not the whole cost, and an empty list means unknown, never $0."""
 
     lines: list[ChargeLine] = Field(default_factory=list)
     error: str | None = Field(default=None, max_length=1000)

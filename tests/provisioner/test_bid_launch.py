@@ -7,6 +7,9 @@ import pytest
 from nats.js import JetStreamContext
 from pydantic import ValidationError
 
+from services.provisioner.launching import Launching
+from services.provisioner.ranking import RankedOffer
+from services.provisioner.vast_models import VastOffer
 from shared.clock import SimulatedClock
 from shared.contract import InstanceState, LaunchInstances, LaunchReason
 from shared.settings import Settings
@@ -62,3 +65,18 @@ async def test_a_bid_is_never_above_the_on_demand_price(
         assert (await bus.result_for("launch-dear-bid")).outcome == "done"
     [entry] = simulator.world.ledger(sim_clock.now()).entries
     assert entry.is_bid and entry.dph_total == pytest.approx(0.48)  # min_bid × 2 = the on-demand price
+
+
+def test_a_bid_that_rounds_to_nothing_rents_the_slot_on_demand() -> None:
+    """A min_bid of 1e-7 $/h rounded the bid to 0.0: the client refused it with a ValueError that no handler
+    answered, and the launch command crashed at every delivery. Such a floor means nothing: the slot is rented
+    on-demand, at the price ranking and the budget already took it at."""
+    command = launch("launch-tiny-bid", 2, interruptible=2)
+    tiny, sane = (
+        RankedOffer(
+            VastOffer(id=offer_id, gpu_name="RTX 4090", dph_total=0.5, min_bid=min_bid), 120.0, 1.0, 0.5 / 120.0
+        )
+        for offer_id, min_bid in ((1, 1e-7), (2, 0.25))
+    )
+    assert Launching._bid_for(command, 0, tiny) is None
+    assert Launching._bid_for(command, 1, sane) == pytest.approx(0.3)

@@ -18,6 +18,7 @@ from services.provisioner.budget import (
     fits,
     pick_next,
     plan_launch,
+    pull_breaks_the_day,
     resume_refusal,
 )
 from services.provisioner.ranking import RankedOffer
@@ -173,3 +174,22 @@ def test_a_rent_that_would_pass_the_daily_cap_by_midnight_is_refused_with_its_ru
     assert "$21.00" in refusal.detail and "$20.00" in refusal.detail
     # unset, the cap is the hourly budget all day: $2/h x 24
     assert LIMITS.daily_cap_usd == 48.0 and day_refusal(LIMITS, spent, Commitment(0.5, 1), 0.5, 3.0, at_noon) is None
+
+
+def test_an_offer_whose_pull_alone_passes_the_daily_cap_is_left_out_not_the_launch() -> None:
+    """The pull is the offer's own charge: a host at 50 $/GB (a $500 pull) is no rent today, like one above the
+    price cap. A rent whose hourly price alone passes the cap is the launch's refusal, as before."""
+    capped = BudgetLimits(**{**LIMITS.__dict__, "daily_budget_usd": 20.0})
+    at_noon = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+    spent = DaySpend(day=date(2026, 3, 2), spent_usd=6.0, accrued_until=at_noon)
+    sane, dear_pull, dear_hours = (
+        RankedOffer(
+            VastOffer(id=i, gpu_name="RTX 4090", dph_total=price), 120.0, 1.0, price / 120.0, pull_cost_usd=pull
+        )
+        for i, price, pull in ((1, 0.5, 0.1), (2, 0.5, 500.0), (3, 1.2, 0.1))
+    )
+    commitment = Commitment(0.5, 1)
+    assert not pull_breaks_the_day(capped, spent, commitment, sane, at_noon)
+    assert pull_breaks_the_day(capped, spent, commitment, dear_pull, at_noon)
+    # 6 + (0.5 + 1.2) x 12 = 26.4: over the cap by its hours, not its pull
+    assert not pull_breaks_the_day(capped, spent, commitment, dear_hours, at_noon)

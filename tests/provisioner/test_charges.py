@@ -4,12 +4,16 @@ provisioner answers over NATS with each machine's GPU model, and the command sum
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import date, timedelta
 
+import pytest
 from nats.js import JetStreamContext
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from services.cli.main import app
+from services.provisioner.charges import charge_lines
+from services.provisioner.vast_models import VastCharge
 from shared.clock import SimulatedClock
 from shared.settings import Settings
 from tests.provisioner.service_harness import BusRecorder, market_scenario, running_provisioner, send
@@ -57,3 +61,22 @@ async def test_cost_sums_vasts_charges_per_kind_model_and_machine_across_days(
 async def test_cost_without_a_provisioner_is_unknown_never_zero(settings: Settings, js: JetStreamContext) -> None:
     code, out, err = await asyncio.to_thread(cli, settings, "cost")
     assert code == 1 and "unknown, not $0" in err and "$0" not in out
+
+
+GOOD_CHARGE = {"description": "Instance 1 GPU charge", "timestamp": 1.7e9, "amount": "1.0", "instance_id": 1}
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [{"amount": "nan"}, {"amount": "inf"}, {"amount": 1e400}, {"quantity": "inf"}, {"timestamp": "nan"},
+     {"timestamp": 1.7e12}, {"timestamp": -1e12}, {"timestamp": 0}],
+    ids=["NaN amount", "inf amount", "amount past a float", "inf quantity", "NaN moment", "milliseconds",
+         "before 1970", "zero moment"],
+)  # fmt: skip
+def test_a_charge_row_whose_amount_or_moment_is_no_finite_number_in_range_is_unreadable(odd: dict[str, object]) -> None:
+    """A NaN amount read as $0 (max(0, NaN)), an inf one went out as null, and a moment in milliseconds or NaN
+    failed the whole reply: such a row does not read as a charge (the client skips and counts it)."""
+    with pytest.raises(ValidationError):
+        VastCharge.model_validate({**GOOD_CHARGE, **odd})
+    [line] = charge_lines([VastCharge.model_validate(GOOD_CHARGE)], {})
+    assert (line.amount_usd, line.day) == (1.0, date(2023, 11, 14))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -9,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from services.provisioner import budget
 from services.provisioner.host_history import (
     HALF_LIFE_S,
     HOST_SHARE,
@@ -33,7 +35,7 @@ from services.provisioner.ranking import (
 )
 from services.provisioner.vast_models import VastOffer
 from shared import gpu_models
-from shared.contract import InstanceLine, InstanceState
+from shared.contract import InstanceLine, InstanceState, OfferLine, RefusalRule
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 ANY = OfferConstraints(allowed_gpu_models=("RTX 4090", "RTX 5090", "RTX 3090"), max_price_usd_per_h=1.0)
@@ -233,6 +235,27 @@ def test_what_a_machine_produced_outranks_its_benchmark() -> None:
     assert ranked.expected_tasks_per_h == pytest.approx(120.0 * 1.3)
 
 
+def test_a_production_ratio_far_beyond_its_models_other_machines_is_dropped_not_clamped() -> None:
+    """400 completions in two minutes named one 4090 (12,000 tasks/h, 100 times its model): a miscount, never the
+    machine's measure; its plausible neighbours in the same snapshot are still recorded. The bound is the fleet's
+    own machines of the model, not the reference: a workload running at eight times it on every machine is
+    believed, and with fewer than three machines of a model there is no typical one to compare with."""
+
+    def producing(machine: int, throughput_tasks_per_h: float) -> InstanceLine:
+        return InstanceLine(
+            instance_id=machine, state=InstanceState.PRODUCING, gpu_model="RTX 4090", num_gpus=1,
+            price_usd_per_h=0.5, machine_id=machine, created_at=NOW, state_since=NOW, tasks_completed=400,
+            throughput_tasks_per_h=throughput_tasks_per_h, line=f"#{machine}",
+        )  # fmt: skip
+
+    ratios = production_ratios([producing(100, 12_000.0), producing(200, 108.0), producing(300, 240.0)])
+    assert ratios.trusted == {200: pytest.approx(0.9), 300: pytest.approx(2.0)}
+    assert ratios.implausible == {100: pytest.approx(100.0)}
+    fast_workload = production_ratios([producing(m, 960.0 + m) for m in (1, 2, 3, 4)])
+    assert sorted(fast_workload.trusted) == [1, 2, 3, 4] and not fast_workload.implausible
+    assert production_ratios([producing(100, 12_000.0), producing(200, 108.0)]).implausible == {}
+
+
 def test_only_a_machine_producing_for_a_while_gives_a_production_ratio() -> None:
     def line(instance_id: int, state: InstanceState, tasks: int, machine: int | None = 500) -> InstanceLine:
         return InstanceLine(
@@ -247,7 +270,7 @@ def test_only_a_machine_producing_for_a_while_gives_a_production_ratio() -> None
         line(3, InstanceState.DRAINING, 400, machine=502),
         line(4, InstanceState.PRODUCING, 400, machine=None),
     ]
-    assert production_ratios(lines) == {500: pytest.approx(0.5)}
+    assert production_ratios(lines).trusted == {500: pytest.approx(0.5)}
 
 
 def test_demand_paces_per_machine_are_ranked_per_gpu() -> None:
@@ -306,3 +329,59 @@ def test_an_offer_at_no_price_or_with_more_gpus_than_a_machine_has_is_no_offer(f
     with pytest.raises(ValidationError, match=field):
         VastOffer.model_validate(row)
     assert VastOffer.model_validate({**row, field: 0.4 if field == "dph_total" else 8}).id == 1
+
+
+def test_an_offer_whose_image_pull_is_no_finite_number_is_not_ranked_and_the_rest_are() -> None:
+    """A host at 1e308 $/GB made its pull inf: ranked, it refused a whole launch on the day's cap, and its inf
+    $/task went out as null in the offer list, which then failed validation at the decider."""
+    offers = [offer(1, "RTX 4090", 0.50, inet_down_cost=1e308), offer(2, "RTX 4090", 0.55, inet_down_cost=0.01)]
+    ranked = rank(offers, ANY, ThroughputKnowledge(), HostHistory(), NOW, startup=StartupModel(image_gb=10.0))
+    assert [r.offer.id for r in ranked] == [2]
+    assert math.isfinite(ranked[0].expected_usd_per_task) and ranked[0].pull_cost_usd == pytest.approx(0.1)
+    urgent = rank(offers, ANY, ThroughputKnowledge(), HostHistory(), NOW, urgent_horizon_h=2.0)
+    assert [r.offer.id for r in urgent] == [2]
+
+
+def test_an_offer_line_with_a_number_json_cannot_carry_is_refused_where_it_is_made() -> None:
+    line = {"offer_id": 1, "gpu_model": "RTX 4090", "num_gpus": 1, "price_usd_per_h": 0.5, "reliability": 0.99}
+    for bad in ({"expected_usd_per_task": math.inf}, {"expected_usd_per_task": math.nan, "price_usd_per_h": 0.5},
+                {"expected_usd_per_task": 0.004, "price_usd_per_h": math.inf}):  # fmt: skip
+        with pytest.raises(ValidationError, match="finite number"):
+            OfferLine.model_validate({**line, **bad})
+
+
+def test_an_offer_listed_twice_is_ranked_and_planned_once() -> None:
+    """vast's search listed one offer id on two rows: both were ranked, and a launch of two planned the same
+    machine twice."""
+    twice = [offer(1, "RTX 4090", 0.50), offer(1, "RTX 4090", 0.50), offer(2, "RTX 4090", 0.55)]
+    ranked = rank(twice, ANY, ThroughputKnowledge(), HostHistory(), NOW)
+    assert [r.offer.id for r in ranked] == [1, 2]
+    limits = budget.BudgetLimits(
+        budget_usd_per_h=10, max_instances=10, normal_max_price_usd_per_h=0.8, emergency_max_price_usd_per_h=1.2
+    )
+    only_one = rank(twice[:2], ANY, ThroughputKnowledge(), HostHistory(), NOW)
+    plan = budget.plan_launch(limits, budget.Commitment(), only_one, 2)
+    assert isinstance(plan, budget.Refusal) and plan.rule is RefusalRule.NO_OFFER
+
+
+@pytest.mark.parametrize("missing", ["host_id", "machine_id"])
+def test_an_offer_that_names_no_host_or_machine_passes_no_exclusion(missing: str) -> None:
+    """An operator excluded host 666: a row without a host_id cannot be told apart from it, so while any host (or
+    machine) is excluded such a row is not rented. With no exclusion in force it is, as before."""
+    row = {"id": 2, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.5, "reliability2": 0.99, "verified": True,
+           "cuda_max_good": 12.8, "disk_space": 100, "host_id": 10, "machine_id": 100, missing: None}  # fmt: skip
+    unnamed = VastOffer.model_validate(row)
+    excluded = {
+        "host_id": {"excluded_host_ids": frozenset({666})},
+        "machine_id": {"excluded_machine_ids": frozenset({7})},
+    }
+    constraints = OfferConstraints(allowed_gpu_models=("RTX 4090",), max_price_usd_per_h=0.8, **excluded[missing])
+    assert not acceptable(unnamed, constraints)
+    assert rank([unnamed], constraints, ThroughputKnowledge(), HostHistory(), NOW) == []
+    assert acceptable(VastOffer.model_validate({**row, missing: 5}), constraints)  # named, and not excluded
+    assert acceptable(unnamed, OfferConstraints(allowed_gpu_models=("RTX 4090",), max_price_usd_per_h=0.8))
+    # an operator's directive narrows the constraints the same way
+    directed = OfferConstraints(allowed_gpu_models=("RTX 4090",), max_price_usd_per_h=0.8).narrowed_to(
+        [], None, excluded_host_ids=[666]
+    )
+    assert not acceptable(VastOffer.model_validate({**row, "host_id": None}), directed)

@@ -224,6 +224,25 @@ def test_a_nonsense_price_moment_or_gpu_count_reads_as_unknown(field: str, value
     assert reconcile(before, [read], NOW, gone_after_missing_lists=2).known[7].price_usd_per_h >= 0
 
 
+@pytest.mark.parametrize(
+    "prices",
+    [{"dph_total": 0}, {"dph_total": "0.0"}, {"dph_total": None, "dph_base": 0}, {"dph_total": 0, "dph_base": 0}],
+    ids=["zero", "zero as text", "null total, zero base", "both zero"],
+)
+def test_a_zero_price_is_unknown_and_never_frees_the_machines_share_of_the_budget(prices: dict[str, object]) -> None:
+    """vast listed a running machine at $0/h: read as a price, its share of the budget was freed for another rent
+    while vast still billed it. A known instance keeps the price it had; an adopted one counts the most we pay."""
+    raw = {"id": 7, "label": launch_label("k", 0), "actual_status": "running", "intended_status": "running",
+           "dph_total": 0.5, "num_gpus": 1, "gpu_name": "RTX 4090", **prices}  # fmt: skip
+    read = VastInstance.model_validate(raw)
+    assert read.price_usd_per_h is None
+    before = {7: known(7, launch_label("k", 0), InstanceState.LOADING)}
+    kept = reconcile(before, [read], NOW, gone_after_missing_lists=2).known[7]
+    assert kept.price_usd_per_h == 0.5 and kept.committed_usd_per_h == 0.5
+    [adopted] = reconcile({}, [read], NOW, gone_after_missing_lists=2).adopted
+    assert adopted.price_usd_per_h == PRICE_CAP
+
+
 def test_a_row_that_fails_half_way_is_kept_as_known_and_the_rest_reconciles(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever in one row still breaks its reading (a field not yet read for sense) is that row's problem: it is
     kept as it was known, reported with the reason, and every other row reconciles."""

@@ -6,7 +6,14 @@ import pytest
 from pydantic import SecretStr
 
 from services.provisioner.settings import ProvisionerSettings
-from services.provisioner.vast_client import BidTooLow, InstanceNotFound, VastClient, VastRequestError
+from services.provisioner.vast_client import (
+    BidTooLow,
+    InstanceNotFound,
+    UnsendableRequest,
+    VastClient,
+    VastError,
+    VastRequestError,
+)
 from shared.clock import SimulatedClock
 from sim.vast.scenario import Endpoint, OfferSpec, Scenario
 from tests.provisioner.conftest import AdvancingClock
@@ -110,3 +117,20 @@ async def test_odd_values_in_the_new_fields_read_as_unknown_not_as_an_unreadable
     await client.aclose()
     assert listed.id == instance_id
     assert (listed.is_bid, listed.min_bid, listed.inet_down) == (None, None, None)
+
+
+@pytest.mark.parametrize("bid_usd_per_h", [0.0, -0.1, float("nan")])
+async def test_a_bid_the_client_will_not_send_is_a_vast_error_and_nothing_is_sent(
+    start_vast: StartVast, sim_clock: SimulatedClock, bid_usd_per_h: float
+) -> None:
+    """A plain ValueError here escaped the launch handler (which answers vast errors): a create it cannot build is
+    a typed error of the port, answered like a refused request, and never reaches vast."""
+    simulator, url = await start_vast(scenario())
+    client = client_for(url, sim_clock)
+    with pytest.raises(VastError, match="bid_usd_per_h") as refused:
+        await client.create_instance(100, REQUEST, bid_usd_per_h=bid_usd_per_h)
+    with pytest.raises(UnsendableRequest, match="bid_usd_per_h"):
+        await client.change_bid(1, bid_usd_per_h)
+    await client.aclose()
+    assert isinstance(refused.value, UnsendableRequest)
+    assert simulator.calls_to(Endpoint.CREATE) == [] and simulator.calls_to(Endpoint.BID_PRICE) == []
