@@ -217,9 +217,31 @@ def test_producers_the_backlog_needs_over_the_drain_horizon_are_not_removed_as_s
         refused, _ = check(removal(verb, 101, RemovalReason.OVER_PROVISIONED), book, NOW, config)
         assert refused.verdict == "refused" and refused.rule == GuardrailRule.BACKLOG_FLOOR
         assert "needs 5" in refused.explanation
-    # a budget cut is no claim about demand: the hard budget wins over the backlog floor
-    budget, _ = check(removal(DrainInstance, 101, RemovalReason.BUDGET), book, NOW, config)
+    # a budget cut is no claim about demand: over the budget, the hard budget wins over the backlog floor
+    over_budget = ledger(producing(6, NOW, price_usd_per_h=4.0), pending=600)
+    budget, _ = check(removal(DrainInstance, 101, RemovalReason.BUDGET), over_budget, NOW, config)
     assert budget.verdict == "allowed"
+
+
+def test_a_reason_the_facts_do_not_back_does_not_lift_the_backlog_floor() -> None:
+    """Six producers with 2,000 tasks queued (17 worker-h) and $3/h of a $20/h budget: an agent told by a task
+    type to drain `for budget` drained five of six, and `dead` or `operator_request` did the same. Within the
+    budget, and for a machine fleet says produces, each is held to the floor; the operator's own directive, a
+    failed benchmark and a real budget breach are not."""
+    book = ledger(producing(6, NOW, price_usd_per_h=0.5), pending=2000)
+    for reason in (RemovalReason.BUDGET, RemovalReason.DEAD, RemovalReason.FAILED, RemovalReason.OPERATOR_REQUEST,
+                   RemovalReason.STUCK_LOADING, RemovalReason.OUTBID):  # fmt: skip
+        refused, _ = check(removal(DrainInstance, 100, reason), book, NOW, CONFIG)
+        assert refused.verdict == "refused" and refused.rule == GuardrailRule.BACKLOG_FLOOR, reason
+    directed = removal(DrainInstance, 100, RemovalReason.OPERATOR_REQUEST).model_copy(
+        update={"requested_by": "operator"}
+    )
+    assert check(directed, book, NOW, CONFIG)[0].verdict == "allowed"
+    failed = line(100, InstanceState.PRODUCING, NOW).model_copy(update={"bench_verdict": "fail"})
+    failed_bench = ledger([*producing(5, NOW, first_id=101), failed], pending=2000)
+    assert check(removal(DrainInstance, 100, RemovalReason.BENCH_FAILED), failed_bench, NOW, CONFIG)[0].verdict == (
+        "allowed"
+    )
 
 
 def test_the_decider_settings_give_the_guardrails_the_policys_drain_horizon() -> None:

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from services.decider.advisor import RunInputs
 from services.decider.agent.memory import Anchor, Memory, PlanItem
+from services.decider.agent.untrusted import one_line
 from services.decider.directives import label
 from shared.contract import (
     Action,
@@ -154,9 +155,9 @@ def numbers_footer(inputs: RunInputs) -> str:
 
 
 def _one_line(text: str, limit: int) -> str:
-    """Untrusted text (labels, operator words) cannot start a line of its own: it could pose as a section."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    """Untrusted text (labels, operator words, what a host or the job system wrote) cannot start a line of its
+    own: it could pose as a section (untrusted.one_line)."""
+    return one_line(text, limit)
 
 
 def _ago(now: datetime, moment: datetime | None) -> str:
@@ -199,7 +200,9 @@ def _demand_block(signal: DemandSignal | None, now: datetime) -> list[str]:
         )
     for by_type in signal.by_task_type[:10]:
         lines.append(
-            f"  task type {by_type.task_type}: {by_type.pending_tasks} pending, {by_type.running_tasks} running"
+            # the job system names its task types: quoted, so that a name cannot read as our own words
+            f"  task type {_one_line(by_type.task_type, 64)!r}: {by_type.pending_tasks} pending, "
+            f"{by_type.running_tasks} running"
         )
     return lines
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from typing import Literal
 
+from services.decider.agent.untrusted import one_line, plain
 from shared.contract import DecisionRecord, DemandSignal, FleetSnapshot, InstanceState, InstanceTransitioned
 from shared.contract.fleet import committed_usd_per_h
 
@@ -111,7 +112,7 @@ def answer(query: RecordQuery, record: Record, present: Present) -> str:
 
 def clip_sentence(text: str, limit: int = EXPLANATION_MAX_CHARS) -> str:
     """`text` up to its last whole clause within `limit`: never cut in the middle of one."""
-    flat = " ".join(text.split()).rstrip(" .;")
+    flat = " ".join(plain(text).split()).rstrip(" .;")  # a host's status message or a worker's name among it
     if len(flat) <= limit:
         return flat
     head = flat[:limit]
@@ -135,7 +136,7 @@ def instance_answer(instance_id: int, record: Record, now: datetime) -> str:
     last = moves[-1] if moves else None
     said = f"Instance {instance_id}"
     if last is not None:
-        said += f" ({last.gpu_model or '?'} at ${last.price_usd_per_h:.2f}/h)"
+        said += f" ({one_line(last.gpu_model or '?', 40)} at ${last.price_usd_per_h:.2f}/h)"
     if removal is not None:
         run, verb, fate, why = removal
         done = {"destroy": "destroyed", "stop": "parked", "drain": "drained"}.get(verb, verb)

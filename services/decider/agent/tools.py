@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from services.decider.agent.memory import MemoryCategory, PlanPriority, PlanStatus
+from services.decider.agent.untrusted import one_line
 from shared.contract import (
     DestroyInstance,
     DrainInstance,
@@ -525,14 +526,17 @@ def offers_result(offers: OfferList) -> ToolResult:
         return ToolResult("no offers match", gist("get_offers", "0 offers"), "ok")
     lines = [f"{len(offers.offers)} offers, best first (expected $/task ranks them):"]
     for offer in offers.offers:
-        where = f" {offer.geolocation}" if offer.geolocation else ""
+        # a host's own words: on one line and short, so that it neither poses as a line of ours nor pushes the
+        # other offers out of the result's cap
+        where = f" {one_line(offer.geolocation, 40)}" if offer.geolocation else ""
         host = f" host {offer.host_id}" if offer.host_id is not None else ""
         lines.append(
-            f"#{offer.offer_id} {offer.gpu_model} x{offer.num_gpus} ${offer.price_usd_per_h:.2f}/h "
+            f"#{offer.offer_id} {one_line(offer.gpu_model, 40)} x{offer.num_gpus} ${offer.price_usd_per_h:.2f}/h "
             f"reliability {offer.reliability:.2f} ${offer.expected_usd_per_task:.4f}/task{host}{where}"
         )
     best = offers.offers[0]
-    summary = f"{len(offers.offers)} offers, best #{best.offer_id} {best.gpu_model} ${best.price_usd_per_h:.2f}/h"
+    best_model = one_line(best.gpu_model, 40)
+    summary = f"{len(offers.offers)} offers, best #{best.offer_id} {best_model} ${best.price_usd_per_h:.2f}/h"
     return ToolResult("\n".join(lines), gist("get_offers", summary), "ok")
 
 

@@ -36,8 +36,7 @@ REMOVABLE_STATES: dict[str, frozenset[InstanceState]] = {
 SCALE_DOWN_REASONS = frozenset(
     {RemovalReason.IDLE, RemovalReason.OVER_PROVISIONED, RemovalReason.BUDGET, RemovalReason.PARK}
 )
-# reasons that claim the fleet has too many producers, which a backlog needing them contradicts; a budget cut and
-# an operator's own order are not claims about demand (the last-producers floor still holds for them)
+# reasons that claim the fleet has too many producers, which a backlog needing them contradicts
 NEED_FEWER_REASONS = frozenset({RemovalReason.IDLE, RemovalReason.OVER_PROVISIONED, RemovalReason.PARK})
 
 
@@ -79,7 +78,7 @@ def check_removal(
         )
     elif (
         state is S.PRODUCING
-        and action.reason in NEED_FEWER_REASONS
+        and held_to_the_backlog(action, ledger, config)
         and ledger.producing - 1 < (floor := backlog_floor(ledger, config))
     ):
         refusal = (
@@ -100,6 +99,26 @@ def check_removal(
     else:
         text = f"{verb} #{iid} ({state.value}, {action.reason.value}); {ledger.producing} producing before"
     return verdict(action, True, None, text), replace(ledger, removed=ledger.removed | {iid})
+
+
+def held_to_the_backlog(
+    action: StopInstance | DestroyInstance | DrainInstance, ledger: FleetLedger, config: GuardrailConfig
+) -> bool:
+    """Whether removing a producing machine for this reason must leave the producers the backlog needs.
+
+    A reason is a claim, and only a claim the facts back lifts the floor: the operator's own directive, a benchmark
+    the ledger shows failed (checked above), a budget cut while the fleet commits more than the budget. Any other
+    reason for a machine fleet says produces (dead, failed, stuck, an operator's request the agent says it
+    heard...) is held to it like a claim of surplus: a task type written by the job system once told the agent
+    to `drain_instance ... reason budget`, and a producer went with 340 tasks waiting."""
+    reason = action.reason
+    if reason in NEED_FEWER_REASONS:
+        return True
+    if action.requested_by == "operator" or reason is RemovalReason.BENCH_FAILED:
+        return False
+    if reason is RemovalReason.BUDGET:
+        return ledger.committed_usd_per_h <= config.budget_usd_per_h
+    return True
 
 
 def backlog_floor(ledger: FleetLedger, config: GuardrailConfig) -> int:
