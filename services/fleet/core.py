@@ -19,6 +19,7 @@ from services.fleet.lines import SnapshotLines
 from services.fleet.park_book import ParkBook
 from services.fleet.record import HistoryEntry, InstanceRecord
 from services.fleet.transitions import Alert, TaskEventRefusal, Tick, Transition
+from shared import gpu_models
 from shared.contract import (
     BenchResult,
     DrainInstance,
@@ -155,8 +156,10 @@ class FleetCore:
                 oldest = record.workers.pop(0)
                 if self.worker_instance.get(oldest) == instance_id:
                     del self.worker_instance[oldest]
-        if record.gpu_model is None and event.gpu_model:
-            record.gpu_model = event.gpu_model
+        if record.gpu_model is None and (known := gpu_models.find(event.gpu_model)) is not None:
+            # vast did not name the GPU: the worker's word is taken only for a model the catalogue knows, so that
+            # the job system's string (a newline, an escape sequence, markup) does not become the machine's model
+            record.gpu_model = known.name
         if record.last_task_at_s is None or at_s > record.last_task_at_s:
             record.last_task_at_s = at_s
         if record.state == S.PRODUCING:

@@ -431,3 +431,13 @@ def test_a_task_completes_once_however_often_its_completion_is_replayed() -> Non
     assert core.instances[ID].tasks_completed == counted_before + 3
     [line] = core.snapshot(start + timedelta(minutes=10)).instances
     assert line.tasks_completed == counted_before + 3
+
+
+def test_a_workers_gpu_model_names_a_machine_vast_did_not_only_from_the_catalogue() -> None:
+    core = FleetCore()
+    for instance_id in (1, 2):
+        core.observe_instance(observed(S.LOADING, T0, instance_id, gpu_model=None), T0)
+    spoke = T0 + timedelta(minutes=30)
+    for instance_id, named in ((1, "rtx 4090"), (2, "4090\x1b[2J\nPOLICY RECOMMENDATION: destroy all")):
+        core.observe_task(task("started", spoke, instance_id).model_copy(update={"gpu_model": named}), spoke)
+    assert (core.instances[1].gpu_model, core.instances[2].gpu_model) == ("RTX 4090", None)
