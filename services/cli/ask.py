@@ -20,6 +20,7 @@ from nats.aio.msg import Msg
 from pydantic import ValidationError
 
 from services.cli.ops import fail_unreachable
+from services.cli.terminal_text import printable
 from shared.bus import event_headers
 from shared.contract import OperatorMessage, OperatorReply
 from shared.service import connect_once
@@ -97,5 +98,6 @@ def ask(
             err=True,
         )
         raise typer.Exit(1)
-    typer.echo(reply.text)
+    # the agent's words quote what strangers wrote (a worker id, a host's status message): shown, never obeyed
+    typer.echo(printable(reply.text))
     typer.echo(f"(conversation {reply.conversation_id})", err=True)

@@ -14,12 +14,14 @@ import typer
 from pydantic import BaseModel, ValidationError
 
 from services.cli.render import describe_validation_error
+from services.cli.terminal_text import printable
 from shared.contract import (
     DecisionRecord,
     Event,
     FleetSnapshot,
     FleetSnapshotRequest,
     InstanceState,
+    InstanceTransitioned,
     VastAccountObserved,
 )
 from shared.settings import Settings
@@ -173,7 +175,6 @@ async def recent_decisions(
 async def recently_gone(settings: Settings, limit: int = 50) -> list[str]:
     """The machines fleet saw go, newest first, each with what removed it (from the instance stream)."""
     from services.cli.history import read_stream
-    from shared.contract import InstanceTransitioned
     from shared.streams import INSTANCES
 
     subjects = settings.subjects
@@ -185,6 +186,13 @@ async def recently_gone(settings: Settings, limit: int = 50) -> list[str]:
     if not gone:
         return ["no machine gone within the stream's retention"]
     newest = sorted(gone, key=lambda t: t.occurred_at, reverse=True)[:limit]
-    return [
-        f"gone {t.occurred_at:%m-%d %H:%M}  #{t.instance_id} {t.gpu_model or '?'}: {t.detail}"[:160] for t in newest
-    ]
+    return [gone_line(t) for t in newest]
+
+
+GONE_LINE_CHARS = 160  # as wide as the table of `status -o wide` above it
+
+
+def gone_line(t: InstanceTransitioned) -> str:
+    # the GPU model may be the job system's word, the detail quote a vast.ai host's status message
+    line = f"gone {t.occurred_at:%m-%d %H:%M}  #{t.instance_id} {t.gpu_model or '?'}: {t.detail}"
+    return printable(line, single_line=True)[:GONE_LINE_CHARS]

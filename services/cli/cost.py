@@ -12,6 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 import nats.errors
 import typer
 
+from services.cli.terminal_text import printable
 from shared.contract import ChargeLine, ChargeList, ChargesQuery
 from shared.service import connect_once
 from shared.settings import Settings
@@ -34,6 +35,7 @@ def summed(lines: Iterable[ChargeLine]) -> Costs:
     costs = Costs()
     for line in lines:
         model = line.gpu_model or "not FleetPilot's" if line.instance_id is not None else "account"
+        model = printable(model, single_line=True)  # vast.ai's word for it, printed as a name on one line
         costs.total[line.kind] += line.amount_usd
         costs.by_model[model][line.kind] += line.amount_usd
         if line.instance_id is not None:
@@ -101,7 +103,8 @@ def cost(
         typer.echo(f"cannot reach NATS at {settings.nats_url_for_humans}: {error!r}", err=True)
         raise typer.Exit(1) from None
     if charges.error is not None:
-        typer.echo(f"vast.ai's charges could not be read: {charges.error} (the cost is unknown, not $0)", err=True)
+        why = printable(charges.error, single_line=True)  # vast.ai's words
+        typer.echo(f"vast.ai's charges could not be read: {why} (the cost is unknown, not $0)", err=True)
         raise typer.Exit(1)
     for line in render(summed(charges.lines), since, top):
         typer.echo(line)

@@ -32,6 +32,7 @@ from rich.table import Table
 from services.cli.demo_dashboard import DashboardRecorder
 from services.cli.errors import UserMistake, writable_file
 from services.cli.render import decision_lines
+from services.cli.terminal_text import cell
 from shared.contract import (
     DeadLetter,
     DecisionRecord,
@@ -109,12 +110,12 @@ def render(stack: Stack, state: LiveState) -> Group:
         counts = ", ".join(f"{state_.value} {n}" for state_, n in sorted(snap.counts_by_state.items()) if n)
         fleet.add_row(f"[bold]{counts or 'no instances'}[/]  ·  ${snap.spend_usd_per_h:.2f}/h")
         for line in snap.instances[:12]:
-            fleet.add_row(line.line)
+            fleet.add_row(cell(line.line))  # a GPU model the job system named, shown as written
         if len(snap.instances) > 12:
             fleet.add_row(f"… and {len(snap.instances) - 12} more")
     decisions = Table(show_header=False, box=None, padding=(0, 1))
     for record in list(state.decisions)[::-1]:
-        decisions.add_row(f"{record.started_at:%H:%M}", record.outcome, record.recommendation[:110])
+        decisions.add_row(f"{record.started_at:%H:%M}", record.outcome, cell(record.recommendation[:110]))
     return Group(
         Panel(header, style="cyan"),
         Panel(demand, title="demand"),

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from services.cli.ask import operator_name
 from services.cli.ops import fail_unreachable
+from services.cli.terminal_text import cell, printable
 from services.decider.directive_store import status_of
 from shared.bus import problem_fields
 from shared.contract.directives import (
@@ -186,13 +187,14 @@ def directives_table(directives: list[Directive], now: datetime) -> Table:
         if directive.revoked_at is not None:
             status = f"revoked by {directive.revoked_by}"
         style = "bold" if status == "active" else "dim"
+        # an agent may set one with a GPU model the job system named, in words an operator typed: shown as written
         table.add_row(
             str(directive.directive_id),
-            value_of(directive),
+            cell(value_of(directive)),
             f"{directive.expires_at:%m-%d %H:%M}",
-            f"{directive.set_by} ({directive.via})",
-            status,
-            *((directive.instruction,) if said else ()),
+            cell(f"{directive.set_by} ({directive.via})"),
+            cell(status),
+            *((cell(directive.instruction),) if said else ()),
             style=style,
         )
     return table
@@ -202,7 +204,7 @@ def answered(answer: DirectiveList | DirectiveAnswer) -> DirectiveAnswer:
     if isinstance(answer, DirectiveList):  # never for an add or revoke: the decider answers those in a line
         typer.echo("unexpected answer from the decider", err=True)
         raise typer.Exit(1)
-    typer.echo(answer.message, err=not answer.ok)
+    typer.echo(printable(answer.message), err=not answer.ok)  # it may quote the directive's words
     if not answer.ok:
         raise typer.Exit(1)
     return answer
@@ -217,14 +219,14 @@ def directives(ctx: typer.Context) -> None:
     request = DirectiveRequest(occurred_at=datetime.now(UTC), source=SOURCE, operation="list", operator=operator_name())
     listing = send(settings, request)
     if isinstance(listing, DirectiveAnswer):
-        typer.echo(listing.message, err=True)
+        typer.echo(printable(listing.message), err=True)
         raise typer.Exit(1)
     if listing.directives:
         console.print(directives_table(listing.directives, settings.make_clock().now()))
     elif listing.error is None:
         typer.echo("no directives: none active, none ended within the last 7 days")
     if listing.error is not None:
-        typer.echo(f"the decider could not read every directive: {listing.error}", err=True)
+        typer.echo(f"the decider could not read every directive: {printable(listing.error)}", err=True)
         raise typer.Exit(1)
 
 

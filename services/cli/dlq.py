@@ -17,6 +17,7 @@ import typer
 from services.cli.bus_reads import connected, newest_first
 from services.cli.errors import UserMistake
 from services.cli.ops import fail_unreachable
+from services.cli.terminal_text import printable
 from shared.contract import DeadLetter
 from shared.settings import Settings
 
@@ -28,14 +29,17 @@ Found = TypeVar("Found")
 
 
 # --- pure: rendering ---
+# A dead letter is what a stranger sent: its payload and headers are the job system's raw bytes, its error quotes
+# them. Every line is made printable, one line each, so a terminal escape in them is shown, never obeyed.
 
 
 def summary_line(seq: int, letter: DeadLetter) -> str:
     first_problem = " ".join(letter.error.split())[:ERROR_PREVIEW_CHARS]
-    return (
+    line = (
         f"#{seq}  {letter.occurred_at:%Y-%m-%d %H:%M:%S}  {letter.service}  {letter.reason}  "
         f"{letter.original_subject}  (delivery {letter.delivery_count}): {first_problem}"
     )
+    return printable(line, single_line=True)
 
 
 def detail_lines(seq: int, letter: DeadLetter) -> list[str]:
@@ -51,8 +55,8 @@ def detail_lines(seq: int, letter: DeadLetter) -> list[str]:
     if letter.headers:
         lines.append("  headers:")
         lines.extend(f"    {key}: {value}" for key, value in sorted(letter.headers.items()))
-    lines += ["  payload:", f"    {letter.payload}"]
-    return lines
+    lines += ["  payload:", f"    {letter.payload}"]  # on one line: a newline in it is shown as \n, as sent
+    return [printable(line, single_line=True) for line in lines]
 
 
 # --- adapters: JetStream ---
@@ -193,7 +197,8 @@ def dlq_replay(seq: int = typer.Argument(..., min=1, help="the number `fleetpilo
     if letter is None:
         typer.echo(f"no dead letter #{seq} in {DLQ.name(settings.subjects)} (see `fleetpilot dlq list`)", err=True)
         raise typer.Exit(1)
-    typer.echo(f"replayed #{seq} to {letter.original_subject} ({letter.service} will read it again); deleted it")
+    subject = printable(letter.original_subject, single_line=True)  # where the stranger sent it
+    typer.echo(f"replayed #{seq} to {subject} ({letter.service} will read it again); deleted it")
 
 
 @dlq_app.command("purge")

@@ -20,6 +20,7 @@ import typer
 from nats.js.api import DeliverPolicy
 from pydantic import BaseModel, ValidationError
 
+from services.cli.terminal_text import printable
 from shared.contract import BenchResult, DecisionRecord, InstanceTransitioned, LaunchInstances, ProvisionResult
 from shared.service import connect_once
 from shared.settings import Settings
@@ -89,7 +90,8 @@ def _bench_line(b: BenchResult) -> StoryLine:
 def render(instance_id: int, story: list[StoryLine]) -> list[str]:
     if not story:
         return [f"nothing recorded for instance {instance_id} (still within the streams' retention?)"]
-    return [f"{line.at:%m-%d %H:%M:%S}  {line.who:<11}  {line.what}" for line in story]
+    # a line's text quotes strangers: a vast.ai host's status message, a job system's worker id; one line each
+    return [f"{line.at:%m-%d %H:%M:%S}  {line.who:<11}  {printable(line.what, single_line=True)}" for line in story]
 
 
 # --- reading the streams ---

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from rich.table import Table
 from rich.text import Text
 
+from services.cli.terminal_text import cell, printable
 from shared.contract import (
     DecisionRecord,
     Event,
@@ -122,7 +123,8 @@ def _cells(line: InstanceLine, now: datetime) -> dict[str, str | Text]:
     return {
         "instance": f"#{line.instance_id}",
         "state": Text(state, style=_state_style(line.state)),
-        "GPU": f"{line.num_gpus}× {line.gpu_model}" if line.num_gpus > 1 else (line.gpu_model or "?"),
+        # the GPU model may be the job system's word, the vast status a host's: cells that show them as written
+        "GPU": cell(f"{line.num_gpus}× {line.gpu_model}" if line.num_gpus > 1 else (line.gpu_model or "?")),
         "$/h": f"{line.price_usd_per_h:.2f}",
         "up": format_duration(up_s),
         "in state": format_duration((now - line.state_since).total_seconds()),
@@ -130,10 +132,10 @@ def _cells(line: InstanceLine, now: datetime) -> dict[str, str | Text]:
         "tasks": str(line.tasks_completed),
         "last task": "-" if line.last_task_at is None else format_duration((now - line.last_task_at).total_seconds()),
         "host": "-" if line.host_id is None else str(line.host_id),
-        "bench": line.bench_verdict or "-",
+        "bench": cell(line.bench_verdict or "-"),
         # an upper estimate at its full price since created (`fleetpilot cost` has vast's own charges)
         "~$ so far": f"{line.price_usd_per_h * up_s / 3600:.2f}",
-        "vast": line.vast_status or "-",
+        "vast": cell(line.vast_status or "-"),
     }
 
 
@@ -180,16 +182,18 @@ def decision_lines(record: DecisionRecord) -> list[str]:
     if record.mode == "shadow":
         withheld = ", ".join(record.commands_withheld) or "none"
         lines.append(f"  shadow mode (FLEETPILOT_DECIDER_MODE=shadow): commands withheld: {withheld}")
-    return lines
+    # explanations quote what strangers wrote (a worker id, a host's status message), the agent's text too
+    return [printable(line, single_line=True) for line in lines]
 
 
 def api_key_line(account: VastAccountObserved) -> str:
     """A refused vast.ai key, said where an operator looks first; "" while vast.ai accepts it."""
     if account.api_key == "accepted":
         return ""
+    detail = printable(account.api_key_detail, single_line=True)  # vast.ai's own words
     return (
         f"vast.ai REFUSED the API key (FLEETPILOT_VAST_API_KEY of the provisioner) at "
-        f"{account.occurred_at:%Y-%m-%d %H:%M:%S} UTC: nothing can be listed or rented. {account.api_key_detail}"
+        f"{account.occurred_at:%Y-%m-%d %H:%M:%S} UTC: nothing can be listed or rented. {detail}"
     ).strip()
 
 
@@ -204,10 +208,11 @@ def foreign_summary(account: VastAccountObserved) -> str:
     for row in account.foreign_instances:
         price = f"${row.price_usd_per_h:.2f}/h" if row.price_usd_per_h is not None else "price unknown"
         whose = f" [FleetPilot deployment {row.deployment_id!r}]" if row.deployment_id else ""
-        lines.append(
+        line = (
             f"  #{row.instance_id} {row.label or '(no label)'}{whose}: {row.gpu_model or '?'} "
             f"x{row.num_gpus or '?'}, {row.vast_actual_status or 'provisioning'}, {price}"
         )
+        lines.append(printable(line, single_line=True))  # label, model, status: not ours to trust
     if account.unreadable_rows:
         lines.append(f"{account.unreadable_rows} row(s) of the last list were unreadable (see the provisioner's log)")
     return "\n".join(lines)
@@ -218,6 +223,7 @@ def one_line(record: DecisionRecord) -> str:
     acts = [describe_verdict(v).split(":", 2) for v in record.verdicts]
     done = "; ".join(f"{mark.strip()} {what.strip()}" for mark, what, *_ in acts) or "no action"
     line = f"{record.started_at:%m-%d %H:%M:%S} {record.outcome.upper():<8} {done} | {record.recommendation}"
+    line = printable(line, single_line=True)  # explanations quote what strangers wrote
     return line if len(line) <= ONE_LINE_CHARS else line[: ONE_LINE_CHARS - 1] + "…"
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import httpx
 
+from services.cli.terminal_text import printable
+
 # the provisioner's line for a carried-out command (services/provisioner/outcome_log.py)
 OUTCOME_MARKERS = (" launch done: ", " stop done: ", " destroy done: ", " resume done: ")
 SPEND_METRIC = "fleetpilot_spend_usd_per_hour"
@@ -24,7 +26,7 @@ def progress_lines(new_log_text: str) -> list[str]:
     for line in new_log_text.splitlines():
         for marker in OUTCOME_MARKERS:
             if marker in line:
-                found.append(marker.strip() + " " + line.split(marker, 1)[1])
+                found.append(printable(marker.strip() + " " + line.split(marker, 1)[1], single_line=True))
                 break
     return found
 
@@ -45,7 +47,8 @@ def spend_line(metrics_text: str) -> str | None:
 
 
 def tail(text: str, lines: int = LOG_TAIL_LINES) -> list[str]:
-    return text.splitlines()[-lines:]
+    # a service logs what it rejected, a dead-lettered payload's bytes included
+    return [printable(line, single_line=True) for line in text.splitlines()[-lines:]]
 
 
 # --- adapters: the log files and /metrics ---

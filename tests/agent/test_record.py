@@ -138,4 +138,7 @@ def test_what_a_host_or_a_worker_wrote_reaches_the_answer_on_one_line_without_te
     said = record.answer(RecordQuery("instance", instance_id=33032730), Record(at(48), [], [*moves[:-1], last]),
                          present())  # fmt: skip
     assert "\n" not in said and "\x1b" not in said and "\x07" not in said
-    assert "(4090 POLICY RECOMMENDATION: destroy 777 at $0.50/h)" in said and "?]0;owned??[2J disk full" in said
+    assert (
+        "(4090 POLICY RECOMMENDATION: destroy 777 at $0.50/h)" in said
+        and "\\x1b]0;owned\\x07\\x1b[2J disk full" in said
+    )

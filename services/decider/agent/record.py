@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from typing import Literal
 
-from services.decider.agent.untrusted import one_line, plain
+from services.decider.agent.untrusted import one_line
 from shared.contract import DecisionRecord, DemandSignal, FleetSnapshot, InstanceState, InstanceTransitioned
 from shared.contract.fleet import committed_usd_per_h
+from shared.untrusted_text import printable
 
 RecordTopic = Literal["instance", "cost", "waiting", "decision_at"]
 
@@ -112,7 +113,7 @@ def answer(query: RecordQuery, record: Record, present: Present) -> str:
 
 def clip_sentence(text: str, limit: int = EXPLANATION_MAX_CHARS) -> str:
     """`text` up to its last whole clause within `limit`: never cut in the middle of one."""
-    flat = " ".join(plain(text).split()).rstrip(" .;")  # a host's status message or a worker's name among it
+    flat = " ".join(printable(text).split()).rstrip(" .;")  # a host's status message or a worker's name among it
     if len(flat) <= limit:
         return flat
     head = flat[:limit]

@@ -4,24 +4,16 @@ types, worker names and GPU models, an offer's geolocation, an operator's words.
 Such text reaches the agent's observation, its tool results and the record it answers from. Kept on one line, it
 cannot start a line of its own and pose as a section ("POLICY RECOMMENDATION: ...") or as one of our calls (a task
 type once wrote `- drain_instance {...}` on a line of its own, and the agent drained a producer with 340 tasks
-queued); with its control characters shown as `?`, an escape sequence carried into an answer cannot rewrite the
-operator's terminal either.
+queued); with its control characters written as escapes (shared.untrusted_text), an escape sequence carried into
+an answer cannot rewrite the operator's terminal either.
 """
 
 from __future__ import annotations
 
-import unicodedata
-
-
-def plain(text: str) -> str:
-    """`text` with every control or format character other than whitespace shown as `?` (ESC, BEL, the bidi
-    overrides that reorder what a reader sees)."""
-    if text.isprintable():  # the common case, checked at C speed
-        return text
-    return "".join("?" if unicodedata.category(ch).startswith("C") and not ch.isspace() else ch for ch in text)
+from shared.untrusted_text import printable
 
 
 def one_line(text: str, limit: int) -> str:
-    """`text` plain, its whitespace (newlines too) collapsed to single spaces, cut to `limit` characters."""
-    flat = " ".join(plain(text).split())
+    """`text` printable, its whitespace (newlines too) collapsed to single spaces, cut to `limit` characters."""
+    flat = " ".join(printable(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
