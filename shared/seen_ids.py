@@ -34,20 +34,23 @@ class SeenIds:
         return len(self._ids)
 
 
-class CompletedTasks:
-    """The last `capacity` completed tasks, so a task's completion counts once. A job system that replays a
-    completion (a resent batch, a retried publish) gives it a fresh event id, which SeenIds cannot recognise: one
-    task replayed 400 times read as a machine doing 12,000 tasks/h. fleet and demand both keep one."""
+class ResentCompletions:
+    """The last `capacity` completions as they were reported, so a completion resent under a fresh event id counts
+    once. A job system that resends a batch (a retried publish that mints new event ids) repeats each event's
+    content, which SeenIds cannot recognise by its id: one completion resent 400 times read as a machine doing
+    12,000 tasks/h. fleet and demand both keep one.
+
+    Keyed by everything a resend keeps (task type and id, the moment, the worker, the instance), not by the task
+    id alone: the contract does not make ids unique for ever, and a job system that numbers its tasks anew after a
+    restart completes `task-1` again, later; refused, that machine's completions stopped and it read as dead."""
 
     def __init__(self, capacity: int) -> None:
         self._keys = SeenIds(capacity)
 
-    def first_completion(self, task_type: str, task_id: str) -> bool:
-        """Whether this task has not completed before (within memory); it counts as completed from now on.
-
-        Keyed by type and id: the contract does not promise ids unique across task types. The type's length
-        leads the key, so no other (type, id) pair spells the same one."""
-        return self._keys.first_time(f"{len(task_type)}:{task_type}:{task_id}")
+    def first_report(self, task_type: str, task_id: str, at_s: float, worker_id: str | None, instance_id: int | None
+                     ) -> bool:  # fmt: skip
+        """Whether this completion was not reported before (within memory); it is remembered from now on."""
+        return self._keys.first_time(repr((task_type, task_id, at_s, worker_id, instance_id)))
 
     def __len__(self) -> int:
         return len(self._keys)

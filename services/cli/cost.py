@@ -102,9 +102,18 @@ def cost(
     except (OSError, nats.errors.Error) as error:
         typer.echo(f"cannot reach NATS at {settings.nats_url_for_humans}: {error!r}", err=True)
         raise typer.Exit(1) from None
-    if charges.error is not None:
+    partial = charges.error is not None and charges.unreadable_rows > 0 and bool(charges.lines)
+    if charges.error is not None and not partial:
         why = printable(charges.error, single_line=True)  # vast.ai's words
         typer.echo(f"vast.ai's charges could not be read: {why} (the cost is unknown, not $0)", err=True)
         raise typer.Exit(1)
     for line in render(summed(charges.lines), since, top):
         typer.echo(line)
+    if partial:
+        # the rows read are shown, said to be partial, and the exit code says the cost is not whole
+        typer.echo(
+            f"PARTIAL: {charges.unreadable_rows} of vast.ai's charge rows could not be read (their amounts are"
+            " unknown): the cost is at least the above, not the whole",
+            err=True,
+        )
+        raise typer.Exit(1)

@@ -47,7 +47,7 @@ from shared.contract import (
     TaskEvent,
     TriggerReason,
 )
-from shared.seen_ids import CompletedTasks
+from shared.seen_ids import ResentCompletions
 
 OTHER_TASK_TYPE = "other"  # task types beyond max_task_types are pooled here: memory stays bounded
 
@@ -95,7 +95,7 @@ class DemandCore:
         self.by_gpu: dict[str, BucketSeries] = {}
         self.seen = JournalledSeenIds(c.seen_event_ids)
         # not saved (unlike the event ids): after a restart only a replay of a task completed before it counts again
-        self.completed_tasks = CompletedTasks(c.completed_task_ids)
+        self.resent = ResentCompletions(c.completions_remembered)
         self.history = ArrivalHistory(c.season_bucket_s, c.season_s + HOUR_S + c.season_bucket_s)
         self.history_since_s: float | None = None  # the history counts every arrival from here on
         self.workers: OrderedDict[str, WorkerRecord] = OrderedDict()  # by last activity, oldest first
@@ -121,8 +121,8 @@ class DemandCore:
 
     # ---- inputs -------------------------------------------------------------------------------------------
     def ingest(self, event: TaskEvent, now: datetime) -> IngestOutcome:
-        """Apply one task event once; duplicates (same event_id), events beyond the longest window and a task's
-        second completion are not."""
+        """Apply one task event once; duplicates (same event_id, or a completion resent under a new one) and events
+        beyond the longest window are not."""
         if not self.seen.first_time(event.event_id):
             return IngestOutcome.DUPLICATE
         now_s = now.timestamp()
@@ -132,9 +132,10 @@ class DemandCore:
         if self._before_every_window(at_s, now_s) or not self.overall.accepts(bucket):
             self.too_late_events += 1
             return IngestOutcome.TOO_LATE
-        # one task replayed 2,000 times under fresh event ids read as twice the fleet's capacity; a task that
-        # failed and was retried completes once, when it does
-        if event.kind == "completed" and not self.completed_tasks.first_completion(event.task_type, event.task_id):
+        # one completion resent 2,000 times under fresh event ids read as twice the fleet's capacity
+        if event.kind == "completed" and not self.resent.first_report(
+            event.task_type, event.task_id, event.occurred_at.timestamp(), event.worker_id, event.instance_id
+        ):
             return IngestOutcome.REPEATED_COMPLETION
         self._observed(at_s)
         task_type = self._task_type(event.task_type)

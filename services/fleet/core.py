@@ -33,7 +33,7 @@ from shared.contract import (
     TriggerReason,
 )
 from shared.lifecycle import allowed, is_backwards, refined
-from shared.seen_ids import CompletedTasks, SeenIds
+from shared.seen_ids import ResentCompletions, SeenIds
 
 S = InstanceState
 SOURCE = "fleet"
@@ -60,7 +60,7 @@ class FleetCore:
         self._deadlines: list[tuple[float, int, int, InstanceState]] = []
         self._order = itertools.count()
         self._seen = SeenIds(self.config.seen_event_ids)
-        self._completed = CompletedTasks(self.config.completed_task_ids)  # not saved, like the event ids above
+        self._completed = ResentCompletions(self.config.completions_remembered)  # not saved, like the event ids above
         self.refused_task_events: Counter[TaskEventRefusal] = Counter()  # task events not applied, by why
         # task events of instances the provisioner has not reported yet, oldest instance first
         self.unclaimed: OrderedDict[int, list[TaskEvent]] = OrderedDict()
@@ -122,7 +122,7 @@ class FleetCore:
 
         An instance the provisioner has not reported is not created from a task event (a replayed week of
         events would resurrect long-gone machines): its events wait, bounded, until the provisioner sees it.
-        A task's completion counts once (`_repeats_completion`).
+        A completion resent under a fresh event id counts once (`_repeats_completion`).
 
         A worker's name is not bound to one machine: the README lets a job system name workers per process,
         and process ids repeat across containers, so the instance an event names is the one it is applied to.
@@ -178,9 +178,10 @@ class FleetCore:
         return transitions
 
     def _repeats_completion(self, event: TaskEvent) -> bool:
-        """Whether this completes a task already counted (a replay under a fresh event id; counted if so). Only
-        completions are remembered: a task that failed and is retried completes once, when it does."""
-        if event.kind != "completed" or self._completed.first_completion(event.task_type, event.task_id):
+        """Whether this completion was reported already (resent under a fresh event id; counted if so)."""
+        if event.kind != "completed" or self._completed.first_report(
+            event.task_type, event.task_id, event.occurred_at.timestamp(), event.worker_id, event.instance_id
+        ):
             return False
         self.refused_task_events[TaskEventRefusal.REPEATED_COMPLETION] += 1
         return True

@@ -244,7 +244,7 @@ def production_ratios(lines: Iterable[InstanceLine]) -> ProductionRatios:
     not clamped (a clamped miscount still ranks at the most flattering figure allowed). The bound is relative to
     the fleet, not to the reference: the reference is a prior for one workload, and a user's tasks may run at
     several times it on every machine alike."""
-    measured: dict[str, list[tuple[int, float]]] = {}
+    measured: dict[tuple[str, int], list[tuple[int, float]]] = {}
     for line in lines:
         reference = gpu_models.reference_tasks_per_h(line.gpu_model)
         if (
@@ -255,7 +255,8 @@ def production_ratios(lines: Iterable[InstanceLine]) -> ProductionRatios:
             and reference
         ):
             ratio = line.throughput_tasks_per_h / (reference * line.num_gpus)
-            measured.setdefault(line.gpu_model or "", []).append((line.machine_id, ratio))
+            # compared with machines of the same model and GPU count: a worker per machine on 8 GPUs reads 1/8
+            measured.setdefault((line.gpu_model or "", line.num_gpus), []).append((line.machine_id, ratio))
     ratios = ProductionRatios()
     for machines in measured.values():
         typical = statistics.median(r for _, r in machines) if len(machines) >= MIN_MACHINES_TO_JUDGE else math.inf

@@ -82,7 +82,9 @@ class Learning(ProvisionerState):
                 f"{listing.unreadable_rows} of vast.ai's {listing.unreadable_rows + len(listing.charges)} charge rows "
                 "could not be read (their amounts are unknown): the total of the rows read is partial"
             )
-            return ChargeList(occurred_at=now, source=SOURCE, lines=lines, error=partial)
+            return ChargeList(
+                occurred_at=now, source=SOURCE, lines=lines, error=partial, unreadable_rows=listing.unreadable_rows
+            )
         return ChargeList(occurred_at=now, source=SOURCE, lines=lines)
 
     async def learn_bench(self, result: BenchResult) -> None:

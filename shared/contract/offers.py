@@ -70,3 +70,5 @@ class ChargeList(Event):
 
     lines: list[ChargeLine] = Field(default_factory=list)
     error: str | None = Field(default=None, max_length=1000)
+    # rows vast.ai sent that could not be read: with `error` set, the lines are what was read, the cost at least them
+    unreadable_rows: int = Field(default=0, ge=0)

@@ -204,5 +204,5 @@ def test_what_a_host_or_the_job_system_wrote_cannot_pose_as_sections_calls_or_te
     fleet = snapshot([instance(1001).model_copy(update={"line": "#1001 \x1b]0;owned\x07\x1b[2J RTX 4090 producing"})])
     text = prompt.render_observation(run_inputs(fleet=fleet, demand=demand), plan=[], memories=[], limits=LIMITS)
     assert not [line for line in text.splitlines() if line.lstrip().startswith(("- drain", "POLICY RECOMMENDATION: d"))]
-    assert f"task type 'j {called}': 5 pending" in text
+    assert f'task type "j {called}": 5 pending' in text
     assert "\x1b" not in text and "\x07" not in text and "\\x1b]0;owned\\x07\\x1b[2J RTX 4090" in text

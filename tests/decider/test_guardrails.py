@@ -217,10 +217,13 @@ def test_producers_the_backlog_needs_over_the_drain_horizon_are_not_removed_as_s
         refused, _ = check(removal(verb, 101, RemovalReason.OVER_PROVISIONED), book, NOW, config)
         assert refused.verdict == "refused" and refused.rule == GuardrailRule.BACKLOG_FLOOR
         assert "needs 5" in refused.explanation
-    # a budget cut is no claim about demand: over the budget, the hard budget wins over the backlog floor
-    over_budget = ledger(producing(6, NOW, price_usd_per_h=4.0), pending=600)
-    budget, _ = check(removal(DrainInstance, 101, RemovalReason.BUDGET), over_budget, NOW, config)
+    # a budget cut is no claim about demand: over the budget, the hard budget wins over the backlog floor, for as
+    # long as the fleet is over it: $20.40/h of a $20/h budget frees one machine's $3.40, not five
+    over_budget = ledger(producing(6, NOW, price_usd_per_h=3.4), pending=2000)  # the floor: 17 producers
+    budget, over_budget = check(removal(DrainInstance, 101, RemovalReason.BUDGET), over_budget, NOW, config)
     assert budget.verdict == "allowed"
+    again, _ = check(removal(DrainInstance, 102, RemovalReason.BUDGET), over_budget, NOW, config)
+    assert again.verdict == "refused" and again.rule == GuardrailRule.BACKLOG_FLOOR
 
 
 def test_a_reason_the_facts_do_not_back_does_not_lift_the_backlog_floor() -> None:

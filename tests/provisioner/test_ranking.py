@@ -241,9 +241,9 @@ def test_a_production_ratio_far_beyond_its_models_other_machines_is_dropped_not_
     own machines of the model, not the reference: a workload running at eight times it on every machine is
     believed, and with fewer than three machines of a model there is no typical one to compare with."""
 
-    def producing(machine: int, throughput_tasks_per_h: float) -> InstanceLine:
+    def producing(machine: int, throughput_tasks_per_h: float, num_gpus: int = 1) -> InstanceLine:
         return InstanceLine(
-            instance_id=machine, state=InstanceState.PRODUCING, gpu_model="RTX 4090", num_gpus=1,
+            instance_id=machine, state=InstanceState.PRODUCING, gpu_model="RTX 4090", num_gpus=num_gpus,
             price_usd_per_h=0.5, machine_id=machine, created_at=NOW, state_since=NOW, tasks_completed=400,
             throughput_tasks_per_h=throughput_tasks_per_h, line=f"#{machine}",
         )  # fmt: skip
@@ -254,6 +254,9 @@ def test_a_production_ratio_far_beyond_its_models_other_machines_is_dropped_not_
     fast_workload = production_ratios([producing(m, 960.0 + m) for m in (1, 2, 3, 4)])
     assert sorted(fast_workload.trusted) == [1, 2, 3, 4] and not fast_workload.implausible
     assert production_ratios([producing(100, 12_000.0), producing(200, 108.0)]).implausible == {}
+    # a worker per machine on 8 GPUs reads 1/8 per GPU: compared with its own kind, not with the 1-GPU machines
+    mixed = [producing(m, 120.0, num_gpus=8) for m in (1, 2, 3)] + [producing(4, 120.0)]
+    assert not production_ratios(mixed).implausible
 
 
 def test_only_a_machine_producing_for_a_while_gives_a_production_ratio() -> None:

@@ -154,12 +154,6 @@ def numbers_footer(inputs: RunInputs) -> str:
 # ---- the observation
 
 
-def _one_line(text: str, limit: int) -> str:
-    """Untrusted text (labels, operator words, what a host or the job system wrote) cannot start a line of its
-    own: it could pose as a section (untrusted.one_line)."""
-    return one_line(text, limit)
-
-
 def _ago(now: datetime, moment: datetime | None) -> str:
     if moment is None:
         return "never"
@@ -175,7 +169,7 @@ def _demand_block(signal: DemandSignal | None, now: datetime) -> list[str]:
     if signal is None:
         return ["DEMAND: unknown (no demand signal has arrived). Do not read this as no demand."]
     lines = [
-        f"DEMAND: {signal.state.value}, trend {signal.trend.value}. {_one_line(signal.explanation, 500)}",
+        f"DEMAND: {signal.state.value}, trend {signal.trend.value}. {one_line(signal.explanation, 500)}",
         f"  {signal.pending_tasks} tasks pending, {signal.running_tasks} running; sustained arrivals "
         f"{signal.sustained_arrival_rate_per_h:.0f} tasks/h; fleet capacity {signal.fleet_capacity_tasks_per_h:.0f} "
         f"tasks/h; backlog {signal.backlog_worker_hours:.1f} worker-hours",
@@ -201,7 +195,7 @@ def _demand_block(signal: DemandSignal | None, now: datetime) -> list[str]:
     for by_type in signal.by_task_type[:10]:
         lines.append(
             # the job system names its task types: quoted, so that a name cannot read as our own words
-            f"  task type {_one_line(by_type.task_type, 64)!r}: {by_type.pending_tasks} pending, "
+            f'  task type "{one_line(by_type.task_type, 64)}": {by_type.pending_tasks} pending, '
             f"{by_type.running_tasks} running"
         )
     return lines
@@ -233,7 +227,7 @@ def instance_lines(snapshot: FleetSnapshot, max_lines: int) -> list[str]:
     """One line per non-gone machine up to `max_lines`, then the rest grouped by state and GPU model."""
     live = sorted((i for i in snapshot.instances if i.state != InstanceState.GONE), key=_instance_order)
     shown, rest = live[:max_lines], live[max_lines:]
-    lines = [f"  {_one_line(i.line, INSTANCE_LINE_MAX_CHARS)}" for i in shown]
+    lines = [f"  {one_line(i.line, INSTANCE_LINE_MAX_CHARS)}" for i in shown]
     if not rest:
         return lines
     groups: dict[tuple[str, str], list[InstanceLine]] = defaultdict(list)
@@ -245,7 +239,7 @@ def instance_lines(snapshot: FleetSnapshot, max_lines: int) -> list[str]:
         price = sum(m.price_usd_per_h for m in members) / len(members)
         rates = [m.throughput_tasks_per_h for m in members if m.throughput_tasks_per_h is not None]
         rate = f", mean {sum(rates) / len(rates):.0f} tasks/h" if rates else ""
-        lines.append(f"    {len(members)} {state} {_one_line(model, 40)}, mean ${price:.2f}/h{rate}")
+        lines.append(f"    {len(members)} {state} {one_line(model, 40)}, mean ${price:.2f}/h{rate}")
     if len(ordered) > SUMMARY_GROUPS_MAX:
         others = sum(len(m) for _, m in ordered[SUMMARY_GROUPS_MAX:])
         lines.append(f"    {others} more in {len(ordered) - SUMMARY_GROUPS_MAX} smaller groups")
@@ -305,9 +299,9 @@ def _trigger_text(trigger: TriggerRef) -> str:
 
 def quote_operator(message: OperatorMessage) -> list[str]:
     text = message.text[:OPERATOR_TEXT_MAX_CHARS]
-    quoted = [f"  > {_one_line(line, 500)}" for line in text.splitlines() if line.strip()] or ["  > (empty)"]
+    quoted = [f"  > {one_line(line, 500)}" for line in text.splitlines() if line.strip()] or ["  > (empty)"]
     header = (
-        f"  [operator {_one_line(message.operator, 64)}, conversation {_one_line(message.conversation_id, 128)}, "
+        f"  [operator {one_line(message.operator, 64)}, conversation {one_line(message.conversation_id, 128)}, "
         f"message {message.event_id}]"
     )
     return [header, *quoted]
@@ -344,7 +338,7 @@ def render_observation(
     lines += _demand_block(inputs.signal, inputs.now)
     lines += _fleet_block(inputs.snapshot, limits.max_instance_lines, limits.budget_usd_per_h, limits.max_instances)
     lines += directives_block(inputs)
-    lines.append(f"POLICY RECOMMENDATION: {_one_line(inputs.recommendation, 1500)}")
+    lines.append(f"POLICY RECOMMENDATION: {one_line(inputs.recommendation, 1500)}")
     if inputs.stale:
         # the policy's actions on stale data would only be refused; listing them invites the model to try
         lines.append("  recommended actions: none (data stale or missing: hold)")
@@ -356,9 +350,9 @@ def render_observation(
     open_plan = [item for item in plan if item.status != "completed"]
     done = len(plan) - len(open_plan)
     lines.append(f"OPEN PLAN ITEMS ({len(open_plan)} open, {done} completed):")
-    lines += [f"  - [{i.priority}] [{i.status}] {_one_line(i.content, 300)}" for i in open_plan] or ["  none"]
+    lines += [f"  - [{i.priority}] [{i.status}] {one_line(i.content, 300)}" for i in open_plan] or ["  none"]
     lines.append("MEMORIES (most recent first):")
-    lines += [f"  - [{m.category}] {_one_line(m.text, 300)}" for m in memories] or ["  none"]
+    lines += [f"  - [{m.category}] {one_line(m.text, 300)}" for m in memories] or ["  none"]
     if inputs.operator_messages:
         shown = inputs.operator_messages[-limits.operator_messages_shown :]
         lines.append(
@@ -389,7 +383,7 @@ def directives_block(inputs: RunInputs, shown: int = 10) -> list[str]:
     for directive in inputs.directives[-shown:]:
         lines.append(
             f"  - #{directive.directive_id} {label(directive)} until {directive.expires_at:%Y-%m-%d %H:%M} UTC,"
-            f" set by {_one_line(directive.set_by, 64)}"
+            f" set by {one_line(directive.set_by, 64)}"
         )
     return lines
 
@@ -439,7 +433,7 @@ def observation_gist(inputs: RunInputs) -> str:
     return (
         f"[earlier observation, run {inputs.run_id} at {inputs.now.isoformat(timespec='minutes')}: "
         f"{demand_summary(inputs.signal)}; {fleet_summary(inputs.snapshot)}; "
-        f"policy: {_one_line(inputs.recommendation, 200)}]"
+        f"policy: {one_line(inputs.recommendation, 200)}]"
     )
 
 

@@ -77,6 +77,8 @@ class FleetLedger:
     removed: frozenset[int] = field(default_factory=frozenset)
     # per instance: (full $/h, $/h it commits now); a parked one commits its storage, a resume its full price
     prices: Mapping[int, tuple[float, float]] = field(default_factory=dict)
+    # per producing instance, the $/h it commits: what its removal frees (`committed_after_removals`)
+    producer_usd_per_h: Mapping[int, float] = field(default_factory=dict)
     # parked machines an outbid pause parked rather than we: vast resumes them, a resume command cannot
     outbid: frozenset[int] = field(default_factory=frozenset)
     resumed: frozenset[int] = field(default_factory=frozenset)
@@ -99,6 +101,11 @@ class FleetLedger:
         if self.producing_in_states is None:
             return sum(1 for iid, state in self.states.items() if state is S.PRODUCING and iid not in self.removed)
         return self.producing_in_states - sum(1 for iid in self.removed if self.states.get(iid) is S.PRODUCING)
+
+    def committed_after_removals(self) -> float:
+        """What the fleet commits once the producers removed in this run are gone (a removal of anything else frees
+        nothing the budget rule reads here)."""
+        return self.committed_usd_per_h - sum(self.producer_usd_per_h.get(iid, 0.0) for iid in self.removed)
 
     def launched_within(self, now: datetime, window_s: float = RATE_WINDOW_S) -> int:
         since = now - timedelta(seconds=window_s)
@@ -144,6 +151,7 @@ def ledger_from(
     prices: dict[int, tuple[float, float]] = {}
     outbid: set[int] = set()
     placements: dict[int, tuple[str | None, int | None]] = {}
+    producer_usd_per_h: dict[int, float] = {}
     for line in lines:  # one pass: a 1000-instance snapshot is read at every run, most of it producing
         instance_id, state = line.instance_id, line.state
         states[instance_id] = state
@@ -151,7 +159,9 @@ def ledger_from(
             bench_failed.add(instance_id)
         if line.park_reason is ParkReason.OUTBID:
             outbid.add(instance_id)
-        if state is S.PARKED or state is S.RESUMING:
+        if state is S.PRODUCING:
+            producer_usd_per_h[instance_id] = line.committed_usd_per_h
+        elif state is S.PARKED or state is S.RESUMING:
             prices[instance_id] = (line.price_usd_per_h, line.committed_usd_per_h)
             if state is S.PARKED:
                 placements[instance_id] = (line.gpu_model, line.host_id)
@@ -170,6 +180,7 @@ def ledger_from(
         prices=prices,
         outbid=frozenset(outbid),
         placements=placements,
+        producer_usd_per_h=producer_usd_per_h,
         removals_in_flight=removals_in_flight(removals, snapshot, now),
         producing_in_states=sum(1 for state in states.values() if state is S.PRODUCING),
     )

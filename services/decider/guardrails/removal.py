@@ -110,14 +110,16 @@ def held_to_the_backlog(
     the ledger shows failed (checked above), a budget cut while the fleet commits more than the budget. Any other
     reason for a machine fleet says produces (dead, failed, stuck, an operator's request the agent says it
     heard...) is held to it like a claim of surplus: a task type written by the job system once told the agent
-    to `drain_instance ... reason budget`, and a producer went with 340 tasks waiting."""
+    to `drain_instance ... reason budget`, and a producer went with 340 tasks waiting. A budget cut lifts it only
+    while the fleet, less the producers already removed in this run, still commits more than the budget: a fleet
+    a little over it is not a licence to drain every producer."""
     reason = action.reason
     if reason in NEED_FEWER_REASONS:
         return True
     if action.requested_by == "operator" or reason is RemovalReason.BENCH_FAILED:
         return False
     if reason is RemovalReason.BUDGET:
-        return ledger.committed_usd_per_h <= config.budget_usd_per_h
+        return ledger.committed_after_removals() <= config.budget_usd_per_h
     return True
 
 
