@@ -62,6 +62,18 @@ class BenchSettings(BaseSettings):
     serving_api_key: SecretStr | None = Field(
         default=None, description="API key of the endpoint the serving sweep measures (secret)"
     )
+    # Hard deadlines, not httpx's per-read timeout: a host that drips a byte a second, or streams without end,
+    # held a sweep (and its bench request) forever.
+    serving_request_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="longest one serving request may take, sent to last byte, before it counts as failed",
+    )
+    serving_sweep_budget_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="longest a serving sweep may take; levels it leaves unfinished count as failed",
+    )
 
     @model_validator(mode="after")
     def _fail_below_degraded(self) -> BenchSettings:
@@ -83,4 +95,6 @@ class BenchSettings(BaseSettings):
             prompt_tokens=self.serving_prompt_tokens,
             output_tokens=self.serving_output_tokens,
             model=self.serving_model,
+            request_timeout_s=self.serving_request_timeout_s,
+            sweep_budget_s=self.serving_sweep_budget_s,
         )

@@ -1,20 +1,32 @@
 """The serving benchmark's client: streams OpenAI-compatible completions at each concurrency level over httpx.
 
 At level c, c workers take the level's planned requests in turn (so c requests are in flight until the
-last wave), each timing its first token and every content chunk from the server-sent events.
+last wave), each timing its first token and every content chunk from the server-sent events. The server is a
+stranger's: what it sends is bounded and checked (serving_protocol.py), a bad answer fails only its own request,
+and deadlines bound each request and the sweep.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import httpx
 
+from services.bench.serving_protocol import (
+    MODEL_ID_MAX_CHARS,
+    MODEL_LIST_MAX_BYTES,
+    SSE_LINE_MAX_BYTES,
+    MalformedAnswer,
+    StreamChunk,
+    parse_chunk,
+    parse_model_list,
+)
 from services.bench.serving_stats import (
     LevelSummary,
     PlannedRequest,
@@ -22,13 +34,23 @@ from services.bench.serving_stats import (
     ServingRun,
     ServingWorkload,
     compare_runs,
+    counted_output_tokens,
+    more_chunks_than_asked,
+    output_shortfall,
     plan_requests,
     summarize_level,
     without_credentials,
 )
+from shared.untrusted_text import printable
 
 Timer = Callable[[], float]
 ERROR_BODY_MAX_CHARS = 300
+# An error body is read no further than the characters kept could take (UTF-8: at most 4 bytes each).
+ERROR_BODY_MAX_BYTES = 4 * ERROR_BODY_MAX_CHARS
+
+
+class ModelDiscoveryFailed(ValueError):
+    """/v1/models named no model the sweep can ask for: the sweep cannot start (bad input, so a ValueError)."""
 
 
 def api_base(url: str) -> str:
@@ -58,49 +80,138 @@ def request_body(workload: ServingWorkload, model: str, planned: PlannedRequest)
     return body
 
 
-def chunk_text(chunk: dict[str, Any]) -> str:
-    """The generated text in one streamed chunk (reasoning models stream `reasoning_content` first)."""
-    text = ""
-    for choice in chunk.get("choices") or []:
-        delta = choice.get("delta") or {}
-        text += (delta.get("content") or "") + (delta.get("reasoning_content") or "") + (choice.get("text") or "")
-    return text
+async def capped_body(response: httpx.Response, max_bytes: int) -> bytes:
+    """The body, read no further than max_bytes + 1: the extra byte tells a longer body from one that fits."""
+    body = bytearray()
+    async for piece in response.aiter_bytes():
+        body += piece
+        if len(body) > max_bytes:
+            break
+    return bytes(body[: max_bytes + 1])
 
 
-async def stream_one(client: httpx.AsyncClient, url: str, body: dict[str, Any], timer: Timer) -> RequestTiming:
+def refuse_long_line(raw: bytes) -> None:
+    if len(raw) > SSE_LINE_MAX_BYTES:
+        raise MalformedAnswer(f"a stream line longer than {SSE_LINE_MAX_BYTES} bytes")
+
+
+async def bounded_lines(response: httpx.Response) -> AsyncIterator[str]:
+    """The body's lines, each refused once it outgrows SSE_LINE_MAX_BYTES, before the rest of it is buffered.
+    Lines end in LF or CRLF (every OpenAI-compatible server's); SSE's rarely used bare CR is not looked for."""
+    pending = b""
+    async for piece in response.aiter_bytes():
+        *lines, pending = (pending + piece).split(b"\n")
+        for line in lines:
+            refuse_long_line(line)
+            yield line.rstrip(b"\r").decode(errors="replace")
+        refuse_long_line(pending)
+    if pending:
+        yield pending.rstrip(b"\r").decode(errors="replace")
+
+
+async def sse_data(response: httpx.Response) -> AsyncIterator[str]:
+    """The `data:` payloads of a server-sent event stream, up to `[DONE]`."""
+    async for line in bounded_lines(response):
+        if not line.startswith("data:"):
+            continue  # `: keep-alive` comments, `event:` and `id:` lines
+        payload = line[len("data:") :].strip()
+        if payload == "[DONE]":
+            return
+        yield payload
+
+
+@dataclass
+class StreamTally:
+    """What one request's stream has delivered so far, checked chunk by chunk."""
+
+    asked_model: str
+    max_tokens: int
+    chunk_times_s: list[float] = field(default_factory=list)
+    text_bytes: int = 0
+    claimed_tokens: int | None = None
+
+    def add(self, chunk: StreamChunk, timer: Timer) -> None:
+        # A host may serve a smaller model than the one it rents out: its speed says nothing about the asked one.
+        if chunk.model is not None and chunk.model != self.asked_model:
+            raise MalformedAnswer(
+                f"answered as model {chunk.model[:MODEL_ID_MAX_CHARS]!r}, asked for {self.asked_model!r}"
+            )
+        text = chunk.text()
+        if text:
+            self.chunk_times_s.append(timer())
+            self.text_bytes += len(text.encode())
+            too_many = more_chunks_than_asked(len(self.chunk_times_s), self.max_tokens)
+            if too_many is not None:
+                raise MalformedAnswer(too_many)
+        if chunk.usage is not None and chunk.usage.completion_tokens is not None:
+            self.claimed_tokens = chunk.usage.completion_tokens
+
+    def finished(self, start_s: float, end_s: float, ignore_eos: bool) -> RequestTiming:
+        if not self.chunk_times_s:
+            return RequestTiming(start_s, end_s, error="stream ended without a token")
+        chunks = len(self.chunk_times_s)
+        tokens = counted_output_tokens(self.claimed_tokens, chunks, self.text_bytes, self.max_tokens)
+        shortfall = output_shortfall(tokens, self.max_tokens, ignore_eos)
+        if shortfall is not None:
+            return RequestTiming(start_s, end_s, error=shortfall)
+        return RequestTiming(
+            start_s=start_s,
+            end_s=end_s,
+            first_token_s=self.chunk_times_s[0],
+            chunk_times_s=tuple(self.chunk_times_s),
+            output_tokens=tokens,
+        )
+
+
+async def _stream(
+    client: httpx.AsyncClient,
+    url: str,
+    workload: ServingWorkload,
+    model: str,
+    planned: PlannedRequest,
+    timer: Timer,
+    start_s: float,
+) -> RequestTiming:
+    tally = StreamTally(asked_model=model, max_tokens=planned.output_tokens)
+    async with client.stream("POST", url, json=request_body(workload, model, planned)) as response:
+        if response.status_code != 200:
+            text = (await capped_body(response, ERROR_BODY_MAX_BYTES)).decode(errors="replace")
+            return RequestTiming(start_s, timer(), error=f"HTTP {response.status_code}: {text[:ERROR_BODY_MAX_CHARS]}")
+        async for payload in sse_data(response):
+            chunk = parse_chunk(payload)
+            stream_error = chunk.error_text()
+            if stream_error is not None:
+                return RequestTiming(start_s, timer(), error=f"stream error: {stream_error}")
+            tally.add(chunk, timer)
+    return tally.finished(start_s, timer(), workload.ignore_eos)
+
+
+async def stream_one(
+    client: httpx.AsyncClient,
+    url: str,
+    workload: ServingWorkload,
+    model: str,
+    planned: PlannedRequest,
+    timer: Timer,
+) -> RequestTiming:
+    """One request, whatever the server does: its timings, or an error saying what went wrong; nothing raised.
+    The deadline covers the whole request: httpx's timeout is per read, and a server that drips a byte a second
+    (or streams forever) never trips it."""
     start_s = timer()
-    chunk_times: list[float] = []
-    usage_tokens: int | None = None
     try:
-        async with client.stream("POST", url, json=body) as response:
-            if response.status_code != 200:
-                text = (await response.aread()).decode(errors="replace")[:ERROR_BODY_MAX_CHARS]
-                return RequestTiming(start_s, timer(), error=f"HTTP {response.status_code}: {text}")
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                payload = line[len("data:") :].strip()
-                if payload == "[DONE]":
-                    break
-                chunk = json.loads(payload)
-                if "error" in chunk:
-                    return RequestTiming(start_s, timer(), error=f"stream error: {str(chunk['error'])[:200]}")
-                if chunk_text(chunk):
-                    chunk_times.append(timer())
-                if chunk.get("usage"):
-                    usage_tokens = int(chunk["usage"].get("completion_tokens") or 0)
-    except (httpx.HTTPError, json.JSONDecodeError, ValueError) as error:
-        return RequestTiming(start_s, timer(), error=f"{type(error).__name__}: {error}"[:ERROR_BODY_MAX_CHARS])
-    end_s = timer()
-    if not chunk_times:
-        return RequestTiming(start_s, end_s, error="stream ended without a token")
-    return RequestTiming(
-        start_s=start_s,
-        end_s=end_s,
-        first_token_s=chunk_times[0],
-        chunk_times_s=tuple(chunk_times),
-        output_tokens=usage_tokens if usage_tokens else len(chunk_times),
-    )
+        async with asyncio.timeout(workload.request_timeout_s):
+            return await _stream(client, url, workload, model, planned, timer, start_s)
+    except TimeoutError:
+        error = f"TimeoutError: no complete answer within {workload.request_timeout_s:g} s"
+    except MalformedAnswer as failure:
+        error = str(failure)
+    except Exception as failure:  # a stranger's server can make any step fail: it fails this request, not the sweep
+        error = f"{type(failure).__name__}: {failure}"
+    return RequestTiming(start_s, timer(), error=error[:ERROR_BODY_MAX_CHARS])
+
+
+def budget_spent(workload: ServingWorkload) -> str:
+    return f"not measured: the sweep's budget of {workload.sweep_budget_s:g} s was spent"
 
 
 async def run_level(
@@ -110,26 +221,57 @@ async def run_level(
     model: str,
     level: int,
     timer: Timer,
+    deadline_s: float,
 ) -> LevelSummary:
-    planned = iter(plan_requests(workload, level))
+    """The level's requests, c at a time; those still unfinished at the sweep's deadline count as failed."""
+    planned_requests = plan_requests(workload, level)
+    planned = iter(planned_requests)
     timings: list[RequestTiming] = []
 
     async def worker() -> None:
         for request in planned:  # the shared iterator hands each planned request to one worker
-            timings.append(await stream_one(client, url, request_body(workload, model, request), timer))
+            timings.append(await stream_one(client, url, workload, model, request, timer))
 
     start_s = timer()
-    await asyncio.gather(*(worker() for _ in range(level)))
+    try:
+        async with asyncio.timeout_at(deadline_s):
+            await asyncio.gather(*(worker() for _ in range(level)))
+    except TimeoutError:
+        cut_off = RequestTiming(start_s, timer(), error=budget_spent(workload))
+        timings += [cut_off] * (len(planned_requests) - len(timings))
     return summarize_level(level, timings, timer() - start_s)
 
 
-async def discover_model(client: httpx.AsyncClient, url: str) -> str:
-    response = await client.get(f"{api_base(url)}/v1/models")
-    response.raise_for_status()
-    models = response.json().get("data") or []
-    if not models:
-        raise ValueError(f"{without_credentials(url)}/v1/models lists no model; pass one with --model")
-    return str(models[0]["id"])
+def level_not_run(workload: ServingWorkload, level: int) -> LevelSummary:
+    """A level the budget left no time for: all its requests failed, so the verdict cannot pass on the rest."""
+    never_sent = RequestTiming(0.0, 0.0, error=budget_spent(workload))
+    return summarize_level(level, [never_sent] * workload.requests_at(level), 0.0)
+
+
+async def read_model_list(client: httpx.AsyncClient, url: str) -> bytes:
+    async with client.stream("GET", f"{api_base(url)}/v1/models") as response:
+        response.raise_for_status()
+        body = await capped_body(response, MODEL_LIST_MAX_BYTES)
+    if len(body) > MODEL_LIST_MAX_BYTES:
+        raise MalformedAnswer(f"a model list longer than {MODEL_LIST_MAX_BYTES} bytes")
+    return body
+
+
+async def discover_model(client: httpx.AsyncClient, url: str, timeout_s: float) -> str:
+    """The endpoint's first listed model. An id with control characters is no real model's: its escaped form is
+    what is recorded and asked for, so the raw one reaches no terminal, file or event (and the server, which
+    does not know that name, fails each request)."""
+    where = f"{api_base(without_credentials(url))}/v1/models"
+    try:
+        async with asyncio.timeout(timeout_s):
+            listed = parse_model_list(await read_model_list(client, url)).data
+    except TimeoutError:
+        raise ModelDiscoveryFailed(f"{where} did not answer within {timeout_s:g} s") from None
+    except MalformedAnswer as error:
+        raise ModelDiscoveryFailed(f"{where}: {error}") from None
+    if not listed:
+        raise ModelDiscoveryFailed(f"{where} lists no model; pass one with --model")
+    return printable(listed[0].id, single_line=True)
 
 
 def build_client(workload: ServingWorkload, api_key: str | None) -> httpx.AsyncClient:
@@ -143,6 +285,16 @@ def build_client(workload: ServingWorkload, api_key: str | None) -> httpx.AsyncC
     )
 
 
+async def warm_up(
+    client: httpx.AsyncClient, url: str, workload: ServingWorkload, model: str, timer: Timer, deadline_s: float
+) -> None:
+    """Requests that are not counted (the first ones load kernels and fill caches), within the sweep's budget."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout_at(deadline_s):
+            for request in plan_requests(workload, 0)[: workload.warmup_requests]:
+                await stream_one(client, url, workload, model, request, timer)
+
+
 async def run_sweep(
     url: str,
     workload: ServingWorkload,
@@ -153,16 +305,19 @@ async def run_sweep(
     timer: Timer = time.perf_counter,
     on_level: Callable[[LevelSummary], None] | None = None,
 ) -> ServingRun:
-    """Run every level in order (after warm-up requests that are not counted) and compare with `baseline`."""
+    """Run every level in order (after warm-up requests that are not counted) and compare with `baseline`.
+    Whatever the server answers, it ends within discovery's request timeout plus the sweep's budget."""
     async with build_client(workload, api_key) as client:
-        model = workload.model or await discover_model(client, url)
+        model = workload.model or await discover_model(client, url, workload.request_timeout_s)
         target = endpoint(url, workload.api)
-        warmup = plan_requests(workload, 0)[: workload.warmup_requests]
-        for request in warmup:
-            await stream_one(client, target, request_body(workload, model, request), timer)
+        deadline_s = asyncio.get_running_loop().time() + workload.sweep_budget_s
+        await warm_up(client, target, workload, model, timer, deadline_s)
         levels = []
         for level in workload.levels:
-            summary = await run_level(client, target, workload, model, level, timer)
+            if asyncio.get_running_loop().time() < deadline_s:
+                summary = await run_level(client, target, workload, model, level, timer, deadline_s)
+            else:
+                summary = level_not_run(workload, level)
             levels.append(summary)
             if on_level is not None:
                 on_level(summary)

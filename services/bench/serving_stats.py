@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared.contract import BenchResult
 from shared.contract.bench import BenchVerdict
+from shared.untrusted_text import printable
 
 SCHEMA = "fleetpilot.serving_bench/1"
 DEFAULT_LEVELS = (1, 8, 32, 128, 256)
@@ -26,6 +27,10 @@ DEFAULT_LEVELS = (1, 8, 32, 128, 256)
 # A healthy endpoint drops no request at these loads: any failure makes the run degraded; losing most of a
 # level means the endpoint is not serving.
 FAIL_ERROR_SHARE = 0.5
+# With ignore_eos the server must generate every token asked for. Fewer than half means it stopped at the end of
+# the text anyway (a server without the extension: Ollama, llama.cpp) or counted what it never sent, and its
+# rates would be those of a different, shorter workload.
+IGNORE_EOS_MIN_SHARE = 0.5
 
 # Common short English words: about one token each in the tokenizers of Llama, Qwen and GPT models.
 _PROMPT_TEXT = (
@@ -55,7 +60,10 @@ class ServingWorkload(BaseModel):
     model: str | None = Field(default=None, max_length=256, description="default: the endpoint's first model")
     ignore_eos: bool = Field(default=True, description="vLLM/SGLang extension: always generate output_tokens")
     warmup_requests: int = Field(default=1, ge=0)
-    request_timeout_s: float = Field(default=600.0, gt=0)
+    request_timeout_s: float = Field(default=600.0, gt=0, allow_inf_nan=False, description="each request, whole")
+    sweep_budget_s: float = Field(
+        default=3600.0, gt=0, allow_inf_nan=False, description="warm-up and every level; what is left is not run"
+    )
 
     def requests_at(self, level: int) -> int:
         return self.requests_per_level or max(level * self.waves, self.min_requests)
@@ -83,6 +91,35 @@ def plan_requests(workload: ServingWorkload, level: int) -> list[PlannedRequest]
         prompt = " ".join(rng.choice(PROMPT_WORDS) for _ in range(prompt_tokens))
         planned.append(PlannedRequest(prompt, prompt_tokens, output_tokens))
     return planned
+
+
+def counted_output_tokens(claimed: int | None, content_chunks: int, text_bytes: int, max_tokens: int) -> int:
+    """The output tokens one request is credited with: the server's usage count, but never more than was asked
+    for, nor more than the text that arrived can hold. Each token a server streams decodes to at least one byte
+    of UTF-8 (a byte-fallback token to exactly one), so the text's bytes bound the tokens behind it however many
+    tokens a chunk carries (a speculative decoder sends several; counting chunks would undercount it). Tokens
+    that decode to nothing (skipped special tokens) are not credited: an undercount, never an inflation.
+    Without a usage count, each content chunk counts as one token."""
+    if claimed is None:
+        return min(content_chunks, max_tokens)
+    return min(claimed, max_tokens, text_bytes)
+
+
+def more_chunks_than_asked(content_chunks: int, max_tokens: int) -> str | None:
+    """Every content chunk holds at least one token, so more chunks than max_tokens is a server that does not
+    stop (an endless stream would otherwise keep a sweep busy until its deadline)."""
+    if content_chunks <= max_tokens:
+        return None
+    return f"more content chunks than the {max_tokens} tokens asked for"
+
+
+def output_shortfall(counted: int, max_tokens: int, ignore_eos: bool) -> str | None:
+    if not ignore_eos or counted >= max_tokens * IGNORE_EOS_MIN_SHARE:
+        return None
+    return (
+        f"{counted} of the {max_tokens} output tokens asked for with ignore_eos: the server stops early or ignores"
+        " ignore_eos (sweep without it: --no-ignore-eos)"
+    )
 
 
 @dataclass(frozen=True)
@@ -158,7 +195,8 @@ def summarize_level(concurrency: int, timings: list[RequestTiming], duration_s: 
     itls = [gap for t in ok for gap in t.inter_chunk_s]
     tpots = [t.tpot_s for t in ok if t.tpot_s is not None]
     latencies = [t.end_s - t.start_s for t in ok]
-    samples = sorted({t.error or "no token received" for t in failed})[:3]
+    # error texts are the server's words: escaped here, once, before they reach a file, an event or a terminal
+    samples = sorted({printable(t.error or "no token received", single_line=True) for t in failed})[:3]
     return LevelSummary(
         concurrency=concurrency,
         requests=len(timings),
@@ -296,7 +334,8 @@ def serving_result(
 ) -> BenchResult:
     verdict, summary = judge_serving(run)
     levels = ",".join(str(level.concurrency) for level in run.levels)
-    explanation = f"serving sweep c={levels} on {without_credentials(run.url)} ({run.model}): {verdict}: {summary}"
+    model = printable(run.model, single_line=True)  # a discovered one is escaped already; a baseline file's not
+    explanation = f"serving sweep c={levels} on {without_credentials(run.url)} ({model}): {verdict}: {summary}"
     if run.comparison is not None:
         explanation += f"; ratios to baseline {without_credentials(run.comparison.baseline_url)}"
     return _serving_event(

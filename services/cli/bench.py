@@ -8,20 +8,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import nats
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from services.bench import gpu_suite
 from services.bench.config import BenchSettings
 from services.bench.onstart import onstart_command
 from services.bench.references import GpuReference, reference_for
 from services.bench.report import SuiteReport
-from services.bench.serving import run_sweep
+from services.bench.serving import ModelDiscoveryFailed, run_sweep
 from services.bench.serving_stats import LevelSummary, ServingRun, ServingWorkload, serving_result
 from services.bench.verdict import gpu_result, judge_gpu
 from services.cli.errors import writable_file
+from services.cli.terminal_text import cell, printable
 from shared.bus import event_headers, nats_connect_options
 from shared.contract import BenchResult
 from shared.settings import Settings
@@ -79,7 +82,8 @@ def reference_summary(reference: GpuReference | None) -> dict[str, Any] | None:
 
 def print_gpu(report: SuiteReport, result: BenchResult, reference: GpuReference | None) -> None:
     expected = reference.expected_metrics() if reference else {}
-    table = Table(title=f"GPU suite on {report.gpu_name or report.device} ({report.device})")
+    # the GPU name and the explanation come from the machine's own report: shown as written, never as markup
+    table = Table(title=cell(f"GPU suite on {report.gpu_name or report.device} ({report.device})"))
     for column in ("metric", "measured", "expected", "ratio"):
         table.add_column(column, justify="left" if column == "metric" else "right")
     for name, value in report.metrics.items():
@@ -91,7 +95,15 @@ def print_gpu(report: SuiteReport, result: BenchResult, reference: GpuReference 
             f"{ratio:.2f}" if ratio is not None else "-",
         )
     console.print(table)
-    console.print(f"verdict: [bold]{result.verdict}[/bold]: {result.explanation}")
+    print_verdict(result)
+
+
+def print_verdict(result: BenchResult) -> None:
+    """The explanation quotes the endpoint or the machine (its model id, its error texts): a Text, so rich obeys
+    none of its `[link=...]` markup, and escaped, so the terminal obeys none of its control characters."""
+    console.print(
+        Text.assemble("verdict: ", (result.verdict, "bold"), f": {printable(result.explanation, single_line=True)}")
+    )
 
 
 @bench_app.command("gpu")
@@ -139,7 +151,7 @@ def parse_levels(text: str) -> tuple[int, ...]:
 
 
 def print_serving(run: ServingRun, result: BenchResult, out: Path) -> None:
-    table = Table(title=f"serving sweep on {run.url} ({run.model})")
+    table = Table(title=cell(f"serving sweep on {run.url} ({run.model})"))  # the model id is the endpoint's
     columns = ("c", "ok/all", "out tok/s", "req/s", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "TPOT p50")
     for column in columns:
         table.add_column(column, justify="right")
@@ -163,8 +175,8 @@ def print_serving(run: ServingRun, result: BenchResult, out: Path) -> None:
             ms(level.tpot_p50_s),
         )
     console.print(table)
-    console.print(f"verdict: [bold]{result.verdict}[/bold]: {result.explanation}")
-    console.print(f"written to {out}")
+    print_verdict(result)
+    console.print(Text(f"written to {out}"))
 
 
 @bench_app.command("serving")
@@ -187,6 +199,7 @@ def bench_serving(
     if api not in ("chat", "completions"):
         raise typer.BadParameter(f"--api must be chat or completions, got {api!r}")
     writable_file(out, "--out")  # before a sweep of many minutes, not after
+    settings = BenchSettings()
     workload = ServingWorkload(
         levels=parse_levels(levels),
         requests_per_level=requests_per_level,
@@ -196,25 +209,31 @@ def bench_serving(
         api=api,
         model=model,
         ignore_eos=ignore_eos,
+        request_timeout_s=settings.serving_request_timeout_s,
+        sweep_budget_s=settings.serving_sweep_budget_s,
     )
     previous = ServingRun.model_validate_json(baseline.read_text()) if baseline else None
-    api_key = BenchSettings().serving_api_key
     started_at = datetime.now(UTC)
 
     def progress(level: LevelSummary) -> None:
         if not as_json:
             console.print(f"c={level.concurrency}: {level.output_tokens_per_s:.1f} output tok/s", highlight=False)
 
-    run = asyncio.run(
-        run_sweep(
-            url,
-            workload,
-            started_at=started_at,
-            baseline=previous,
-            api_key=api_key.get_secret_value() if api_key else None,
-            on_level=progress,
+    api_key = settings.serving_api_key
+    try:
+        run = asyncio.run(
+            run_sweep(
+                url,
+                workload,
+                started_at=started_at,
+                baseline=previous,
+                api_key=api_key.get_secret_value() if api_key else None,
+                on_level=progress,
+            )
         )
-    )
+    except (httpx.HTTPError, ModelDiscoveryFailed) as error:  # down, or no usable model list: one line, no trace
+        typer.echo(f"error: could not start the sweep: {printable(str(error), single_line=True)}", err=True)
+        raise typer.Exit(1) from None
     result = serving_result(run, occurred_at=datetime.now(UTC), source=SOURCE)
     target = out or RESULTS_DIR / f"serving-{started_at:%Y%m%dT%H%M%SZ}.json"
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,9 @@ from services.bench.serving_stats import (
     ServingRun,
     ServingWorkload,
     compare_runs,
+    counted_output_tokens,
     judge_serving,
+    output_shortfall,
     plan_requests,
     serving_result,
     summarize_level,
@@ -117,3 +119,33 @@ def test_a_run_file_round_trips() -> None:
     run = run_of(level(1, 100.0))
     assert ServingRun.model_validate_json(run.model_dump_json(by_alias=True)) == run
     assert '"schema":"fleetpilot.serving_bench/1"' in run.model_dump_json(by_alias=True)
+
+
+@pytest.mark.parametrize(
+    ("claimed", "chunks", "text_bytes", "credited"),
+    [
+        (256, 256, 1024, 256),  # an honest server: its count
+        (1_000_000, 1, 1, 1),  # a claim beyond the text that arrived
+        (10**400, 300, 2000, 256),  # a claim beyond what was asked for
+        (256, 128, 900, 256),  # two tokens a chunk (speculative decoding): all credited
+        (None, 200, 800, 200),  # no usage chunk: one token a chunk
+    ],
+)
+def test_a_request_is_credited_the_tokens_its_claim_text_and_request_allow(
+    claimed: int | None, chunks: int, text_bytes: int, credited: int
+) -> None:
+    assert counted_output_tokens(claimed, chunks, text_bytes, max_tokens=256) == credited
+
+
+def test_with_ignore_eos_far_fewer_tokens_than_asked_is_an_error() -> None:
+    assert output_shortfall(255, 256, ignore_eos=True) is None
+    assert output_shortfall(12, 256, ignore_eos=False) is None  # without it, stopping at the end is allowed
+    assert output_shortfall(12, 256, ignore_eos=True) == (
+        "12 of the 256 output tokens asked for with ignore_eos: the server stops early or ignores ignore_eos"
+        " (sweep without it: --no-ignore-eos)"
+    )
+
+
+def test_error_samples_are_escaped_where_they_are_recorded() -> None:
+    failed = RequestTiming(0.0, 1.0, error="HTTP 500: boom\x1b]0;title\x07\nverdict: pass")
+    assert summarize_level(1, [failed], 1.0).error_samples == ["HTTP 500: boom\\x1b]0;title\\x07\\nverdict: pass"]
