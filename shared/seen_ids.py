@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Iterable
+from datetime import datetime
 
 
 class SeenIds:
@@ -45,12 +47,25 @@ class ResentCompletions:
     restart completes `task-1` again, later; refused, that machine's completions stopped and it read as dead."""
 
     def __init__(self, capacity: int) -> None:
-        self._keys = SeenIds(capacity)
+        self.capacity = capacity
+        # the report's fields as a tuple, in a plain dict trimmed by halves: a week's replay feeds fleet 787k
+        # completions, and an OrderedDict trimmed at every insert was 3 % of it
+        self._keys: dict[tuple[str, str, datetime, str | None, int | None], None] = {}
 
-    def first_report(self, task_type: str, task_id: str, at_s: float, worker_id: str | None, instance_id: int | None
-                     ) -> bool:  # fmt: skip
-        """Whether this completion was not reported before (within memory); it is remembered from now on."""
-        return self._keys.first_time(repr((task_type, task_id, at_s, worker_id, instance_id)))
+    def first_report(
+        self, task_type: str, task_id: str, occurred_at: datetime, worker_id: str | None, instance_id: int | None
+    ) -> bool:
+        """Whether this completion was not reported before (within memory); it is remembered from now on. At least
+        the last `capacity` reports are remembered, at most twice as many."""
+        key = (task_type, task_id, occurred_at, worker_id, instance_id)
+        keys = self._keys
+        if key in keys:
+            return False
+        keys[key] = None
+        if len(keys) > 2 * self.capacity:
+            for oldest in list(itertools.islice(keys, len(keys) - self.capacity)):  # insertion order: oldest first
+                del keys[oldest]
+        return True
 
     def __len__(self) -> int:
         return len(self._keys)

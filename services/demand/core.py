@@ -134,7 +134,7 @@ class DemandCore:
             return IngestOutcome.TOO_LATE
         # one completion resent 2,000 times under fresh event ids read as twice the fleet's capacity
         if event.kind == "completed" and not self.resent.first_report(
-            event.task_type, event.task_id, event.occurred_at.timestamp(), event.worker_id, event.instance_id
+            event.task_type, event.task_id, event.occurred_at, event.worker_id, event.instance_id
         ):
             return IngestOutcome.REPEATED_COMPLETION
         self._observed(at_s)

@@ -180,7 +180,7 @@ class FleetCore:
     def _repeats_completion(self, event: TaskEvent) -> bool:
         """Whether this completion was reported already (resent under a fresh event id; counted if so)."""
         if event.kind != "completed" or self._completed.first_report(
-            event.task_type, event.task_id, event.occurred_at.timestamp(), event.worker_id, event.instance_id
+            event.task_type, event.task_id, event.occurred_at, event.worker_id, event.instance_id
         ):
             return False
         self.refused_task_events[TaskEventRefusal.REPEATED_COMPLETION] += 1

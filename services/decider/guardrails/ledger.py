@@ -8,7 +8,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import cached_property
 
-from shared.contract import DemandSignal, DemandState, FailureReason, FleetSnapshot, InstanceState, ParkReason
+from shared.contract import (
+    DemandSignal,
+    DemandState,
+    FailureReason,
+    FleetSnapshot,
+    InstanceLine,
+    InstanceState,
+    ParkReason,
+)
 
 S = InstanceState
 
@@ -77,8 +85,9 @@ class FleetLedger:
     removed: frozenset[int] = field(default_factory=frozenset)
     # per instance: (full $/h, $/h it commits now); a parked one commits its storage, a resume its full price
     prices: Mapping[int, tuple[float, float]] = field(default_factory=dict)
-    # per producing instance, the $/h it commits: what its removal frees (`committed_after_removals`)
-    producer_usd_per_h: Mapping[int, float] = field(default_factory=dict)
+    # the snapshot's lines, as read: what a removal frees is looked up here, only when a rule asks
+    # (`committed_after_removals`), rather than tabled for every producer at every run
+    lines: Sequence[InstanceLine] = ()
     # parked machines an outbid pause parked rather than we: vast resumes them, a resume command cannot
     outbid: frozenset[int] = field(default_factory=frozenset)
     resumed: frozenset[int] = field(default_factory=frozenset)
@@ -105,7 +114,14 @@ class FleetLedger:
     def committed_after_removals(self) -> float:
         """What the fleet commits once the producers removed in this run are gone (a removal of anything else frees
         nothing the budget rule reads here)."""
-        return self.committed_usd_per_h - sum(self.producer_usd_per_h.get(iid, 0.0) for iid in self.removed)
+        if not self.removed:
+            return self.committed_usd_per_h
+        freed = sum(
+            line.committed_usd_per_h
+            for line in self.lines
+            if line.instance_id in self.removed and line.state is S.PRODUCING
+        )
+        return self.committed_usd_per_h - freed
 
     def launched_within(self, now: datetime, window_s: float = RATE_WINDOW_S) -> int:
         since = now - timedelta(seconds=window_s)
@@ -151,7 +167,6 @@ def ledger_from(
     prices: dict[int, tuple[float, float]] = {}
     outbid: set[int] = set()
     placements: dict[int, tuple[str | None, int | None]] = {}
-    producer_usd_per_h: dict[int, float] = {}
     for line in lines:  # one pass: a 1000-instance snapshot is read at every run, most of it producing
         instance_id, state = line.instance_id, line.state
         states[instance_id] = state
@@ -159,9 +174,7 @@ def ledger_from(
             bench_failed.add(instance_id)
         if line.park_reason is ParkReason.OUTBID:
             outbid.add(instance_id)
-        if state is S.PRODUCING:
-            producer_usd_per_h[instance_id] = line.committed_usd_per_h
-        elif state is S.PARKED or state is S.RESUMING:
+        if state is S.PARKED or state is S.RESUMING:
             prices[instance_id] = (line.price_usd_per_h, line.committed_usd_per_h)
             if state is S.PARKED:
                 placements[instance_id] = (line.gpu_model, line.host_id)
@@ -180,7 +193,7 @@ def ledger_from(
         prices=prices,
         outbid=frozenset(outbid),
         placements=placements,
-        producer_usd_per_h=producer_usd_per_h,
+        lines=lines,
         removals_in_flight=removals_in_flight(removals, snapshot, now),
         producing_in_states=sum(1 for state in states.values() if state is S.PRODUCING),
     )
