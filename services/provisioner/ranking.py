@@ -295,7 +295,7 @@ def rank(
 
 # A benchmark is the host's own report: it may rank its machine down freely, but up by this much at most, so a
 # made-up fast run cannot make a machine look nearly free per task (1.1: a healthy card's spread over its model).
-# What a machine produced for us is believed as measured: it is fleet's count of completions, each task counted
+# What a machine produced for us is believed as measured: it is fleet's count of completions, a resent one counted
 # once, and a count far beyond its model's other machines is dropped before it is recorded (production_ratios).
 BENCH_RATIO_AT_MOST = 1.1
 
