@@ -79,13 +79,18 @@ class DemandSettings(BaseSettings):
     max_gpu_models: int = Field(
         default=32, ge=1, description="most GPU models measured apart (a fleet rents a handful; the rest count overall)"
     )
-    seen_event_ids: int = Field(default=50_000, ge=100, description="event ids remembered for de-duplication")
+    seen_event_ids: int = Field(
+        default=50_000,
+        ge=100,
+        description="event ids remembered for de-duplication (the latest this many at least, twice at most)",
+    )
     # 40 machines at 120 tasks/h complete 28,800 tasks in the 6 h window: 50,000 reach back ten hours at that pace,
     # so a completion resent within any window is recognised
     completions_remembered: int = Field(
         default=50_000,
         ge=100,
-        description="completions remembered as reported, so one resent under a new event id counts once",
+        description="completions remembered as reported (the latest this many at least, twice at most), so one "
+        "resent under a new event id counts once",
     )
     max_producers: int = Field(
         default=10_000,

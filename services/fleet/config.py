@@ -60,11 +60,16 @@ class FleetSettings(BaseSettings):
     snapshot_interval_s: float = Field(
         default=60, gt=0, description="a fleet snapshot is published at least this often"
     )
-    seen_event_ids: int = Field(default=20_000, ge=100, description="event ids remembered for de-duplication")
+    seen_event_ids: int = Field(
+        default=20_000,
+        ge=100,
+        description="event ids remembered for de-duplication (the latest this many at least, twice at most)",
+    )
     # a resent batch comes minutes to hours after the original: 40 machines at 120 tasks/h complete 4,800 tasks an
     # hour, so 20,000 reach back four hours at that pace (longer for a smaller fleet), past the throughput window
     completions_remembered: int = Field(
         default=20_000,
         ge=100,
-        description="completions remembered as reported, so one resent under a new event id counts once",
+        description="completions remembered as reported (the latest this many at least, twice at most), so one "
+        "resent under a new event id counts once",
     )
