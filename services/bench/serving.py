@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -95,28 +96,48 @@ def refuse_long_line(raw: bytes) -> None:
         raise MalformedAnswer(f"a stream line longer than {SSE_LINE_MAX_BYTES} bytes")
 
 
+# SSE's line ends: CRLF, LF or a bare CR (the spec allows all three; a bare CR was read as part of the line, so a
+# server ending its lines so had every event run into the next and failed every request)
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
 async def bounded_lines(response: httpx.Response) -> AsyncIterator[str]:
-    """The body's lines, each refused once it outgrows SSE_LINE_MAX_BYTES, before the rest of it is buffered.
-    Lines end in LF or CRLF (every OpenAI-compatible server's); SSE's rarely used bare CR is not looked for."""
+    """The body's lines, each refused once it outgrows SSE_LINE_MAX_BYTES, before the rest of it is buffered."""
     pending = b""
     async for piece in response.aiter_bytes():
-        *lines, pending = (pending + piece).split(b"\n")
+        pending += piece
+        # a CR that ends this read may be the first half of a CRLF split between two reads: it waits for the next
+        held = 1 if pending.endswith(b"\r") else 0
+        *lines, rest = _LINE_END.split(pending[: len(pending) - held])
+        pending = rest + pending[len(pending) - held :]
         for line in lines:
             refuse_long_line(line)
-            yield line.rstrip(b"\r").decode(errors="replace")
+            yield line.decode(errors="replace")
         refuse_long_line(pending)
     if pending:
-        yield pending.rstrip(b"\r").decode(errors="replace")
+        yield pending.removesuffix(b"\r").decode(errors="replace")
 
 
 async def sse_data(response: httpx.Response) -> AsyncIterator[str]:
-    """The `data:` payloads of a server-sent event stream, up to `[DONE]`."""
+    """The data of each server-sent event, up to `[DONE]`: an event's `data:` lines joined by newlines, dispatched
+    at the blank line that ends it (as the SSE spec and OpenAI's own client read a stream); an event the stream
+    ends in without its blank line is read too."""
+    data: list[str] = []
+    held = 0  # characters of data in `data`: an event of many lines is capped as one line is
     async for line in bounded_lines(response):
-        if not line.startswith("data:"):
+        if line:
+            if line.startswith("data:"):
+                data.append(line[len("data:") :].removeprefix(" "))
+                held += len(data[-1])
+                if held > SSE_LINE_MAX_BYTES:
+                    raise MalformedAnswer(f"an event's data longer than {SSE_LINE_MAX_BYTES} bytes")
             continue  # `: keep-alive` comments, `event:` and `id:` lines
-        payload = line[len("data:") :].strip()
-        if payload == "[DONE]":
-            return
+        if data:
+            payload, data, held = "\n".join(data).strip(), [], 0
+            if payload == "[DONE]":
+                return
+            yield payload
+    if data and (payload := "\n".join(data).strip()) != "[DONE]":
         yield payload
 
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
@@ -17,7 +19,8 @@ from typer.testing import CliRunner
 
 from services.bench.app import build
 from services.bench.collect import result_event_id
-from services.bench.serving import run_sweep
+from services.bench.serving import run_sweep, sse_data
+from services.bench.serving_protocol import MalformedAnswer
 from services.bench.serving_stats import ServingRun, ServingWorkload
 from services.cli.main import app
 from shared.clock import RealClock
@@ -272,3 +275,59 @@ async def test_an_answer_from_another_model_fails_the_request() -> None:
 
     level = run.levels[0]
     assert level.requests_ok == 0 and level.error_samples == ["answered as model 'tiny-0.5b', asked for 'llama-3-70b'"]
+
+
+# ---- server-sent events as the spec writes them ----------------------------------------------------------------
+def written_with(line_end: bytes, request: dict[str, Any]) -> bytes:
+    """The faithful stream with every line ended by `line_end` instead of LF."""
+    return (faithful_events(request) + event("[DONE]")).replace(b"\n", line_end)
+
+
+@pytest.mark.parametrize("line_end", [b"\r", b"\r\n"], ids=["bare CR", "CRLF"])
+async def test_a_stream_whose_lines_end_as_the_spec_allows_is_read(line_end: bytes) -> None:
+    async def answer(request: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        writer.write(head() + written_with(line_end, request))
+
+    with hostile_endpoint(answer) as server:
+        run = await sweep(server.url)
+    assert run.levels[0].requests_ok == 2 and run.levels[0].output_tokens == 2 * OUTPUT_TOKENS
+
+
+async def test_an_events_data_on_several_lines_is_one_payload() -> None:
+    """`data: {"a":` then `data: 1}` in one event is `{"a":\n1}` (SSE joins an event's data lines)."""
+
+    async def split_json(request: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        events = faithful_events(request).decode().replace('"choices": ', '"choices":\ndata: ')
+        writer.write(head() + events.encode() + event("[DONE]"))
+
+    with hostile_endpoint(split_json) as server:
+        run = await sweep(server.url)
+    assert run.levels[0].requests_ok == 2 and run.levels[0].output_tokens == 2 * OUTPUT_TOKENS
+
+
+async def read_events(*pieces: bytes) -> list[str]:
+    """What `sse_data` makes of a body that arrives in these reads, through httpx's own streaming response."""
+
+    async def body() -> AsyncIterator[bytes]:
+        for piece in pieces:
+            yield piece
+
+    response = httpx.Response(200, content=body())
+    return [payload async for payload in sse_data(response)]
+
+
+async def test_a_crlf_split_between_two_reads_ends_one_line() -> None:
+    assert await read_events(b'data: {"a": 1}\r', b"\n\r", b"\ndata: 2\r", b"\n\r\n") == ['{"a": 1}', "2"]
+    assert await read_events(b"data: 1\r", b"\r", b"data: 2\r\r") == ["1", "2"], "bare CRs split alike"
+
+
+async def test_an_event_cut_off_by_the_end_of_the_stream_is_still_read_and_done_ends_it() -> None:
+    assert await read_events(b"data: 1\n\ndata: 2") == ["1", "2"]
+    assert await read_events(b"data: 1\n\ndata: [DONE]\n\ndata: 3\n\n") == ["1"]
+    assert await read_events(b": keep-alive\n\nevent: x\nid: 7\ndata: 1\n\n") == ["1"]
+
+
+async def test_an_event_of_many_data_lines_is_capped_as_one_line_is() -> None:
+    many = b"".join(b"data: " + b"x" * 60000 + b"\n" for _ in range(3))
+    with pytest.raises(MalformedAnswer, match="an event's data longer than 65536 bytes"):
+        await read_events(many + b"\n")
