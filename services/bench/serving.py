@@ -81,10 +81,20 @@ def request_body(workload: ServingWorkload, model: str, planned: PlannedRequest)
     return body
 
 
+def uncompressed(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The body as the network delivers it. The client asks for no compression (`build_client`), and a body
+    compressed anyway is refused unread: httpx inflates each network read whole, so 64 KB of a gzip bomb became 64
+    MB at once, whatever cap the reader kept."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise MalformedAnswer(f"a compressed answer (content-encoding {printable(encoding[:40], single_line=True)})")
+    return response.aiter_raw()
+
+
 async def capped_body(response: httpx.Response, max_bytes: int) -> bytes:
     """The body, read no further than max_bytes + 1: the extra byte tells a longer body from one that fits."""
     body = bytearray()
-    async for piece in response.aiter_bytes():
+    async for piece in uncompressed(response):
         body += piece
         if len(body) > max_bytes:
             break
@@ -104,7 +114,7 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 async def bounded_lines(response: httpx.Response) -> AsyncIterator[str]:
     """The body's lines, each refused once it outgrows SSE_LINE_MAX_BYTES, before the rest of it is buffered."""
     pending = b""
-    async for piece in response.aiter_bytes():
+    async for piece in uncompressed(response):
         pending += piece
         # a CR that ends this read may be the first half of a CRLF split between two reads: it waits for the next
         held = 1 if pending.endswith(b"\r") else 0
@@ -196,7 +206,10 @@ async def _stream(
     tally = StreamTally(asked_model=model, max_tokens=planned.output_tokens)
     async with client.stream("POST", url, json=request_body(workload, model, planned)) as response:
         if response.status_code != 200:
-            text = (await capped_body(response, ERROR_BODY_MAX_BYTES)).decode(errors="replace")
+            try:
+                text = (await capped_body(response, ERROR_BODY_MAX_BYTES)).decode(errors="replace")
+            except MalformedAnswer as unread:
+                text = f"({unread}, not read)"
             return RequestTiming(start_s, timer(), error=f"HTTP {response.status_code}: {text[:ERROR_BODY_MAX_CHARS]}")
         async for payload in sse_data(response):
             chunk = parse_chunk(payload)
@@ -297,7 +310,9 @@ async def discover_model(client: httpx.AsyncClient, url: str, timeout_s: float) 
 
 def build_client(workload: ServingWorkload, api_key: str | None) -> httpx.AsyncClient:
     connections = max(workload.levels) + 1
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = {"accept-encoding": "identity"}  # no compressed bodies: see `uncompressed`
+    if api_key:
+        headers["authorization"] = f"Bearer {api_key}"
     return httpx.AsyncClient(
         headers=headers,
         # httpx's default pool (100) would silently cap the 128 and 256 levels.

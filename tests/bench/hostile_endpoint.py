@@ -88,6 +88,7 @@ class HostileEndpoint:
         self.completion = completion
         self.model_list = model_list
         self.requests: list[dict[str, Any]] = []
+        self.accepted_encodings: list[str] = []  # each request's accept-encoding header, as sent
         self.url = ""
         self.answering: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
 
@@ -108,6 +109,7 @@ class HostileEndpoint:
             path = request_head[0].split()[1]
             headers = {line.split(":", 1)[0].lower(): line.split(":", 1)[1] for line in request_head[1:] if ":" in line}
             body = await reader.readexactly(int(headers.get("content-length", "0")))
+            self.accepted_encodings.append(headers.get("accept-encoding", "").strip())
             if path.endswith("/v1/models"):
                 writer.write(head(200, "application/json", len(self.model_list)) + self.model_list)
             else:

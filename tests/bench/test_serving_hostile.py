@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tracemalloc
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -331,3 +333,33 @@ async def test_an_event_of_many_data_lines_is_capped_as_one_line_is() -> None:
     many = b"".join(b"data: " + b"x" * 60000 + b"\n" for _ in range(3))
     with pytest.raises(MalformedAnswer, match="an event's data longer than 65536 bytes"):
         await read_events(many + b"\n")
+
+
+# ---- a compressed answer ---------------------------------------------------------------------------------------
+def gzip_of_zeros(size: int) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: the gzip container
+    return packer.compress(bytes(size)) + packer.flush()
+
+
+BOMB = gzip_of_zeros(64 << 20)  # 64 MB of zeros in about 64 KB
+
+
+async def test_a_compressed_answer_is_refused_unread_and_none_was_asked_for() -> None:
+    async def bomb(request: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        writer.write(
+            f"HTTP/1.1 200 X\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
+            f"content-length: {len(BOMB)}\r\nconnection: close\r\n\r\n".encode()
+            + BOMB
+        )
+
+    tracemalloc.start()
+    try:
+        with hostile_endpoint(bomb) as server:
+            run = await sweep(server.url)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert set(server.accepted_encodings) == {"identity"}
+    assert run.levels[0].requests_ok == 0
+    assert run.levels[0].error_samples == ["a compressed answer (content-encoding gzip)"]
+    assert peak < 16 << 20, f"{peak / 2**20:.0f} MB held at the peak: the bomb was inflated"
