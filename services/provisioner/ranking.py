@@ -260,15 +260,17 @@ def rank(
     # a market lists few GPU models and many machines: each model's pace looked up once per search
     model_pace: dict[str, float | None] = {}
     for offer in distinct_offers(offers):
-        if not acceptable(offer, constraints) or pull_past_meaning(offer, startup):
+        if not acceptable(offer, constraints):
             continue
+        pull_usd = startup.pull_cost_usd(offer)
+        if not math.isfinite(pull_usd):
+            continue  # `pull_past_meaning`: counted and logged where the search is made
         per_gpu = expected_per_gpu_tasks_per_h(offer, knowledge, history, now, model_pace)
         if per_gpu is None:
             continue
         tasks_per_h = per_gpu * offer.num_gpus
         history_factor = 1.0 / (1.0 + penalties.of(offer.host_id, offer.machine_id))
         success = max(offer.reliability_score, 1e-3) * history_factor
-        pull_usd = startup.pull_cost_usd(offer)
         effective_usd_per_h = offer.dph_total + pull_usd / PULL_AMORTISED_OVER_H
         usd_per_task = effective_usd_per_h / (tasks_per_h * success)
         startup_s = startup.predicted_s(offer, startups)
