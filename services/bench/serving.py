@@ -133,22 +133,25 @@ async def sse_data(response: httpx.Response) -> AsyncIterator[str]:
     at the blank line that ends it (as the SSE spec and OpenAI's own client read a stream); an event the stream
     ends in without its blank line is read too."""
     data: list[str] = []
-    held = 0  # characters of data in `data`: an event of many lines is capped as one line is
+    data_chars = 0  # an event of many data lines is capped as one line is
     async for line in bounded_lines(response):
-        if line:
-            if line.startswith("data:"):
-                data.append(line[len("data:") :].removeprefix(" "))
-                held += len(data[-1])
-                if held > SSE_LINE_MAX_BYTES:
-                    raise MalformedAnswer(f"an event's data longer than {SSE_LINE_MAX_BYTES} bytes")
-            continue  # `: keep-alive` comments, `event:` and `id:` lines
-        if data:
-            payload, data, held = "\n".join(data).strip(), [], 0
+        if line.startswith("data:"):
+            data.append(line[len("data:") :].removeprefix(" "))
+            data_chars += len(data[-1])
+            if data_chars > SSE_LINE_MAX_BYTES:
+                raise MalformedAnswer(f"an event's data longer than {SSE_LINE_MAX_BYTES} bytes")
+        elif not line and data:  # the blank line that ends an event
+            payload, data, data_chars = _joined(data), [], 0
             if payload == "[DONE]":
                 return
             yield payload
-    if data and (payload := "\n".join(data).strip()) != "[DONE]":
+        # other lines: `: keep-alive` comments, `event:` and `id:` fields
+    if data and (payload := _joined(data)) != "[DONE]":
         yield payload
+
+
+def _joined(data: list[str]) -> str:
+    return "\n".join(data).strip()
 
 
 @dataclass
