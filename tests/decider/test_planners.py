@@ -64,6 +64,18 @@ def test_cleanup_destroys_failed_machines_and_gives_up_parked_ones_held_too_long
     assert [p.instance_id for p in fleet.parked] == [802]  # growth must not count the one given up
 
 
+def test_a_failed_machine_given_back_names_its_failure_where_the_reason_does_not() -> None:
+    """The busy demo's audit read `destroy 1 (failed)` of two resumes whose GPUs another renter had taken: the
+    removal's reason is `failed` for several failures, so fleet's own word is added; a stuck machine's is not
+    repeated."""
+    taken = line(701, InstanceState.FAILED, NOW, last_task_ago_s=None, failure_reason=FailureReason.GPU_TAKEN)
+    stuck = line(702, InstanceState.FAILED, NOW, last_task_ago_s=None, failure_reason=FailureReason.STUCK_LOADING)
+    quiet = signal(NOW, rate_per_h=100, pending=0, producing_workers=2)
+    rec = recommend(quiet, snapshot(NOW, [*producing(2, NOW), taken, stuck]), NOW, CONFIG)
+    assert [(plan.verb, plan.instance_id) for plan in rec.removals] == [("destroy", 701), ("destroy", 702)]
+    assert rec.explanation.startswith("destroy 2 (failed: gpu_taken, stuck_loading): need "), rec.explanation
+
+
 def test_while_workers_are_stalled_cleanup_gives_back_no_drained_machine() -> None:
     drained = line(300, InstanceState.DRAINING, NOW, state_for_s=3 * HOUR_S, last_task_ago_s=3 * HOUR_S)
     fleet = split_fleet(snapshot(NOW, [drained]))

@@ -67,6 +67,7 @@ def recommend(
         growth.resumes,
         drained=frozenset(line.instance_id for line in fleet.draining),
         resuming={line.instance_id: waiting_for_gpu(line, now, config) for line in fleet.resuming},
+        failures={line.instance_id: line.failure_reason.value for line in fleet.failed if line.failure_reason},
     )
     return Recommendation(
         tuple(growth.launches),
@@ -97,6 +98,7 @@ def _explain(
     *,
     drained: frozenset[int] = frozenset(),
     resuming: dict[int, bool] | None = None,
+    failures: dict[int, str] | None = None,
 ) -> str:
     """The step's actions, then the figures they rest on. A stop or destroy of a machine drained in an earlier
     run says so: counted against the need beside it, `stop 1 (park): need 2 ...; have 1 producing + 1 arriving`
@@ -104,7 +106,9 @@ def _explain(
     began, and the drain has ended (its tasks done, or the longest drain waited out). So does a stop of a machine
     resumed in an earlier run and not producing yet (`resuming`: whether vast still shows it stopped past a
     restart's minutes, its GPU likely someone else's): the busy demo's audit read `stop 1 (park)` with 118 tasks
-    queued, of a machine resumed a quarter of an hour before."""
+    queued, of a machine resumed a quarter of an hour before. A failed machine's removal names fleet's failure
+    where it says more than the removal's reason (`failures`): the busy demo's audit read `destroy 1 (failed)` of
+    two resumes whose GPUs someone else had taken, `destroy 1 (failed: gpu_taken)` now."""
     parts = [f"resume {len(resumes)} parked ({resumes[0].reason.value})"] if resumes else []
     parts += [
         f"launch {plan.count} ({plan.reason.value}, {plan.launch_priority}"
@@ -112,7 +116,7 @@ def _explain(
         + ")"
         for plan in launches
     ]
-    resuming = resuming or {}
+    resuming, failures = resuming or {}, failures or {}
 
     def whose(instance_id: int) -> str:
         if instance_id in drained:
@@ -125,11 +129,16 @@ def _explain(
         for which in ("", AFTER_DRAINING, STILL_RESUMING, WAITING_FOR_GPU):
             plans = [plan for plan in removals if plan.verb == verb and whose(plan.instance_id) == which]
             if plans:
-                reasons = ", ".join(sorted({plan.reason.value for plan in plans}))
+                reasons = ", ".join(sorted({_reason(plan, failures) for plan in plans}))
                 parts.append(f"{verb} {len(plans)}{which} ({reasons})")
     head = "; ".join(parts) if parts else "hold"
     stall = " workers stalled: replace, never scale down;" if stalled_state else ""
     return f"{head}:{stall} {numbers}"
+
+
+def _reason(plan: RemovalPlan, failures: dict[int, str]) -> str:
+    failure = failures.get(plan.instance_id)
+    return plan.reason.value if failure in (None, plan.reason.value) else f"{plan.reason.value}: {failure}"
 
 
 class PredictivePolicy:
