@@ -112,6 +112,14 @@ def delivery_count(raw: Msg) -> int | None:
         return None
 
 
+def unread_after(raw: Msg) -> int:
+    """How many messages JetStream still holds for this consumer after this one; 0 for core NATS."""
+    try:
+        return int(raw.metadata.num_pending)
+    except Exception:  # core NATS messages have no JetStream metadata
+        return 0
+
+
 class DeadLetterMiddleware:
     """Factory FastStream calls per message; holds what the per-message scope needs."""
 

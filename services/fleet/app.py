@@ -15,7 +15,7 @@ from services.fleet.core import Alert, FleetCore, Transition
 from services.fleet.metrics import FleetMetrics
 from services.fleet.saved import meta_of, restored_core, take_changes
 from services.fleet.store import FleetStore
-from shared.bus import answer_request, durable_pull, publish_event
+from shared.bus import answer_request, durable_pull, publish_event, unread_after
 from shared.contract import (
     BenchRequest,
     BenchResult,
@@ -214,9 +214,9 @@ def build(ctx: ServiceContext, config: FleetSettings | None = None) -> AsgiFastS
         await runtime.settle(runtime.core.observe_instance(observed, clock.now()), save=True)
 
     @ctx.broker.subscriber(subjects.tasks_all, **durable_pull(DEMAND, settings, "fleet-tasks"))
-    async def on_task_event(event: TaskEvent) -> None:
+    async def on_task_event(event: TaskEvent, msg: NatsMessage) -> None:
         ctx.count_unknown_fields(event)
-        await runtime.settle(runtime.core.observe_task(event, clock.now()))
+        await runtime.settle(runtime.core.observe_task(event, clock.now(), unread_after(msg.raw_message)))
 
     @ctx.broker.subscriber(subjects.queue, **durable_pull(DEMAND, settings, "fleet-queue"))
     async def on_queue_snapshot(snapshot: QueueSnapshot) -> None:

@@ -25,6 +25,14 @@ class FleetSettings(BaseSettings):
     silent_dead_s: float = Field(
         default=15 * 60, gt=0, description="a producer with no task event this long while work waits: failed (silent)"
     )
+    # Silence is judged from what fleet has read: with thousands of task events still unread on its consumer (a
+    # fleet slowed by its machine read 8,000 behind the clock), a worker silent by the clock may have spoken in them.
+    silence_unjudged_above_unread: int = Field(
+        default=500,
+        ge=0,
+        description="while more task events than this wait unread on fleet's consumer, no worker is failed as silent "
+        "(dead, never registered) and no all-silent alert is raised: they are judged once fleet has caught up",
+    )
     # Every producer silent at once points at something bigger (the job system, the network): say so first.
     all_silent_s: float = Field(
         default=10 * 60, gt=0, description="every producer silent this long at once raises one alert first"

@@ -69,6 +69,9 @@ class FleetCore:
         self.changed = False  # anything a snapshot shows changed since the adapter last published one
         self._lines = SnapshotLines()  # snapshot lines, rebuilt only where what they show changed
         self.ignored_moves = 0  # moves the table refused (backwards or sideways), for the metric
+        # task events still waiting on fleet's consumer after the latest one read (JetStream's count): while many
+        # wait, a worker silent by the clock may have spoken in them, so silence is not judged (`behind_on_tasks`)
+        self.unread_task_events = 0
         # what the queue says, for judging silence
         self.queue_pending: int | None = None
         self.queue_at_s: float | None = None
@@ -117,16 +120,18 @@ class FleetCore:
         planned = target == S.GONE and observed.removal_reason is not None
         return self._move(record, target, at_s, detail, reason, planned)
 
-    def observe_task(self, event: TaskEvent, now: datetime) -> list[Transition]:
+    def observe_task(self, event: TaskEvent, now: datetime, unread_after: int = 0) -> list[Transition]:
         """A worker's first event registers its instance; a completion marks it producing.
 
         An instance the provisioner has not reported is not created from a task event (a replayed week of
         events would resurrect long-gone machines): its events wait, bounded, until the provisioner sees it.
-        A completion resent under a fresh event id counts once (`_repeats_completion`).
+        A completion resent under a fresh event id counts once (`_repeats_completion`). `unread_after`: the task
+        events still waiting behind this one on fleet's consumer.
 
         A worker's name is not bound to one machine: the README lets a job system name workers per process,
         and process ids repeat across containers, so the instance an event names is the one it is applied to.
         """
+        self.unread_task_events = unread_after
         if not self._seen.first_time(event.event_id):
             return []
         instance_id = event.instance_id
@@ -247,9 +252,16 @@ class FleetCore:
                 self._schedule(record, due_s)
             elif state == S.GONE:
                 self._forget(record)
+            elif reason is not None and self.behind_on_tasks() and _judged_by_silence(record):
+                self._schedule(record, now_s + IDLE_RECHECK_S)  # judged once the unread events are read
             elif reason is not None:
                 transitions += self._move(record, S.FAILED, now_s, detail, reason)
         return Tick(transitions, self._silence(now_s))
+
+    def behind_on_tasks(self) -> bool:
+        """Whether so many task events wait unread that silence by the clock says nothing of a worker: a fleet
+        slowed by a loaded machine read them thousands behind, and failed producers that were working as dead."""
+        return self.unread_task_events > self.config.silence_unjudged_above_unread
 
     def tasks_queued(self, now_s: float) -> bool:
         return bool(
@@ -496,6 +508,8 @@ class FleetCore:
         if self.counts[S.PRODUCING] == 0 or not self.tasks_queued(now_s):
             self.silence_alerted = False
             return []
+        if self.behind_on_tasks():
+            return []  # what they said may be among the unread events
         heard_s = max(
             self.last_producer_event_s or 0.0,
             self.queued_since_s or 0.0,
@@ -514,6 +528,13 @@ class FleetCore:
             f" with {self.queue_pending} tasks queued"
         )
         return [Alert(TriggerReason.ALL_PRODUCERS_SILENT, detail, _utc(now_s))]
+
+
+def _judged_by_silence(record: InstanceRecord) -> bool:
+    """Whether the state's time limit counts from the worker's last word (dead, never registered), not the state's
+    start (stuck loading, a resume's wait for its GPU)."""
+    limit = time_limit(record.state, record.vast_status)
+    return limit is not None and limit.counts_from is not CountsFrom.IN_STATE
 
 
 def _utc(at_s: float) -> datetime:

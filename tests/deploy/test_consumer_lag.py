@@ -9,11 +9,13 @@ import time
 from pathlib import Path
 
 import httpx
+from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 from prometheus_client import CollectorRegistry
 
 from services.demand.app import build as build_demand
+from shared.bus import unread_after
 from shared.consumer_lag import DurableConsumer, durable_consumers, report_consumer_lag
 from shared.metrics import BusMetrics
 from shared.processes import free_port, stop_process
@@ -68,6 +70,29 @@ async def test_pending_messages_are_read_from_jetstream_and_unknown_after_a_fail
     assert gauge(metrics, "fleetpilot_consumer_pending_messages", stream, "lag-probe") is None
     assert gauge(metrics, "fleetpilot_consumer_ack_pending_messages", stream, "lag-probe") is None
     assert gauge(metrics, "fleetpilot_consumer_info_failures_total", stream, "lag-probe") == 1
+
+
+async def test_a_message_says_how_many_wait_behind_it_and_a_core_nats_one_says_none(
+    settings: Settings, js: JetStreamContext, nc: NatsClient
+) -> None:
+    """What fleet reads to know it is behind on task events (services/fleet/core.py, `behind_on_tasks`)."""
+    stream = DEMAND.name(settings.subjects)
+    queue = settings.subjects.queue
+    probe = ConsumerConfig(durable_name="behind-probe", ack_policy=AckPolicy.EXPLICIT, filter_subject=queue)
+    await js.add_consumer(stream, probe)
+    for n in range(4):
+        await js.publish(queue, f"queue snapshot {n}".encode(), stream=stream)
+    subscription = await js.pull_subscribe_bind("behind-probe", stream)
+    [first] = await subscription.fetch(1)
+    assert unread_after(first) == 3
+    rest = await subscription.fetch(3)
+    assert [unread_after(message) for message in rest] == [2, 1, 0]
+    for message in [first, *rest]:
+        await message.ack()
+    core = await nc.subscribe("core.probe")
+    await nc.publish("core.probe", b"no metadata")
+    assert unread_after(await core.next_msg(timeout=5)) == 0
+    await js.delete_consumer(stream, "behind-probe")
 
 
 def test_a_running_service_exports_its_consumers_backlog(

@@ -200,6 +200,35 @@ def test_a_producer_silent_while_tasks_are_queued_dies_at_the_limit_and_not_befo
     assert [(t.to_state, t.failure_reason) for t in tick.transitions] == [(S.FAILED, FailureReason.DEAD)]
 
 
+def test_silence_is_not_judged_while_many_task_events_wait_unread_and_is_once_they_are_read() -> None:
+    """A busy demo's fleet read its task events 8,000 behind the clock and failed working producers as dead, then
+    launched their replacements: what a worker said may be among the unread events."""
+    core = FleetCore()
+    quiet = producing(core, T0, 1)
+    last = producing(core, T0, 2)
+    behind = core.config.silence_unjudged_above_unread + 1
+    alerts = []
+    for minute in range(1, 31):
+        moment = last + timedelta(minutes=minute)
+        core.observe_queue(queue(59, moment), moment)
+        # instance 2 speaks, but fleet reads it far behind: its events still stamped at the start of the silence
+        core.observe_task(task("started", last, 2), moment, unread_after=behind)
+        tick = core.check(moment)
+        assert tick.transitions == []
+        alerts += tick.alerts
+    assert alerts == [] and core.instances[1].state == S.PRODUCING
+    # caught up: the latest event read has nothing behind it, and both are judged by what was heard
+    caught_up = last + timedelta(minutes=31)
+    core.observe_task(task("completed", caught_up, 2), caught_up, unread_after=0)
+    core.observe_queue(queue(59, caught_up), caught_up)
+    later = caught_up + timedelta(seconds=60)
+    tick = core.check(later)
+    assert [(t.instance_id, t.to_state, t.failure_reason) for t in tick.transitions] == [
+        (1, S.FAILED, FailureReason.DEAD)
+    ]
+    assert quiet < caught_up and core.instances[2].state == S.PRODUCING
+
+
 def test_silence_with_an_empty_queue_or_a_stale_snapshot_is_not_death() -> None:
     core = FleetCore()
     last = producing(core, T0)
