@@ -25,6 +25,12 @@ from shared.clock import ClockControl
 # Tasks take minutes and fleet judges a worker silent after 15: lateness under a minute changes no decision.
 LATE_HIGH_SIM_S = 60.0  # above: slow down
 LATE_LOW_SIM_S = 20.0  # below: speed up again, up to the asked speed
+# How far behind the stack's slowest reader is, in messages: the most any durable consumer has not had delivered
+# yet. A service can fall behind without waiting on a run queue long in any one interval (it reads a little slower
+# than the clock writes, interval after interval): a busy demo's fleet read its task events 8,000 behind at x113-x160
+# while no process waited a minute's worth per interval, and it failed working producers as dead.
+BACKLOG_HIGH = 500  # above: slow down (fleet stops judging silence past the same count)
+BACKLOG_LOW = 100  # the speed rises again only below this
 SLOW_DOWN = 0.7  # speed × this when the stack falls behind
 SPEED_UP = 1.1  # speed × this when it keeps up
 MIN_SPEED_SHARE = 0.02  # never below this share of the asked speed (a stopped clock would hide a hung stack)
@@ -61,12 +67,20 @@ class SpeedLog:
 
 
 class ClockGovernor:
-    """A daemon thread that adjusts `control`'s speed from the run-queue wait of the processes `pids()` names."""
+    """A daemon thread that adjusts `control`'s speed from the run-queue wait of the processes `pids()` names and
+    the stack's message backlog (`backlog()`: the most messages a durable consumer has not had delivered; None when
+    it cannot be read, which slows nothing)."""
 
     def __init__(
-        self, control: ClockControl, asked_speed: float, pids: Callable[[], list[int]], log_path: Path | None = None
+        self,
+        control: ClockControl,
+        asked_speed: float,
+        pids: Callable[[], list[int]],
+        log_path: Path | None = None,
+        backlog: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.control = control
+        self.backlog = backlog
         self.log_path = log_path  # one line per change of speed: wall time, lateness, new speed
         self.asked = asked_speed
         self.pids = pids
@@ -132,15 +146,16 @@ class ClockGovernor:
             now = time.monotonic()
             interval_s = max(1e-3, now - last)
             last = now
-            self.step(self._sample(), interval_s)
+            self.step(self._sample(), interval_s, self.backlog() or 0)
 
-    def step(self, worst_wait_s: float, interval_s: float) -> float:
-        """One adjustment from the longest wait of one process over the last interval; returns the new speed."""
+    def step(self, worst_wait_s: float, interval_s: float, backlog: int = 0) -> float:
+        """One adjustment from the longest wait of one process over the last interval and the stack's message
+        backlog; returns the new speed."""
         before = speed = self.control.read()[2]
         late_sim_s = worst_wait_s * speed
-        if late_sim_s > LATE_HIGH_SIM_S:
+        if late_sim_s > LATE_HIGH_SIM_S or backlog > BACKLOG_HIGH:
             speed = max(self.asked * MIN_SPEED_SHARE, speed * SLOW_DOWN)
-        elif late_sim_s < LATE_LOW_SIM_S:
+        elif late_sim_s < LATE_LOW_SIM_S and backlog < BACKLOG_LOW:
             speed = min(self.asked, speed * SPEED_UP)
         if speed != before:
             now = time.time()
@@ -148,7 +163,8 @@ class ClockGovernor:
             self.history.append((now, self.control.sim_s(now)))
             if self.log_path is not None:
                 with contextlib.suppress(OSError), open(self.log_path, "a") as log:
-                    log.write(f"{now:.2f} late {late_sim_s:.0f} sim s: x{before:.0f} -> x{speed:.0f}\n")
+                    behind = f"late {late_sim_s:.0f} sim s, {backlog} undelivered"
+                    log.write(f"{now:.2f} {behind}: x{before:.0f} -> x{speed:.0f}\n")
         if speed < self.asked:
             self.log.slowed_s += interval_s
         self.log.lowest = min(self.log.lowest, speed)

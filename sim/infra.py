@@ -7,6 +7,7 @@ broker or the cache away mid-run and bring it back.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 import sys
@@ -199,6 +200,24 @@ class NatsServer(LocalServer):
         """What the admin step does before any service starts; for fixtures (no user: these servers run open)."""
         return ensure_streams_now(self.urls, subjects, replicas)
 
+    def consumer_backlog(self) -> int | None:
+        """The most messages any durable consumer on this node has not had delivered yet (/jsz's `num_pending`);
+        None when the node does not answer."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.monitor_port}/jsz?consumers=true", timeout=1.0) as r:
+                report = json.load(r)
+        except (OSError, ValueError):
+            return None
+        return max(
+            (
+                int(consumer.get("num_pending", 0))
+                for account in report.get("account_details") or []
+                for stream in account.get("stream_detail") or []
+                for consumer in stream.get("consumer_detail") or []
+            ),
+            default=0,
+        )
+
 
 class NatsCluster:
     """Three (or `size`) nats-server processes joined by routes on loopback, JetStream on each: a stream with
@@ -235,6 +254,11 @@ class NatsCluster:
         for node in self.nodes:
             node.start()
         self.wait_healthy(timeout_s)
+
+    def consumer_backlog(self) -> int | None:
+        """The largest backlog any running node reports (each reports the consumers it holds a replica of)."""
+        backlogs = [backlog for node in self.nodes if node.running if (backlog := node.consumer_backlog()) is not None]
+        return max(backlogs, default=None)
 
     def wait_healthy(self, timeout_s: float = 60.0) -> None:
         """Every running node reports JetStream healthy (the meta group has a leader and this node is current)."""

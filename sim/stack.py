@@ -179,7 +179,9 @@ class Stack:
         speed = min(self.plan.speed, STARTUP_SPEED) if self.governed else self.plan.speed
         self.clock = ClockControl.create(self.clock_path, self.sim_epoch, self.wall_epoch_s, speed)
         if self.governed:
-            self.governor = ClockGovernor(self.clock, self.plan.speed, self.pids, self.workdir / "clock.log")
+            self.governor = ClockGovernor(
+                self.clock, self.plan.speed, self.pids, self.workdir / "clock.log", self.nats.consumer_backlog
+            )
         cli = ["-m", "services.cli.main"]
         self.ensure_streams(cli)
         vast = [*cli, "sim", "vast", "--port", str(self.ports["vast"]), "--speed", str(self.plan.speed)]

@@ -9,9 +9,20 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import nats
+from nats.js.api import AckPolicy, ConsumerConfig
+
 from shared.clock import ClockControl, GovernedClock
 from shared.settings import Settings
-from sim.clock_governor import LATE_HIGH_SIM_S, LATE_LOW_SIM_S, ClockGovernor, run_queue_wait_s
+from sim.clock_governor import (
+    BACKLOG_HIGH,
+    BACKLOG_LOW,
+    LATE_HIGH_SIM_S,
+    LATE_LOW_SIM_S,
+    ClockGovernor,
+    run_queue_wait_s,
+)
+from sim.infra import NatsServer
 
 EPOCH = datetime(2026, 3, 2, tzinfo=UTC)
 
@@ -58,6 +69,39 @@ def test_the_governor_slows_while_the_stack_waits_and_gives_the_speed_back(tmp_p
     steady = governor.step((LATE_LOW_SIM_S + LATE_HIGH_SIM_S) / 2 / 360.0, 0.5)
     assert steady == 360.0  # between the thresholds nothing moves
     assert "x360 -> x252" in (tmp_path / "clock.log").read_text()
+
+
+def test_the_governor_slows_while_a_reader_falls_behind_though_no_process_waits_long(tmp_path: Path) -> None:
+    """A busy demo's fleet read its task events 8,000 behind while no process waited a minute's worth per interval:
+    the backlog alone slows the clock, and the speed comes back only once it is nearly read."""
+    control = ClockControl.create(tmp_path / "clock", EPOCH, wall_anchor_s=time.time(), speed=360.0)
+    governor = ClockGovernor(control, 360.0, lambda: [], tmp_path / "clock.log")
+    idle_wait_s = LATE_LOW_SIM_S / 2 / 360.0  # on time by the run queues
+    slowed = [governor.step(idle_wait_s, 0.5, BACKLOG_HIGH + 1) for _ in range(2)]
+    assert slowed[1] < slowed[0] < 360.0
+    assert governor.step(idle_wait_s, 0.5, (BACKLOG_LOW + BACKLOG_HIGH) // 2) == slowed[1]  # still reading: held
+    assert governor.step(idle_wait_s, 0.5, BACKLOG_LOW - 1) > slowed[1]
+    assert f"{BACKLOG_HIGH + 1} undelivered" in (tmp_path / "clock.log").read_text()
+
+
+async def test_the_stack_backlog_is_read_from_nats_servers_monitoring(tmp_path: Path) -> None:
+    """The most messages a durable has not had delivered, from a private server (a shared one holds other tests')."""
+    with NatsServer(data_dir=tmp_path / "nats") as server:
+        client = await nats.connect(server.url)
+        try:
+            js = client.jetstream()
+            await js.add_stream(name="PROBE", subjects=["probe.>"])
+            await js.add_consumer("PROBE", ConsumerConfig(durable_name="reader", ack_policy=AckPolicy.EXPLICIT))
+            assert server.consumer_backlog() == 0
+            for _ in range(7):
+                await js.publish("probe.x", b"x", stream="PROBE")
+            assert server.consumer_backlog() == 7
+            [message] = await (await js.pull_subscribe_bind("reader", "PROBE")).fetch(1)
+            await message.ack()
+            assert server.consumer_backlog() == 6
+        finally:
+            await client.close()
+    assert server.consumer_backlog() is None  # stopped: unknown, not empty
 
 
 def test_the_run_queue_wait_of_a_process_is_read_from_the_kernel() -> None:
