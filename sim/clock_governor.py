@@ -1,11 +1,13 @@
 """The stack's clock governor: slows the shared simulated clock while the stack's processes wait for a CPU.
 
-The demo and the fault suite run every process on one clock, 360 times the wall. On a loaded machine a process
+The demo runs every process of the stack on one clock, 360 times the wall. On a loaded machine a process
 that waits a second for a CPU misses six simulated minutes: workers look silent, machines are judged dead and
 replaced, and the outcome measures the machine's load instead of FleetPilot. The governor reads how long the
 stack's threads waited on a run queue (`/proc/<pid>/task/<tid>/schedstat`, the kernel's own account), and
 lowers the speed while that wait is a noticeable share of the wall time, raising it back when it is not:
-multiplicative decrease, gentle increase, as a congestion window.
+multiplicative decrease, gentle increase, as a congestion window. A service can also fall behind without waiting
+long in any one interval, reading a little slower than the clock writes: the stack's JetStream backlog (the most
+messages a durable consumer has not had delivered) slows the clock too.
 """
 
 from __future__ import annotations

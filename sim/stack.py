@@ -81,8 +81,9 @@ class Stack:
         governed: bool = False,
         ends_with_starter: bool = False,
     ) -> None:
-        """`governed`: the clock slows while the processes wait for a CPU (the demo; see sim/clock_governor.py);
-        otherwise it runs at the plan's speed throughout, as the fault suite's wall-time windows expect.
+        """`governed`: the clock slows while the processes wait for a CPU or fall behind on their messages (the
+        demo; see sim/clock_governor.py); otherwise it runs at the plan's speed throughout, as the fault suite's
+        wall-time windows expect.
         `ends_with_starter`: every process gets SIGTERM from the kernel when the thread that started it ends,
         however it ends (`fleetpilot up`, whose start and restarts run on its main thread: a `kill -9` of it left
         a whole stack running)."""
