@@ -28,7 +28,7 @@ from services.demand.metrics import DemandMetrics
 from services.demand.records import Evaluation, IngestOutcome
 from services.demand.saved import restored, saved_of
 from services.demand.store import DemandStore
-from shared.bus import DeadLetterMiddleware, ImplausibleInput, delivery_count, durable_pull, publish_event
+from shared.bus import DeadLetterMiddleware, ImplausibleInput, delivery_count, durable_pull, publish_event, unread_after
 from shared.contract import FleetSnapshot, QueueSnapshot, TaskEvent, Trigger
 from shared.service import ServiceContext, asgi_app, stop_tasks
 from shared.settings import Settings
@@ -209,6 +209,8 @@ class DemandRuntime:
                     log.warning("task fetch failed (%r); retrying", error)
                     await asyncio.sleep(RECONNECT_WAIT_S)
                     continue
+                # what is still to read after this batch: while much is, a missing completion proves no stall
+                self.core.unread_task_events = unread_after(messages[-1]) if messages else 0
                 try:
                     if messages:
                         await self.ingest_batch(messages)

@@ -44,6 +44,14 @@ class DemandSettings(BaseSettings):
     stall_after_s: float = Field(
         default=900, gt=0, description="work waiting and no completion this long: workers_stalled"
     )
+    # A missing completion is only missing once demand has read what was sent: with thousands of task events still
+    # unread on its consumer (fleet, on a busy machine, read 8,000 behind the clock), the completions may be there.
+    stall_unjudged_above_unread: int = Field(
+        default=500,
+        ge=0,
+        description="while more task events than this wait unread on demand's consumer, workers are not called "
+        "stalled: that is judged once demand has caught up",
+    )
     default_worker_throughput_tasks_per_h: float = Field(
         default=120.0, gt=0, description="a worker's tasks/h assumed until one is measured"
     )

@@ -108,6 +108,9 @@ class DemandCore:
         self.observing_since_s: float | None = None
         self.last_completion_s: float | None = None
         self.too_late_events = 0
+        # task events still waiting on demand's consumer after the latest batch read (JetStream's count, set by the
+        # adapter): while many wait, no completion missing by the clock makes workers stalled
+        self.unread_task_events = 0
         # tasks waiting right now, kept per event (O(1)) from the last queue snapshot: says whether a
         # completion happened while workers were saturated
         self.pending_estimate = 0
@@ -282,6 +285,7 @@ class DemandCore:
         m.above_capacity_for_s = now_s - self.above_capacity_since_s if self.above_capacity_since_s else 0.0
         reference_s = max(self.last_completion_s or -1e18, self.waiting_since_s or -1e18)
         m.without_completion_s = now_s - reference_s if work_waiting else 0.0
+        m.unread_task_events = self.unread_task_events
 
         state, explanation = classify(m, c)
         trend = next_trend(self.trend, m.trend_relative_change, m.trend_arrivals, c)

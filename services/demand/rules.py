@@ -35,6 +35,7 @@ class Measurement:
     trend_slope_per_h2: float
     above_capacity_for_s: float = 0.0
     without_completion_s: float = 0.0  # since the later of the last completion and work starting to wait
+    unread_task_events: int = 0  # still waiting on demand's consumer after the latest one read
 
     @property
     def work_waiting(self) -> bool:
@@ -61,7 +62,8 @@ def _numbers(m: Measurement, c: DemandSettings) -> str:
 
 def classify(m: Measurement, c: DemandSettings) -> tuple[DemandState, str]:
     numbers = _numbers(m, c)
-    if m.work_waiting and m.workers_expected and m.without_completion_s >= c.stall_after_s:
+    caught_up = m.unread_task_events <= c.stall_unjudged_above_unread  # else the completions may be unread
+    if m.work_waiting and m.workers_expected and m.without_completion_s >= c.stall_after_s and caught_up:
         if m.fleet_producing is not None:
             expected = f"fleet reports {m.fleet_producing} producing and {m.fleet_ready} ready"
         else:

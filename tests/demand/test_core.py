@@ -139,6 +139,21 @@ def test_stalled_while_the_fleet_says_workers_are_there_even_long_after_the_last
     assert core.evaluate(later).signal.state == DemandState.WORKERS_STALLED
 
 
+def test_workers_are_not_called_stalled_while_many_task_events_wait_unread() -> None:
+    """Their completions may be among the unread events (a busy machine's fleet read 8,000 behind the clock); once
+    demand has caught up, the same silence is a stall."""
+    core = DemandCore()
+    core.observe_fleet(fleet_snapshot(T0, producing=2), T0)
+    core.observe_queue(QueueSnapshot(occurred_at=T0, source="jobs", queues=[queue("prove", 59)]), T0)
+    core.evaluate(T0)
+    later = T0 + timedelta(minutes=16)
+    core.observe_fleet(fleet_snapshot(later, producing=2), later)
+    core.unread_task_events = core.config.stall_unjudged_above_unread + 1
+    assert core.evaluate(later).signal.state != DemandState.WORKERS_STALLED
+    core.unread_task_events = 0
+    assert core.evaluate(later + timedelta(seconds=30)).signal.state == DemandState.WORKERS_STALLED
+
+
 def test_duplicate_and_out_of_order_events_do_not_change_rates() -> None:
     jobs = Jobs(now=T0)
     jobs.add_worker("w1", gpu_model="RTX 4090")
