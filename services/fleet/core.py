@@ -252,8 +252,6 @@ class FleetCore:
                 self._schedule(record, due_s)
             elif state == S.GONE:
                 self._forget(record)
-            elif reason is not None and self.behind_on_tasks() and _judged_by_silence(record):
-                self._schedule(record, now_s + IDLE_RECHECK_S)  # judged once the unread events are read
             elif reason is not None:
                 transitions += self._move(record, S.FAILED, now_s, detail, reason)
         return Tick(transitions, self._silence(now_s))
@@ -476,6 +474,8 @@ class FleetCore:
             if not self.tasks_queued(now_s):  # nothing waiting: silence means nothing, look again later
                 soon = limit.counts_from is CountsFrom.SILENT_WHILE_QUEUED_LOOK_SOON
                 return now_s + (min(limit_s, IDLE_RECHECK_S) if soon else limit_s), None, ""
+            if self.behind_on_tasks():  # what it said may be among the unread events: judged once they are read
+                return now_s + IDLE_RECHECK_S, None, ""
             start_s = self._last_heard_s(record)
         detail = limit.detail.format(
             state=record.state.value,
@@ -528,13 +528,6 @@ class FleetCore:
             f" with {self.queue_pending} tasks queued"
         )
         return [Alert(TriggerReason.ALL_PRODUCERS_SILENT, detail, _utc(now_s))]
-
-
-def _judged_by_silence(record: InstanceRecord) -> bool:
-    """Whether the state's time limit counts from the worker's last word (dead, never registered), not the state's
-    start (stuck loading, a resume's wait for its GPU)."""
-    limit = time_limit(record.state, record.vast_status)
-    return limit is not None and limit.counts_from is not CountsFrom.IN_STATE
 
 
 def _utc(at_s: float) -> datetime:
